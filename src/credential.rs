@@ -1,0 +1,341 @@
+//! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use reqwest::Url;
+use time::OffsetDateTime;
+
+use crate::assertion::{AssertionAlgorithm, AssertionSigner};
+use crate::certificate::ClientCertificate;
+use crate::clock::{Clock, SystemClock};
+use crate::endpoint::{self, TokenRequest};
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::UserAssignedIdentityCredentials;
+use crate::token::AccessToken;
+
+/// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
+/// issuer and this machine) before the credential is refused as not yet valid.
+pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
+
+/// Options for [`ClientCertificateCredential`].
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions};
+///
+/// let options = ClientCertificateCredentialOptions::default()
+///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
+///     .with_request_timeout(Duration::from_secs(10));
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ClientCertificateCredentialOptions {
+    /// The HTTP client for token requests. `None` uses a shared client built by the crate
+    /// (rustls, system roots, no redirects, proxies from the environment). Supply your own
+    /// for extra root CAs or explicit proxies; disable redirects on it
+    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them.
+    pub http_client: Option<reqwest::Client>,
+    /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
+    pub assertion_algorithm: AssertionAlgorithm,
+    /// Accept an `http://` authority when its host is loopback (`127.0.0.0/8`, `::1`,
+    /// `localhost`): for local test servers and emulators only. Default `false`.
+    pub allow_http_loopback: bool,
+    /// Total time allowed for one token request (connect, send, receive). Default 30 s.
+    pub request_timeout: Duration,
+    /// The clock for assertion times, token expiry and validity checks.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for ClientCertificateCredentialOptions {
+    fn default() -> Self {
+        ClientCertificateCredentialOptions {
+            http_client: None,
+            assertion_algorithm: AssertionAlgorithm::default(),
+            allow_http_loopback: false,
+            request_timeout: Duration::from_secs(30),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl ClientCertificateCredentialOptions {
+    /// Use this HTTP client for token requests.
+    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
+        self.http_client = Some(client);
+        self
+    }
+
+    /// Choose the assertion algorithm.
+    pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
+        self.assertion_algorithm = algorithm;
+        self
+    }
+
+    /// Accept `http://` loopback authorities (tests and local emulators only).
+    pub fn allow_http_loopback(mut self, allow: bool) -> Self {
+        self.allow_http_loopback = allow;
+        self
+    }
+
+    /// Set the total time allowed for one token request.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Use this clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+impl fmt::Debug for ClientCertificateCredentialOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCertificateCredentialOptions")
+            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
+            .field("assertion_algorithm", &self.assertion_algorithm)
+            .field("allow_http_loopback", &self.allow_http_loopback)
+            .field("request_timeout", &self.request_timeout)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// A credential that authenticates as a user-assigned managed identity with its
+/// certificate: the Rust counterpart of what Go's `GetCredential` returns
+/// (`azidentity.ClientCertificateCredential`).
+///
+/// Built from a parsed [`UserAssignedIdentityCredentials`]; it decodes the bundle once,
+/// then every [`get_token`](Self::get_token) signs a fresh client assertion and exchanges
+/// it at `{authentication_endpoint}/{tenant_id}/oauth2/v2.0/token`. Cloning is cheap and
+/// clones share everything.
+///
+/// ```no_run
+/// use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
+///
+/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// let creds = UserAssignedIdentityCredentials::from_path("/mnt/certs/my-identity")?;
+/// let credential = ClientCertificateCredential::new(&creds, Default::default())?;
+/// let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
+/// println!("token expires on {}", token.expires_on());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClientCertificateCredential {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client_id: String,
+    tenant_id: String,
+    token_url: Url,
+    certificate: ClientCertificate,
+    signer: AssertionSigner,
+    file_not_after: Option<OffsetDateTime>,
+    http: reqwest::Client,
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl ClientCertificateCredential {
+    /// Build the credential: validate the file's content, decode the certificate bundle,
+    /// and check the authority. Makes no network call.
+    pub fn new(
+        creds: &UserAssignedIdentityCredentials,
+        options: ClientCertificateCredentialOptions,
+    ) -> Result<Self> {
+        creds.validate()?;
+        let (Some(authority), Some(client_id), Some(tenant_id)) = (
+            creds.authentication_endpoint.as_deref(),
+            creds.client_id.as_deref(),
+            creds.tenant_id.as_deref(),
+        ) else {
+            // `validate` guarantees these; keep the error honest if that ever changes.
+            return Err(ErrorKind::MissingFields {
+                fields: vec!["authentication_endpoint", "client_id", "tenant_id"],
+            }
+            .into());
+        };
+        let certificate = ClientCertificate::from_credentials(creds)?;
+        let token_url =
+            endpoint::token_url(authority, tenant_id.trim(), options.allow_http_loopback)?;
+        let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
+        let http = match options.http_client {
+            Some(client) => client,
+            None => default_http_client()?,
+        };
+        Ok(ClientCertificateCredential {
+            inner: Arc::new(Inner {
+                client_id: client_id.trim().to_owned(),
+                tenant_id: tenant_id.trim().to_owned(),
+                token_url,
+                certificate,
+                signer,
+                file_not_after: creds.not_after()?,
+                http,
+                timeout: options.request_timeout,
+                clock: options.clock,
+            }),
+        })
+    }
+
+    /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
+    /// scope, e.g. `https://management.azure.com/.default`).
+    ///
+    /// Each call signs a new assertion and makes one token request.
+    pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
+        let scope = join_scopes(scopes)?;
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        inner.check_validity(now)?;
+        let jti = uuid::Uuid::new_v4().to_string();
+        let assertion = inner.signer.sign(
+            &inner.certificate,
+            inner.token_url.as_str(),
+            &inner.client_id,
+            now,
+            &jti,
+        )?;
+        let client_request_id = uuid::Uuid::new_v4().to_string();
+        let request = TokenRequest {
+            url: &inner.token_url,
+            client_id: &inner.client_id,
+            scope: &scope,
+            assertion: &assertion,
+            client_request_id: &client_request_id,
+        };
+        let raw = endpoint::send(&inner.http, &request, inner.timeout).await?;
+        let result = endpoint::parse_response(&raw, now, &client_request_id);
+        match &result {
+            Ok(token) => tracing::debug!(
+                client_id = %inner.client_id,
+                scope = %scope,
+                expires_on = %token.expires_on(),
+                "acquired access token"
+            ),
+            Err(e) => tracing::warn!(
+                client_id = %inner.client_id,
+                scope = %scope,
+                error = %e,
+                "token request failed"
+            ),
+        }
+        result
+    }
+
+    /// The application (client) id.
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    /// The tenant id.
+    pub fn tenant_id(&self) -> &str {
+        &self.inner.tenant_id
+    }
+
+    /// The URL token requests are POSTed to (also the assertion's `aud`).
+    pub fn token_url(&self) -> &str {
+        self.inner.token_url.as_str()
+    }
+
+    /// The decoded certificate.
+    pub fn certificate(&self) -> &ClientCertificate {
+        &self.inner.certificate
+    }
+
+    /// The assertion algorithm in use.
+    pub fn assertion_algorithm(&self) -> AssertionAlgorithm {
+        self.inner.signer.algorithm()
+    }
+}
+
+impl Inner {
+    /// Refuse, before any network call, a credential outside its validity: the leaf
+    /// certificate's window (with [`NOT_BEFORE_SKEW`] of grace at the start) and the file's
+    /// `not_after`.
+    fn check_validity(&self, now: OffsetDateTime) -> Result<()> {
+        let cert_end = self.certificate.not_after();
+        let end = match self.file_not_after {
+            Some(file_end) if file_end < cert_end => file_end,
+            _ => cert_end,
+        };
+        if now > end {
+            return Err(ErrorKind::CredentialExpired {
+                what: "expired",
+                at: end,
+            }
+            .into());
+        }
+        let start = self.certificate.not_before();
+        if now + NOT_BEFORE_SKEW < start {
+            return Err(ErrorKind::CredentialExpired {
+                what: "is not valid until",
+                at: start,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ClientCertificateCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCertificateCredential")
+            .field("client_id", &self.inner.client_id)
+            .field("tenant_id", &self.inner.tenant_id)
+            .field("token_url", &self.inner.token_url.as_str())
+            .field("algorithm", &self.inner.signer.algorithm())
+            .field("certificate", &self.inner.certificate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The same as [`ClientCertificateCredential::new`], under the Go reference's name
+/// (`dataplane.GetCredential`).
+pub fn get_credential(
+    creds: &UserAssignedIdentityCredentials,
+    options: ClientCertificateCredentialOptions,
+) -> Result<ClientCertificateCredential> {
+    ClientCertificateCredential::new(creds, options)
+}
+
+/// Join scopes with spaces, refusing none or empty ones.
+pub(crate) fn join_scopes(scopes: &[&str]) -> Result<String> {
+    if scopes.is_empty() {
+        return Err(ErrorKind::InvalidScopes {
+            reason: "no scope given".into(),
+        }
+        .into());
+    }
+    if scopes
+        .iter()
+        .any(|s| s.trim().is_empty() || s.contains(char::is_whitespace))
+    {
+        return Err(ErrorKind::InvalidScopes {
+            reason: "a scope is empty or contains whitespace".into(),
+        }
+        .into());
+    }
+    Ok(scopes.join(" "))
+}
+
+/// One HTTP client shared by every credential that was not given one: building a client
+/// loads the system roots, which is worth doing once per process.
+fn default_http_client() -> Result<reqwest::Client> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| {
+            Error::from(ErrorKind::HttpClient {
+                reason: e.to_string(),
+            })
+        })?;
+    Ok(CLIENT.get_or_init(|| client).clone())
+}

@@ -1,0 +1,432 @@
+//! The token endpoint: its URL, the HTTP exchange, and parsing its answers.
+//!
+//! URL building and response parsing are pure functions; [`send`] is the only I/O.
+
+use std::time::Duration;
+
+use reqwest::Url;
+use serde::Deserialize;
+use time::OffsetDateTime;
+
+use crate::error::{Error, ErrorKind, Result, TokenEndpointError, redact_quoted};
+use crate::token::AccessToken;
+
+/// Token (and error) response bodies larger than this are refused.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+const SKU: &str = env!("CARGO_PKG_NAME");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The token URL for an authority and tenant:
+/// `{authority without trailing '/'}/{tenant}/oauth2/v2.0/token`.
+///
+/// Any path the authority has is kept (`https://host/prefix/` gives
+/// `https://host/prefix/{tenant}/oauth2/v2.0/token`). The authority must be `https`;
+/// `http` is accepted only for a loopback host and only when `allow_http_loopback` is set.
+pub(crate) fn token_url(authority: &str, tenant: &str, allow_http_loopback: bool) -> Result<Url> {
+    let refuse = |reason: &str| -> Error {
+        ErrorKind::InvalidAuthority {
+            authority: authority.to_owned(),
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let base = Url::parse(authority.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
+    match base.scheme() {
+        "https" => {}
+        "http" if allow_http_loopback && is_loopback(&base) => {}
+        "http" if allow_http_loopback => {
+            return Err(refuse("plain http is allowed only for a loopback host"));
+        }
+        "http" => {
+            return Err(refuse(
+                "plain http is refused (allow it for loopback test servers with \
+                 `allow_http_loopback`)",
+            ));
+        }
+        other => return Err(refuse(&format!("scheme `{other}` is not https"))),
+    }
+    if base.host_str().is_none_or(str::is_empty) {
+        return Err(refuse("no host"));
+    }
+    if base.query().is_some() || base.fragment().is_some() {
+        return Err(refuse("an authority has no query or fragment"));
+    }
+    if !base.username().is_empty() || base.password().is_some() {
+        return Err(refuse("an authority carries no user information"));
+    }
+    let path = base.path().trim_end_matches('/');
+    let mut url = base.clone();
+    url.set_path(&format!("{path}/{tenant}/oauth2/v2.0/token"));
+    Ok(url)
+}
+
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
+/// What one token request sends.
+pub(crate) struct TokenRequest<'a> {
+    pub url: &'a Url,
+    pub client_id: &'a str,
+    /// Scopes joined by spaces.
+    pub scope: &'a str,
+    pub assertion: &'a str,
+    pub client_request_id: &'a str,
+}
+
+/// A raw answer: status, `Retry-After`, body.
+pub(crate) struct RawResponse {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// POST the token request; return the raw answer. Transport failures and over-long bodies
+/// are errors here; HTTP error statuses are not (see [`parse_response`]).
+pub(crate) async fn send(
+    client: &reqwest::Client,
+    req: &TokenRequest<'_>,
+    timeout: Duration,
+) -> Result<RawResponse> {
+    let transport = |e: reqwest::Error| -> Error {
+        ErrorKind::Transport {
+            url: req.url.to_string(),
+            timeout: e.is_timeout(),
+            message: error_chain(&e),
+        }
+        .into()
+    };
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_id", req.client_id),
+        ("scope", req.scope),
+        ("client_assertion_type", JWT_BEARER),
+        ("client_assertion", req.assertion),
+    ];
+    let mut response = client
+        .post(req.url.clone())
+        .timeout(timeout)
+        .header("accept", "application/json")
+        .header("client-request-id", req.client_request_id)
+        .header("return-client-request-id", "true")
+        .header("x-client-sku", SKU)
+        .header("x-client-ver", VERSION)
+        .header("x-ms-lib-capability", "retry-after, h429")
+        .form(&form)
+        .send()
+        .await
+        .map_err(transport)?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(len) = response.content_length()
+        && len > MAX_RESPONSE_BYTES as u64
+    {
+        return Err(too_large(status));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(too_large(status));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(RawResponse {
+        status,
+        retry_after,
+        body,
+    })
+}
+
+fn too_large(status: u16) -> Error {
+    ErrorKind::InvalidTokenResponse {
+        status,
+        reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+    }
+    .into()
+}
+
+/// `reqwest::Error`'s own message is terse; the causes say what happened (refused,
+/// certificate not trusted, ...). URLs and causes hold no secrets.
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+/// A number that some servers send as a string (`"expires_in": "3599"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Seconds {
+    Number(i64),
+    Text(String),
+}
+
+impl Seconds {
+    fn get(&self, field: &str) -> std::result::Result<i64, String> {
+        match self {
+            Seconds::Number(n) => Ok(*n),
+            Seconds::Text(s) => s
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{field}` is not a whole number of seconds")),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SuccessBody {
+    access_token: String,
+    expires_in: Seconds,
+    #[serde(default)]
+    refresh_in: Option<Seconds>,
+    // `token_type` and `ext_expires_in` are optional and unused; unknown keys are ignored.
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    error_description: Option<String>,
+    #[serde(default)]
+    error_codes: Option<Vec<i64>>,
+    #[serde(default)]
+    trace_id: Option<String>,
+    #[serde(default)]
+    correlation_id: Option<String>,
+    #[serde(default)]
+    timestamp: Option<String>,
+}
+
+/// Turn a raw answer into a token or a typed error. `requested_at` is when the request was
+/// sent: expiry is counted from then, so it is never later than the server meant.
+pub(crate) fn parse_response(
+    raw: &RawResponse,
+    requested_at: OffsetDateTime,
+    client_request_id: &str,
+) -> Result<AccessToken> {
+    if (200..300).contains(&raw.status) {
+        parse_success(raw.status, &raw.body, requested_at)
+    } else {
+        let retry_after = raw
+            .retry_after
+            .as_deref()
+            .and_then(|v| parse_retry_after(v, requested_at));
+        Err(ErrorKind::TokenEndpoint(Box::new(parse_error(
+            raw.status,
+            &raw.body,
+            retry_after,
+            client_request_id,
+        )))
+        .into())
+    }
+}
+
+fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Result<AccessToken> {
+    let invalid =
+        |reason: String| -> Error { ErrorKind::InvalidTokenResponse { status, reason }.into() };
+    let parsed: SuccessBody = serde_json::from_slice(body).map_err(|e| {
+        invalid(format!(
+            "not a token response ({})",
+            redact_quoted(&e.to_string())
+        ))
+    })?;
+    if parsed.access_token.is_empty() {
+        return Err(invalid("`access_token` is empty".into()));
+    }
+    let expires_in = parsed.expires_in.get("expires_in").map_err(invalid)?;
+    if expires_in <= 0 {
+        return Err(invalid(format!("`expires_in` is {expires_in}")));
+    }
+    let refresh_on = match &parsed.refresh_in {
+        Some(r) => {
+            let secs = r.get("refresh_in").map_err(invalid)?;
+            (secs > 0 && secs < expires_in).then(|| requested_at + time::Duration::seconds(secs))
+        }
+        None => None,
+    };
+    Ok(AccessToken::new(
+        parsed.access_token,
+        requested_at + time::Duration::seconds(expires_in),
+    )
+    .with_refresh_on(refresh_on))
+}
+
+/// Parse an error body. Every field is optional; a body that is not JSON at all (an HTML
+/// page from a proxy) still yields the status.
+fn parse_error(
+    status: u16,
+    body: &[u8],
+    retry_after: Option<Duration>,
+    client_request_id: &str,
+) -> TokenEndpointError {
+    let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+    TokenEndpointError {
+        status,
+        error: parsed.error,
+        error_description: parsed.error_description,
+        error_codes: parsed.error_codes.unwrap_or_default(),
+        trace_id: parsed.trace_id,
+        correlation_id: parsed.correlation_id,
+        timestamp: parsed.timestamp,
+        retry_after,
+        client_request_id: Some(client_request_id.to_owned()),
+    }
+}
+
+/// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), relative to `now`.
+pub(crate) fn parse_retry_after(value: &str, now: OffsetDateTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let at = time::PrimitiveDateTime::parse(value, format)
+        .ok()?
+        .assume_utc();
+    let delta = at - now;
+    Some(if delta.is_positive() {
+        Duration::try_from(delta).unwrap_or_default()
+    } else {
+        Duration::ZERO
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn token_url_keeps_path_and_trims_slash() {
+        let u = token_url("https://login.microsoftonline.com/", "t1", false).unwrap();
+        assert_eq!(
+            u.as_str(),
+            "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
+        );
+        let u = token_url("https://login.microsoftonline.com", "t1", false).unwrap();
+        assert_eq!(
+            u.as_str(),
+            "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
+        );
+        let u = token_url("https://host.example:8443/prefix/sub/", "t1", false).unwrap();
+        assert_eq!(
+            u.as_str(),
+            "https://host.example:8443/prefix/sub/t1/oauth2/v2.0/token"
+        );
+    }
+
+    #[test]
+    fn token_url_refuses_insecure_and_odd_authorities() {
+        for (authority, allow) in [
+            ("http://login.microsoftonline.com/", false),
+            ("http://login.microsoftonline.com/", true),
+            ("http://127.0.0.1:8080/", false),
+            ("ftp://host/", true),
+            ("https://host/?q=1", false),
+            ("https://user:pw@host/", false),
+            ("not a url", false),
+        ] {
+            let err = token_url(authority, "t", allow).unwrap_err();
+            assert!(
+                matches!(err.kind(), ErrorKind::InvalidAuthority { .. }),
+                "{authority}: {err}"
+            );
+        }
+        for authority in [
+            "http://127.0.0.1:8080/",
+            "http://[::1]:80/",
+            "http://localhost:1/",
+        ] {
+            token_url(authority, "t", true).unwrap();
+        }
+    }
+
+    #[test]
+    fn success_without_optional_fields() {
+        let at = datetime!(2026-01-01 00:00 UTC);
+        let t = parse_success(200, br#"{"access_token":"abc","expires_in":3599}"#, at).unwrap();
+        assert_eq!(t.token(), "abc");
+        assert_eq!(t.expires_on(), at + time::Duration::seconds(3599));
+        assert_eq!(t.refresh_on(), None);
+    }
+
+    #[test]
+    fn success_with_string_numbers_and_refresh_in() {
+        let at = datetime!(2026-01-01 00:00 UTC);
+        let body = br#"{"token_type":"Bearer","access_token":"abc","expires_in":"7200","ext_expires_in":"7200","refresh_in":3600}"#;
+        let t = parse_success(200, body, at).unwrap();
+        assert_eq!(t.expires_on(), at + time::Duration::hours(2));
+        assert_eq!(t.refresh_on(), Some(at + time::Duration::hours(1)));
+    }
+
+    #[test]
+    fn success_missing_token_is_typed_and_does_not_echo_body() {
+        let at = datetime!(2026-01-01 00:00 UTC);
+        let err = parse_success(200, br#"{"expires_in":1,"foo":"SECRETVALUE"}"#, at).unwrap_err();
+        assert!(matches!(
+            err.kind(),
+            ErrorKind::InvalidTokenResponse { status: 200, .. }
+        ));
+        assert!(err.to_string().contains("access_token"));
+        assert!(!err.to_string().contains("SECRETVALUE"));
+        let err = parse_success(
+            200,
+            br#"{"access_token":"SECRETVALUE","expires_in":"soon"}"#,
+            at,
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("SECRETVALUE"), "{err}");
+    }
+
+    #[test]
+    fn error_body_fields_all_optional() {
+        let e = parse_error(503, b"<html>Service Unavailable</html>", None, "rid");
+        assert_eq!(e.status, 503);
+        assert_eq!(e.error, None);
+        let e = parse_error(
+            401,
+            br#"{"error":"invalid_client","error_description":"AADSTS700027: bad","error_codes":[700027],"trace_id":"t","correlation_id":"c","timestamp":"ts"}"#,
+            None,
+            "rid",
+        );
+        assert_eq!(e.error.as_deref(), Some("invalid_client"));
+        assert_eq!(e.aadsts_code(), Some(700027));
+        assert_eq!(e.trace_id.as_deref(), Some("t"));
+        assert_eq!(e.correlation_id.as_deref(), Some("c"));
+        assert_eq!(e.timestamp.as_deref(), Some("ts"));
+    }
+
+    #[test]
+    fn retry_after_seconds_and_http_date() {
+        let now = datetime!(2026-11-22 10:00:00 UTC);
+        assert_eq!(parse_retry_after("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            parse_retry_after("Sun, 22 Nov 2026 10:00:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 22 Nov 2026 09:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+}

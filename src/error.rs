@@ -1,0 +1,476 @@
+//! The crate's one error type.
+//!
+//! [`Error`] pairs an [`ErrorKind`] (what failed, with the details a caller can act on) with
+//! the credential file it concerns, when there is one. Every message is written so that it
+//! never contains secret material: no `client_secret`, no key bytes, no assertion and no
+//! access token. Values echoed from parsers are redacted before they reach a message.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+/// Shorthand for `Result<T, msi_dataplane::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error from loading a credential or acquiring a token.
+///
+/// `Error` is cheap to clone (it is shared between every caller waiting on one token
+/// request) and carries:
+/// - [`kind`](Error::kind): the failure class, with its details;
+/// - [`path`](Error::path): the credential file concerned, when the error came from one;
+/// - [`is_transient`](Error::is_transient): whether trying again later can help.
+///
+/// ```
+/// # use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
+/// let err = UserAssignedIdentityCredentials::from_slice(br#"{"client_id": "x"}"#).unwrap_err();
+/// match err.kind() {
+///     ErrorKind::MissingFields { fields } => {
+///         assert_eq!(fields, &["authentication_endpoint", "tenant_id", "client_secret"]);
+///     }
+///     other => panic!("unexpected: {other}"),
+/// }
+/// assert!(!err.is_transient());
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    kind: Box<ErrorKind>,
+    path: Option<Arc<Path>>,
+}
+
+impl Error {
+    /// The failure class and its details.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The credential file this error is about, if it came from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Whether the same operation may succeed if tried again later without any change on
+    /// the caller's side: transport failures, timeouts, and HTTP 408, 429 and 5xx answers.
+    /// Bad files, bad certificates and 400/401 answers are not transient.
+    pub fn is_transient(&self) -> bool {
+        self.kind.is_transient()
+    }
+
+    /// Attach the credential file this error concerns (kept if one is already set).
+    pub(crate) fn with_path(mut self, path: &Path) -> Self {
+        if self.path.is_none() {
+            self.path = Some(Arc::from(path));
+        }
+        self
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Error {
+            kind: Box::new(kind),
+            path: None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "credential file {}: {}", path.display(), self.kind),
+            None => fmt::Display::fmt(&self.kind, f),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.kind)
+    }
+}
+
+/// What failed. Marked `#[non_exhaustive]`: new classes may be added.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    // ---- the credential file ----
+    /// The credential file could not be read.
+    #[error("cannot be read: {source}")]
+    Io {
+        /// The underlying I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The credential file is larger than the limit.
+    #[error("is {size} bytes; credential files over {limit} bytes are refused")]
+    FileTooLarge {
+        /// Size seen, in bytes (at least `limit + 1`).
+        size: u64,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The credential file is not valid JSON or a value has the wrong type.
+    #[error("invalid JSON at line {line}, column {column}: {message}")]
+    Json {
+        /// 1-based line of the problem.
+        line: usize,
+        /// 1-based column of the problem.
+        column: usize,
+        /// What the parser found; quoted values from the file are redacted.
+        message: String,
+    },
+    /// Required keys are missing from the credential file; every missing key is named.
+    #[error("missing required key(s): {}", fields.join(", "))]
+    MissingFields {
+        /// The missing keys, in schema order.
+        fields: Vec<&'static str>,
+    },
+    /// The file uses camelCase keys; the format (like the Go reference) is snake_case.
+    #[error(
+        "found camelCase key(s) {}; credential files use snake_case keys (e.g. {})",
+        quoted(keys),
+        quoted(expected)
+    )]
+    CamelCaseKeys {
+        /// The camelCase keys seen.
+        keys: Vec<String>,
+        /// The snake_case key each one should have been.
+        expected: Vec<String>,
+    },
+    /// A key is present but its value is unusable.
+    #[error("invalid value for `{field}`: {reason}")]
+    InvalidField {
+        /// The key, as spelled in the file.
+        field: &'static str,
+        /// Why the value is refused (never the value itself when it is secret).
+        reason: String,
+    },
+
+    // ---- the certificate bundle in `client_secret` ----
+    /// `client_secret` is not standard base64.
+    #[error("`client_secret` is not valid base64: {reason}")]
+    SecretNotBase64 {
+        /// The decoder's complaint (offsets only, no content).
+        reason: String,
+    },
+    /// The decoded `client_secret` is neither a PEM bundle nor a PKCS#12 archive.
+    #[error("`client_secret` holds neither a PEM bundle nor a PKCS#12 (PFX) archive: {reason}")]
+    UnknownBundleFormat {
+        /// What was tried and why it failed.
+        reason: String,
+    },
+    /// The PKCS#12 archive could not be opened with an empty password.
+    #[error("PKCS#12 archive cannot be read: {reason}")]
+    Pkcs12 {
+        /// Why (for example a MAC that does not verify: the archive has a password).
+        reason: String,
+    },
+    /// The bundle holds no private key.
+    #[error("the certificate bundle holds no private key")]
+    NoPrivateKey,
+    /// The bundle holds more than one private key.
+    #[error("the certificate bundle holds {count} private keys; exactly one is expected")]
+    MultiplePrivateKeys {
+        /// How many keys were found.
+        count: usize,
+    },
+    /// The private key is encrypted; only unencrypted keys are supported.
+    #[error("the private key is encrypted ({format}); an unencrypted key is required")]
+    EncryptedPrivateKey {
+        /// Which encrypted form was seen.
+        format: &'static str,
+    },
+    /// The private key is not RSA.
+    #[error("the private key is {algorithm}; only RSA keys are supported")]
+    UnsupportedKeyType {
+        /// The key algorithm seen (e.g. `EC`).
+        algorithm: String,
+    },
+    /// The RSA key is shorter than 2048 bits.
+    #[error("the RSA key has {bits} bits; at least {min_bits} are required")]
+    KeyTooSmall {
+        /// Modulus size seen.
+        bits: usize,
+        /// The minimum accepted.
+        min_bits: usize,
+    },
+    /// The private key could not be decoded.
+    #[error("the private key cannot be decoded: {reason}")]
+    InvalidPrivateKey {
+        /// Why (no key bytes are included).
+        reason: String,
+    },
+    /// The bundle holds no certificate.
+    #[error("the certificate bundle holds no certificate")]
+    NoCertificate,
+    /// A certificate could not be parsed.
+    #[error("certificate #{index} in the bundle cannot be parsed: {reason}")]
+    InvalidCertificate {
+        /// 0-based position in the bundle.
+        index: usize,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// No certificate in the bundle carries the private key's public key.
+    #[error(
+        "no certificate in the bundle matches the private key ({certificates} certificate(s) checked)"
+    )]
+    NoMatchingCertificate {
+        /// How many certificates were compared.
+        certificates: usize,
+    },
+    /// The bundle has more certificates than the limit.
+    #[error("the certificate bundle holds {count} certificates; at most {limit} are accepted")]
+    TooManyCertificates {
+        /// How many were found.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+
+    // ---- using the credential ----
+    /// The credential is outside its validity window (the leaf certificate, or the file's
+    /// `not_after`), checked before any network call.
+    #[error("the credential {what} at {at}")]
+    CredentialExpired {
+        /// `"expired"` or `"is not valid until"`.
+        what: &'static str,
+        /// The boundary that was crossed.
+        at: OffsetDateTime,
+    },
+    /// The authority URL is unusable (not a URL, not https, a query or fragment, ...).
+    #[error("authority `{authority}` is not usable: {reason}")]
+    InvalidAuthority {
+        /// The authority as given (a URL, not a secret).
+        authority: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A token was requested for no scope, or for an empty scope.
+    #[error("invalid scopes: {reason}")]
+    InvalidScopes {
+        /// Why they are refused.
+        reason: String,
+    },
+    /// Signing the client assertion failed.
+    #[error("cannot sign the client assertion")]
+    Signing,
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {reason}")]
+    HttpClient {
+        /// Why.
+        reason: String,
+    },
+    /// The token request did not complete: connection, TLS, or I/O failure, or a timeout.
+    #[error("token request to {url} failed{}: {message}", if *timeout { " (timeout)" } else { "" })]
+    Transport {
+        /// The token URL.
+        url: String,
+        /// Whether the failure was a timeout.
+        timeout: bool,
+        /// What went wrong.
+        message: String,
+    },
+    /// The token endpoint answered with an error (an Entra `AADSTS` error when the body
+    /// had that shape).
+    #[error("{0}")]
+    TokenEndpoint(Box<TokenEndpointError>),
+    /// The token endpoint answered 2xx with a body that is not a usable token response.
+    #[error("the token endpoint answered HTTP {status} with an unusable body: {reason}")]
+    InvalidTokenResponse {
+        /// HTTP status.
+        status: u16,
+        /// What is wrong (the body itself is never included: it may hold a token).
+        reason: String,
+    },
+}
+
+impl ErrorKind {
+    fn is_transient(&self) -> bool {
+        match self {
+            ErrorKind::Transport { .. } => true,
+            ErrorKind::TokenEndpoint(e) => is_transient_status(e.status),
+            _ => false,
+        }
+    }
+}
+
+/// Whether an HTTP status from a token endpoint is worth retrying (DESIGN §4).
+pub(crate) fn is_transient_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// An error answer from the token endpoint, with every Entra error field it carried.
+///
+/// Every field but `status` is optional: endpoints and proxies answer with bodies of any
+/// shape, and none of these fields is guaranteed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokenEndpointError {
+    /// HTTP status code.
+    pub status: u16,
+    /// The OAuth `error` code, e.g. `invalid_client`.
+    pub error: Option<String>,
+    /// Entra's `error_description` (starts with `AADSTSnnnnnn:`).
+    pub error_description: Option<String>,
+    /// Entra's `error_codes`, e.g. `[700027]`.
+    pub error_codes: Vec<i64>,
+    /// Entra's `trace_id`.
+    pub trace_id: Option<String>,
+    /// Entra's `correlation_id` (the request's `client-request-id`).
+    pub correlation_id: Option<String>,
+    /// Entra's `timestamp`.
+    pub timestamp: Option<String>,
+    /// The `Retry-After` the server asked for, if any.
+    pub retry_after: Option<Duration>,
+    /// The `client-request-id` this crate sent with the request.
+    pub client_request_id: Option<String>,
+}
+
+impl TokenEndpointError {
+    /// The first `AADSTS` code, from `error_codes` or else parsed from the description.
+    pub fn aadsts_code(&self) -> Option<i64> {
+        if let Some(code) = self.error_codes.first() {
+            return Some(*code);
+        }
+        let rest = self.error_description.as_deref()?.strip_prefix("AADSTS")?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..digits].parse().ok()
+    }
+}
+
+impl fmt::Display for TokenEndpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the token endpoint answered HTTP {}", self.status)?;
+        if let Some(error) = &self.error {
+            write!(f, " {error}")?;
+        }
+        if let Some(description) = &self.error_description {
+            // Entra's description repeats the ids on extra lines; the first line says it.
+            let first = description.lines().next().unwrap_or_default();
+            write!(f, ": {first}")?;
+        }
+        if let Some(trace) = &self.trace_id {
+            write!(f, " (trace id {trace}")?;
+            if let Some(corr) = &self.correlation_id {
+                write!(f, ", correlation id {corr}")?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+fn quoted(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl From<std::io::Error> for ErrorKind {
+    fn from(source: std::io::Error) -> Self {
+        ErrorKind::Io {
+            source: Arc::new(source),
+        }
+    }
+}
+
+/// A path-bearing helper used by the loaders.
+pub(crate) fn io_error(path: &Path, source: std::io::Error) -> Error {
+    Error::from(ErrorKind::from(source)).with_path(path)
+}
+
+/// Redact the double-quoted values that a parser echoes back (serde_json quotes the
+/// offending string in `invalid type: string "..."` messages); backtick-quoted names such
+/// as "missing field `access_token`" stay, they name schema keys, not values.
+pub(crate) fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut in_quote = false;
+    for c in message.chars() {
+        if c == '"' {
+            if in_quote {
+                out.push('…');
+            }
+            out.push(c);
+            in_quote = !in_quote;
+        } else if !in_quote {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_and_small() {
+        fn check<T: Send + Sync + Clone + 'static>() {}
+        check::<Error>();
+        assert!(std::mem::size_of::<Error>() <= 3 * std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn redacts_quoted_values() {
+        assert_eq!(
+            redact_quoted(r#"invalid type: string "c2VjcmV0", expected a sequence"#),
+            r#"invalid type: string "…", expected a sequence"#
+        );
+        assert_eq!(
+            redact_quoted("missing field `access_token`"),
+            "missing field `access_token`"
+        );
+    }
+
+    #[test]
+    fn aadsts_code_from_description_when_codes_absent() {
+        let e = TokenEndpointError {
+            status: 401,
+            error_description: Some("AADSTS700027: Client assertion failed".into()),
+            ..Default::default()
+        };
+        assert_eq!(e.aadsts_code(), Some(700027));
+        let e = TokenEndpointError {
+            status: 401,
+            error_codes: vec![7000215],
+            ..Default::default()
+        };
+        assert_eq!(e.aadsts_code(), Some(7000215));
+    }
+
+    #[test]
+    fn transient_classes() {
+        for (status, transient) in [
+            (400, false),
+            (401, false),
+            (408, true),
+            (429, true),
+            (500, true),
+            (503, true),
+            (404, false),
+        ] {
+            let e = Error::from(ErrorKind::TokenEndpoint(Box::new(TokenEndpointError {
+                status,
+                ..Default::default()
+            })));
+            assert_eq!(e.is_transient(), transient, "status {status}");
+        }
+        assert!(!Error::from(ErrorKind::NoPrivateKey).is_transient());
+    }
+}

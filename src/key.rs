@@ -1,0 +1,120 @@
+//! Loading the RSA private key with the signing backend (AWS-LC through `aws-lc-rs`).
+//!
+//! The key is classified first (PKCS#8 algorithm, modulus size) so that an EC key, a short
+//! RSA key or a malformed key each get their own error, then handed to AWS-LC, which
+//! validates it and keeps it for constant-time signing. AWS-LC wipes the key on drop; the
+//! DER buffers given here are zeroized by their owners.
+
+use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
+use pkcs8::der::Decode;
+
+use crate::bundle::RawKey;
+use crate::error::{ErrorKind, Result};
+
+/// RSA keys shorter than this are refused.
+pub const MIN_RSA_BITS: usize = 2048;
+/// RSA keys longer than this are refused (the signing backend's limit).
+pub const MAX_RSA_BITS: usize = 8192;
+
+const OID_RSA: &str = "1.2.840.113549.1.1.1";
+const OID_RSA_PSS: &str = "1.2.840.113549.1.1.10";
+const OID_EC: &str = "1.2.840.10045.2.1";
+const OID_ED25519: &str = "1.3.101.112";
+const OID_ED448: &str = "1.3.101.113";
+const OID_DSA: &str = "1.2.840.10040.4.1";
+
+/// A loaded RSA private key.
+pub(crate) struct LoadedKey {
+    pub pair: RsaKeyPair,
+    pub bits: usize,
+}
+
+impl LoadedKey {
+    /// The DER `RSAPublicKey` of this key, as it appears in a certificate's SPKI.
+    pub fn public_key_der(&self) -> &[u8] {
+        self.pair.public_key().as_ref()
+    }
+}
+
+/// Load the bundle's key.
+pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
+    match raw {
+        RawKey::Refused(kind) => Err(kind.into()),
+        RawKey::Pkcs1(der) => load_pkcs1(&der),
+        RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfo::from_der(&der) {
+            Ok(info) => {
+                let oid = info.algorithm.oid.to_string();
+                match oid.as_str() {
+                    OID_RSA => {
+                        let bits = rsa_bits(info.private_key)?;
+                        check_bits(bits)?;
+                        let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
+                        Ok(LoadedKey { pair, bits })
+                    }
+                    other => Err(ErrorKind::UnsupportedKeyType {
+                        algorithm: algorithm_name(other),
+                    }
+                    .into()),
+                }
+            }
+            // A `PRIVATE KEY` block holding PKCS#1 content: accepted, as the Go stack does.
+            Err(_) => load_pkcs1(&der),
+        },
+    }
+}
+
+fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
+    let bits = rsa_bits(der)?;
+    check_bits(bits)?;
+    let pair = RsaKeyPair::from_der(der).map_err(rejected)?;
+    Ok(LoadedKey { pair, bits })
+}
+
+/// The modulus size of a PKCS#1 `RSAPrivateKey`, read without loading the key.
+fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
+    let key =
+        pkcs1::RsaPrivateKey::from_der(pkcs1_der).map_err(|e| ErrorKind::InvalidPrivateKey {
+            reason: format!("neither PKCS#8 nor PKCS#1 RSA DER ({})", e.kind()),
+        })?;
+    let modulus = key.modulus.as_bytes();
+    let leading = modulus.iter().take_while(|b| **b == 0).count();
+    let significant = &modulus[leading..];
+    Ok(match significant.first() {
+        None => 0,
+        Some(top) => significant.len() * 8 - top.leading_zeros() as usize,
+    })
+}
+
+fn check_bits(bits: usize) -> Result<()> {
+    if bits < MIN_RSA_BITS {
+        return Err(ErrorKind::KeyTooSmall {
+            bits,
+            min_bits: MIN_RSA_BITS,
+        }
+        .into());
+    }
+    if bits > MAX_RSA_BITS {
+        return Err(ErrorKind::InvalidPrivateKey {
+            reason: format!("the RSA key has {bits} bits; at most {MAX_RSA_BITS} are supported"),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn rejected(e: aws_lc_rs::error::KeyRejected) -> ErrorKind {
+    ErrorKind::InvalidPrivateKey {
+        reason: format!("rejected by the signing backend ({e})"),
+    }
+}
+
+fn algorithm_name(oid: &str) -> String {
+    match oid {
+        OID_EC => "EC".to_owned(),
+        OID_ED25519 => "Ed25519".to_owned(),
+        OID_ED448 => "Ed448".to_owned(),
+        OID_DSA => "DSA".to_owned(),
+        OID_RSA_PSS => "RSASSA-PSS (restricted RSA key)".to_owned(),
+        other => format!("an unsupported algorithm (OID {other})"),
+    }
+}

@@ -1,0 +1,76 @@
+//! # msi-dataplane
+//!
+//! Azure managed-identity certificate credentials for control-plane components of Azure
+//! Red Hat OpenShift with hosted control planes (ARO HCP): the Rust counterpart of Go's
+//! `github.com/Azure/msi-dataplane`.
+//!
+//! A component's identity arrives as a JSON file that the Secrets Store CSI driver mounts
+//! from Key Vault (`/mnt/certs/<name>`). It holds a base64 certificate bundle (PEM or
+//! PKCS#12). This crate parses the file ([`UserAssignedIdentityCredentials`]), decodes the
+//! bundle and loads the RSA key ([`ClientCertificate`]), signs an RFC 7523 client assertion
+//! (PS256 with `x5t#S256` by default, RS256 with `x5t` on request) and exchanges it with
+//! Entra ID for access tokens ([`ClientCertificateCredential`]).
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
+//!
+//! # async fn run() -> Result<(), msi_dataplane::Error> {
+//! let creds = UserAssignedIdentityCredentials::from_path("/mnt/certs/my-identity")?;
+//! let credential = ClientCertificateCredential::new(&creds, Default::default())?;
+//! let token = credential
+//!     .get_token(&["https://management.azure.com/.default"])
+//!     .await?;
+//! println!("expires on {}", token.expires_on());
+//! # Ok(()) }
+//! ```
+//!
+//! ## Go to Rust
+//!
+//! | Go (`github.com/Azure/msi-dataplane/pkg/dataplane`) | Rust (`msi_dataplane`) |
+//! |---|---|
+//! | `UserAssignedIdentityCredentials` | [`UserAssignedIdentityCredentials`] |
+//! | `GetCredential(clientOpts, uaIdentity)` | [`get_credential`] / [`ClientCertificateCredential::new`] |
+//! | `*azidentity.ClientCertificateCredential` | [`ClientCertificateCredential`] |
+//! | `cred.GetToken(ctx, policy.TokenRequestOptions{Scopes})` | [`ClientCertificateCredential::get_token`] |
+//! | `azcore.AccessToken{Token, ExpiresOn}` | [`AccessToken`] (`token()`, `expires_on()`) |
+//! | `azidentity.ParseCertificates(data, nil)` | [`ClientCertificate::from_bundle`] |
+//!
+//! ## Errors
+//!
+//! Every failure is an [`Error`] whose [`kind`](Error::kind) says what failed (a missing
+//! key, an EC key, an `AADSTS` answer, ...), whose [`path`](Error::path) names the file
+//! when there is one, and whose [`is_transient`](Error::is_transient) says whether trying
+//! again can help. No error, `Debug` or log line contains the client secret, key
+//! material, an assertion or an access token.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod assertion;
+mod bundle;
+mod certificate;
+mod clock;
+mod credential;
+mod endpoint;
+mod error;
+mod key;
+mod model;
+mod secret;
+mod token;
+
+pub use assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
+pub use bundle::{BundleFormat, MAX_CERTIFICATES};
+pub use certificate::ClientCertificate;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use credential::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
+    get_credential,
+};
+pub use endpoint::MAX_RESPONSE_BYTES;
+pub use error::{Error, ErrorKind, Result, TokenEndpointError};
+pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
+pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+pub use secret::SecretString;
+pub use token::AccessToken;

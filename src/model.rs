@@ -1,0 +1,359 @@
+//! The credential file: `UserAssignedIdentityCredentials`, as the Secrets Store CSI driver
+//! mounts it from Key Vault.
+//!
+//! Every key is optional in the schema, as in the Go reference (which models them as
+//! pointers); [`validate`](UserAssignedIdentityCredentials::validate) then insists on the
+//! four that a token needs and names every missing one at once. Unknown keys are ignored.
+//! Keys are snake_case; a file written with camelCase keys gets an error that says so.
+
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::error::{Error, ErrorKind, Result, io_error, redact_quoted};
+use crate::secret::SecretString;
+
+/// Credential files larger than this (1 MiB) are refused before they are parsed.
+pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 1024 * 1024;
+
+/// A user-assigned managed identity's credential, as stored in Key Vault and mounted
+/// into the pod (`/mnt/certs/<secret-name>`).
+///
+/// Field names and meanings follow the Go reference's `UserAssignedIdentityCredentials`.
+/// Times are kept as the strings the file holds, so the struct serializes back to the same
+/// JSON; the typed accessors ([`not_before`](Self::not_before), ...) parse them.
+///
+/// ```
+/// use msi_dataplane::UserAssignedIdentityCredentials;
+///
+/// let json = br#"{
+///   "authentication_endpoint": "https://login.microsoftonline.com/",
+///   "client_id": "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d",
+///   "tenant_id": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+///   "client_secret": "LS0tLS1CRUdJTi...",
+///   "not_before": "2026-01-15T10:00:00Z"
+/// }"#;
+/// let creds = UserAssignedIdentityCredentials::from_slice(json)?;
+/// assert_eq!(creds.client_id.as_deref(), Some("7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d"));
+/// assert_eq!(creds.not_before()?.unwrap().year(), 2026);
+/// // The secret never prints.
+/// assert!(!format!("{creds:?}").contains("LS0tLS1CRUdJTi"));
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct UserAssignedIdentityCredentials {
+    /// Entra authority host for this identity, e.g. `https://login.microsoftonline.com/`.
+    /// May be regional and may carry a path. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication_endpoint: Option<String>,
+    /// RFC 3339 time after which the credential can no longer be renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cannot_renew_after: Option<String>,
+    /// Application (client) id. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Standard base64 of the certificate bundle (PEM or PKCS#12). Required. Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<SecretString>,
+    /// Where the MSI service serves this secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_url: Option<String>,
+    /// Claims the MSI service asks to be carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_claims: Option<CustomClaims>,
+    /// The mTLS variant of the authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtls_authentication_endpoint: Option<String>,
+    /// RFC 3339 end of this credential's validity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
+    /// RFC 3339 start of this credential's validity; reloads only move to a file whose
+    /// `not_before` is later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// The identity's object (principal) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_id: Option<String>,
+    /// RFC 3339 time after which the credential should be renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_after: Option<String>,
+    /// The identity's ARM resource id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
+    /// Directory (tenant) id. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}
+
+/// The `custom_claims` object of a credential file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CustomClaims {
+    /// Network perimeter ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xms_az_nwperimid: Option<Vec<String>>,
+    /// Trust mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xms_az_tm: Option<String>,
+}
+
+/// Every key of the file with its camelCase spelling, in schema order.
+const KEYS: [(&str, &str); 13] = [
+    ("authentication_endpoint", "authenticationEndpoint"),
+    ("cannot_renew_after", "cannotRenewAfter"),
+    ("client_id", "clientId"),
+    ("client_secret", "clientSecret"),
+    ("client_secret_url", "clientSecretUrl"),
+    ("custom_claims", "customClaims"),
+    ("mtls_authentication_endpoint", "mtlsAuthenticationEndpoint"),
+    ("not_after", "notAfter"),
+    ("not_before", "notBefore"),
+    ("object_id", "objectId"),
+    ("renew_after", "renewAfter"),
+    ("resource_id", "resourceId"),
+    ("tenant_id", "tenantId"),
+];
+
+impl UserAssignedIdentityCredentials {
+    /// Parse and [validate](Self::validate) a credential file's bytes.
+    ///
+    /// Refuses input over [`MAX_CREDENTIAL_FILE_BYTES`]. The bundle in `client_secret` is
+    /// not decoded here; [`ClientCertificate::from_credentials`](crate::ClientCertificate::from_credentials)
+    /// or building a credential does that.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+        let size = bytes.len() as u64;
+        if size > MAX_CREDENTIAL_FILE_BYTES {
+            return Err(ErrorKind::FileTooLarge {
+                size,
+                limit: MAX_CREDENTIAL_FILE_BYTES,
+            }
+            .into());
+        }
+        let creds: Self = serde_json::from_slice(bytes).map_err(json_error)?;
+        if creds.any_key_absent() {
+            check_camel_case(bytes)?;
+        }
+        creds.validate()?;
+        Ok(creds)
+    }
+
+    /// Read, parse and validate a credential file. Errors name the file.
+    ///
+    /// This reads the file synchronously; from async code, call it inside
+    /// `tokio::task::spawn_blocking`.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = read_limited(path)?;
+        Self::from_slice(&bytes).map_err(|e| e.with_path(path))
+    }
+
+    /// Check the file's content: the required keys `authentication_endpoint`, `client_id`,
+    /// `tenant_id` and `client_secret` are present (all missing ones are named in one
+    /// error) and non-empty, `tenant_id` is usable in a URL path, and every time that is
+    /// present is RFC 3339.
+    pub fn validate(&self) -> Result<()> {
+        let required = [
+            (
+                "authentication_endpoint",
+                self.authentication_endpoint.as_deref(),
+            ),
+            ("client_id", self.client_id.as_deref()),
+            ("tenant_id", self.tenant_id.as_deref()),
+            (
+                "client_secret",
+                self.client_secret.as_ref().map(SecretString::expose_secret),
+            ),
+        ];
+        let missing: Vec<&'static str> = required
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if !missing.is_empty() {
+            return Err(ErrorKind::MissingFields { fields: missing }.into());
+        }
+        for (field, value) in required {
+            if value.is_some_and(|v| v.trim().is_empty()) {
+                return Err(invalid(field, "is empty"));
+            }
+        }
+        if let Some(tenant) = &self.tenant_id
+            && !tenant
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        {
+            return Err(invalid(
+                "tenant_id",
+                "may hold only letters, digits, '-', '.' and '_'",
+            ));
+        }
+        self.not_before()?;
+        self.not_after()?;
+        self.renew_after()?;
+        self.cannot_renew_after()?;
+        Ok(())
+    }
+
+    /// `not_before`, parsed. `Ok(None)` when absent; an error naming the key when it is
+    /// not RFC 3339.
+    pub fn not_before(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("not_before", self.not_before.as_deref())
+    }
+
+    /// `not_after`, parsed.
+    pub fn not_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("not_after", self.not_after.as_deref())
+    }
+
+    /// `renew_after`, parsed.
+    pub fn renew_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("renew_after", self.renew_after.as_deref())
+    }
+
+    /// `cannot_renew_after`, parsed.
+    pub fn cannot_renew_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("cannot_renew_after", self.cannot_renew_after.as_deref())
+    }
+
+    /// Serialize back to JSON (the same keys and values as were read; unknown keys are
+    /// not kept). The output contains `client_secret`: treat it as a secret.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(self).map_err(json_error)
+    }
+
+    fn any_key_absent(&self) -> bool {
+        self.authentication_endpoint.is_none()
+            || self.cannot_renew_after.is_none()
+            || self.client_id.is_none()
+            || self.client_secret.is_none()
+            || self.client_secret_url.is_none()
+            || self.custom_claims.is_none()
+            || self.mtls_authentication_endpoint.is_none()
+            || self.not_after.is_none()
+            || self.not_before.is_none()
+            || self.object_id.is_none()
+            || self.renew_after.is_none()
+            || self.resource_id.is_none()
+            || self.tenant_id.is_none()
+    }
+}
+
+/// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused
+/// without being read whole.
+pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if hint > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(Error::from(ErrorKind::FileTooLarge {
+            size: hint,
+            limit: MAX_CREDENTIAL_FILE_BYTES,
+        })
+        .with_path(path));
+    }
+    let mut bytes = Vec::with_capacity(hint as usize);
+    file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(Error::from(ErrorKind::FileTooLarge {
+            size: bytes.len() as u64,
+            limit: MAX_CREDENTIAL_FILE_BYTES,
+        })
+        .with_path(path));
+    }
+    Ok(bytes)
+}
+
+/// When keys are absent, look for their camelCase spellings: a file written with
+/// camelCase keys should be told so, not just told that keys are missing.
+fn check_camel_case(bytes: &[u8]) -> Result<()> {
+    #[derive(Deserialize)]
+    struct Keys(serde_json::Map<String, serde_json::Value>);
+    let Ok(Keys(map)) = serde_json::from_slice::<Keys>(bytes) else {
+        return Ok(());
+    };
+    let (keys, expected): (Vec<String>, Vec<String>) = KEYS
+        .iter()
+        .filter(|(snake, camel)| map.contains_key(*camel) && !map.contains_key(*snake))
+        .map(|(snake, camel)| ((*camel).to_owned(), (*snake).to_owned()))
+        .unzip();
+    if keys.is_empty() {
+        Ok(())
+    } else {
+        Err(ErrorKind::CamelCaseKeys { keys, expected }.into())
+    }
+}
+
+fn parse_time(field: &'static str, value: Option<&str>) -> Result<Option<OffsetDateTime>> {
+    match value {
+        None => Ok(None),
+        Some(v) => OffsetDateTime::parse(v.trim(), &Rfc3339)
+            .map(Some)
+            .map_err(|e| invalid(field, &format!("`{v}` is not an RFC 3339 time ({e})"))),
+    }
+}
+
+fn invalid(field: &'static str, reason: &str) -> Error {
+    ErrorKind::InvalidField {
+        field,
+        reason: reason.to_owned(),
+    }
+    .into()
+}
+
+fn json_error(e: serde_json::Error) -> Error {
+    ErrorKind::Json {
+        line: e.line(),
+        column: e.column(),
+        message: redact_quoted(&e.to_string()),
+    }
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn camel_case_table_matches_snake_case_keys() {
+        for (snake, camel) in KEYS {
+            let mut expect = String::new();
+            let mut upper = false;
+            for c in snake.chars() {
+                if c == '_' {
+                    upper = true;
+                } else if upper {
+                    expect.push(c.to_ascii_uppercase());
+                    upper = false;
+                } else {
+                    expect.push(c);
+                }
+            }
+            assert_eq!(camel, expect);
+        }
+    }
+
+    #[test]
+    fn time_with_offset_parses() {
+        let t = parse_time("not_before", Some("2026-01-15T12:00:00+02:00"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.unix_timestamp(), 1768471200);
+    }
+
+    #[test]
+    fn bad_time_names_field() {
+        let err = parse_time("not_after", Some("yesterday")).unwrap_err();
+        assert!(matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "not_after",
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,48 @@
+//! Loading the committed fixtures (see fixtures/README.md).
+
+use std::path::PathBuf;
+
+use msi_dataplane::UserAssignedIdentityCredentials;
+
+/// `fixtures/credentials/<name>.json`.
+pub fn credential_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/credentials/{name}.json"))
+}
+
+/// `fixtures/certs/<name>.leaf.pem`: the leaf as the generator wrote it, independent of the
+/// crate's own leaf selection.
+pub fn leaf_pem_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/certs/{name}.leaf.pem"))
+}
+
+/// Parse a fixture credential file.
+pub fn load(name: &str) -> UserAssignedIdentityCredentials {
+    UserAssignedIdentityCredentials::from_path(credential_path(name))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// Parse a fixture and point it at another authority (a local test server).
+pub fn load_with_endpoint(name: &str, authority: &str) -> UserAssignedIdentityCredentials {
+    let mut creds = load(name);
+    creds.authentication_endpoint = Some(authority.to_owned());
+    creds
+}
+
+/// DER of the first certificate in a PEM file.
+pub fn pem_file_der(path: &std::path::Path) -> Vec<u8> {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    pem::parse(text).expect("PEM").into_contents()
+}
+
+/// The good fixtures: each must yield a token.
+pub const GOOD: &[&str] = &[
+    "pem-pkcs8",
+    "pem-pkcs1-crlf",
+    "pem-pkcs8-with-pkcs1-content",
+    "pem-chain",
+    "pem-rsa4096",
+    "pfx-legacy",
+    "pfx-3des",
+    "pfx-aes",
+    "rotation-1",
+];
