@@ -13,6 +13,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::endpoint::{self, TokenRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::UserAssignedIdentityCredentials;
+use crate::secret::SecretString;
 use crate::token::AccessToken;
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
@@ -191,20 +192,13 @@ impl ClientCertificateCredential {
         let inner = &*self.inner;
         let now = inner.clock.now();
         inner.check_validity(now)?;
-        let jti = uuid::Uuid::new_v4().to_string();
-        let assertion = inner.signer.sign(
-            &inner.certificate,
-            inner.token_url.as_str(),
-            &inner.client_id,
-            now,
-            &jti,
-        )?;
+        let assertion = inner.assertion(now)?;
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let request = TokenRequest {
             url: &inner.token_url,
             client_id: &inner.client_id,
             scope: &scope,
-            assertion: &assertion,
+            assertion: assertion.expose_secret(),
             client_request_id: &client_request_id,
         };
         let raw = endpoint::send(&inner.http, &request, inner.timeout).await?;
@@ -224,6 +218,17 @@ impl ClientCertificateCredential {
             ),
         }
         result
+    }
+
+    /// A signed client assertion for this credential's token URL, valid for
+    /// [`ASSERTION_LIFETIME_SECS`](crate::ASSERTION_LIFETIME_SECS) from now: for callers that
+    /// make the token request themselves (with another OAuth library, say). Each call
+    /// signs a new assertion with a fresh `jti`. It is a credential: keep it secret.
+    pub fn client_assertion(&self) -> Result<SecretString> {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        inner.check_validity(now)?;
+        inner.assertion(now)
     }
 
     /// The application (client) id.
@@ -253,6 +258,13 @@ impl ClientCertificateCredential {
 }
 
 impl Inner {
+    fn assertion(&self, now: OffsetDateTime) -> Result<SecretString> {
+        let jti = uuid::Uuid::new_v4().to_string();
+        self.signer
+            .sign(&self.certificate, self.token_url.as_str(), &self.client_id, now, &jti)
+            .map(SecretString::from)
+    }
+
     /// Refuse, before any network call, a credential outside its validity: the leaf
     /// certificate's window (with [`NOT_BEFORE_SKEW`] of grace at the start) and the file's
     /// `not_after`.

@@ -1,0 +1,238 @@
+//! The credential file model: parsing, validation, round trip, limits.
+
+mod support;
+
+use msi_dataplane::{ErrorKind, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+use support::fixtures::{GOOD, credential_path, load};
+
+#[test]
+fn every_key_round_trips_to_the_same_json() {
+    for name in GOOD.iter().chain(["expired", "ec-key"].iter()) {
+        let bytes = std::fs::read(credential_path(name)).unwrap();
+        let original: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let creds = UserAssignedIdentityCredentials::from_slice(&bytes).unwrap();
+        let again: serde_json::Value = serde_json::from_str(&creds.to_json().unwrap()).unwrap();
+        assert_eq!(original, again, "{name}");
+    }
+}
+
+#[test]
+fn all_fields_are_read() {
+    let creds = load("pem-pkcs8");
+    assert_eq!(
+        creds.authentication_endpoint.as_deref(),
+        Some("https://login.microsoftonline.com/")
+    );
+    assert_eq!(
+        creds.client_id.as_deref(),
+        Some("7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d")
+    );
+    assert_eq!(
+        creds.tenant_id.as_deref(),
+        Some("72f988bf-86f1-41af-91ab-2d7cd011db47")
+    );
+    assert!(creds.client_secret.is_some());
+    assert!(
+        creds
+            .client_secret_url
+            .as_deref()
+            .unwrap()
+            .contains("vault.azure.net")
+    );
+    assert!(creds.mtls_authentication_endpoint.is_some());
+    assert!(creds.object_id.is_some());
+    assert!(
+        creds
+            .resource_id
+            .as_deref()
+            .unwrap()
+            .contains("userAssignedIdentities")
+    );
+    let claims = creds.custom_claims.as_ref().unwrap();
+    assert_eq!(claims.xms_az_tm.as_deref(), Some("azureplatform"));
+    assert_eq!(claims.xms_az_nwperimid.as_ref().unwrap().len(), 1);
+    let nb = creds.not_before().unwrap().unwrap();
+    let na = creds.not_after().unwrap().unwrap();
+    let renew = creds.renew_after().unwrap().unwrap();
+    let cannot = creds.cannot_renew_after().unwrap().unwrap();
+    assert!(nb < renew && renew < na && cannot == na);
+}
+
+#[test]
+fn unknown_keys_are_ignored() {
+    let creds = UserAssignedIdentityCredentials::from_slice(
+        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"t","client_secret":"s","future_key":{"x":1}}"#,
+    )
+    .unwrap();
+    assert_eq!(creds.client_id.as_deref(), Some("c"));
+}
+
+#[test]
+fn every_missing_required_key_is_named_at_once() {
+    let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+    match err.kind() {
+        ErrorKind::MissingFields { fields } => assert_eq!(
+            fields,
+            &[
+                "authentication_endpoint",
+                "client_id",
+                "tenant_id",
+                "client_secret"
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    for key in [
+        "authentication_endpoint",
+        "client_id",
+        "tenant_id",
+        "client_secret",
+    ] {
+        assert!(message.contains(key), "{message}");
+    }
+    let err =
+        UserAssignedIdentityCredentials::from_slice(br#"{"client_id":"c","client_secret":"s"}"#)
+            .unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::MissingFields { fields } if fields == &["authentication_endpoint", "tenant_id"])
+    );
+}
+
+#[test]
+fn camel_case_keys_are_called_out() {
+    let json = br#"{"authenticationEndpoint":"https://login.microsoftonline.com/","clientId":"c","tenantId":"t","clientSecret":"SECRETBASE64","notBefore":"2026-01-01T00:00:00Z"}"#;
+    let err = UserAssignedIdentityCredentials::from_slice(json).unwrap_err();
+    match err.kind() {
+        ErrorKind::CamelCaseKeys { keys, expected } => {
+            assert_eq!(
+                keys,
+                &[
+                    "authenticationEndpoint",
+                    "clientId",
+                    "clientSecret",
+                    "notBefore",
+                    "tenantId"
+                ]
+            );
+            assert_eq!(
+                expected,
+                &[
+                    "authentication_endpoint",
+                    "client_id",
+                    "client_secret",
+                    "not_before",
+                    "tenant_id"
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("snake_case"), "{message}");
+    assert!(message.contains("camelCase"), "{message}");
+    assert!(!message.contains("SECRETBASE64"), "{message}");
+}
+
+#[test]
+fn empty_required_value_and_bad_tenant_and_bad_time() {
+    let err = UserAssignedIdentityCredentials::from_slice(
+        br#"{"authentication_endpoint":"https://a/","client_id":" ","tenant_id":"t","client_secret":"s"}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "client_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let err = UserAssignedIdentityCredentials::from_slice(
+        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"../evil","client_secret":"s"}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "tenant_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let err = UserAssignedIdentityCredentials::from_slice(
+        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"t","client_secret":"s","not_before":"last tuesday"}"#,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "not_before",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn json_errors_have_position_and_no_values() {
+    let err = UserAssignedIdentityCredentials::from_slice(b"{\n  \"client_id\": \"c\",\n  oops\n}")
+        .unwrap_err();
+    match err.kind() {
+        ErrorKind::Json { line, .. } => assert_eq!(*line, 3),
+        other => panic!("{other:?}"),
+    }
+    // A wrong type echoes no value.
+    let err = UserAssignedIdentityCredentials::from_slice(br#"{"custom_claims":"TOPSECRETVALUE"}"#)
+        .unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Json { .. }));
+    assert!(!err.to_string().contains("TOPSECRETVALUE"), "{err}");
+    // Truncated file.
+    let bytes = std::fs::read(credential_path("pem-pkcs8")).unwrap();
+    let err = UserAssignedIdentityCredentials::from_slice(&bytes[..bytes.len() / 2]).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Json { .. }));
+}
+
+#[test]
+fn oversized_input_is_refused_before_parsing() {
+    let big = vec![b' '; MAX_CREDENTIAL_FILE_BYTES as usize + 1];
+    let err = UserAssignedIdentityCredentials::from_slice(&big).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::FileTooLarge { size, limit } if *size == MAX_CREDENTIAL_FILE_BYTES + 1 && *limit == MAX_CREDENTIAL_FILE_BYTES)
+    );
+
+    let dir = std::env::temp_dir().join(format!("msi-dp-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.json");
+    std::fs::write(&path, &big).unwrap();
+    let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::FileTooLarge { .. }));
+    assert_eq!(err.path(), Some(path.as_path()));
+    assert!(err.to_string().contains("big.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn path_errors_name_the_file() {
+    let path = credential_path("does-not-exist");
+    let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Io { .. }));
+    assert!(err.to_string().contains("does-not-exist.json"), "{err}");
+
+    let dir = std::env::temp_dir().join(format!("msi-dp-model2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("camel.json");
+    std::fs::write(&path, br#"{"clientId":"c"}"#).unwrap();
+    let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::CamelCaseKeys { .. }));
+    assert_eq!(err.path(), Some(path.as_path()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

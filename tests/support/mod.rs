@@ -1,0 +1,6 @@
+//! Shared helpers for the integration tests. Each test binary uses a subset.
+#![allow(dead_code)]
+
+pub mod entra;
+pub mod fixtures;
+pub mod harness;
