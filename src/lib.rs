@@ -74,3 +74,8 @@ pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
 pub use secret::SecretString;
 pub use token::AccessToken;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -187,12 +187,18 @@ impl Scripted {
         Scripted::status(status).body(&body)
     }
 
-    /// Drop the connection without answering (the request is still recorded).
-    pub fn drop_connection() -> Self {
+    /// Drop the connection without answering (the request is still recorded, with
+    /// `Outcome::Scripted(0)`).
+    pub fn close_connection() -> Self {
         Scripted {
             close_connection: true,
             ..Scripted::status(0)
         }
+    }
+
+    /// Same as [`Scripted::close_connection`].
+    pub fn drop_connection() -> Self {
+        Scripted::close_connection()
     }
 
     /// Add a `Retry-After` header.
