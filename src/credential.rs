@@ -261,7 +261,13 @@ impl Inner {
     fn assertion(&self, now: OffsetDateTime) -> Result<SecretString> {
         let jti = uuid::Uuid::new_v4().to_string();
         self.signer
-            .sign(&self.certificate, self.token_url.as_str(), &self.client_id, now, &jti)
+            .sign(
+                &self.certificate,
+                self.token_url.as_str(),
+                &self.client_id,
+                now,
+                &jti,
+            )
             .map(SecretString::from)
     }
 
