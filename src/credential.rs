@@ -188,6 +188,12 @@ impl ClientCertificateCredential {
     ///
     /// Each call signs a new assertion and makes one token request.
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
+        self.request_token(scopes).await
+    }
+
+    /// Request a new token from the endpoint, bypassing any cache: sign a fresh
+    /// assertion and POST it.
+    pub async fn request_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         let scope = join_scopes(scopes)?;
         let inner = &*self.inner;
         let now = inner.clock.now();

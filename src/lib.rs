@@ -49,6 +49,8 @@
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod assertion;
+#[cfg(feature = "azure_core")]
+mod azure;
 mod bundle;
 mod certificate;
 mod clock;

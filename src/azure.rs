@@ -1,0 +1,1 @@
+//! `azure_core::credentials::TokenCredential` for the credentials (feature `azure_core`).
