@@ -1,1 +1,139 @@
 //! `azure_core::credentials::TokenCredential` for the credentials (feature `azure_core`).
+//!
+//! With the `azure_core` feature (on by default), [`ClientCertificateCredential`]
+//! implements [`azure_core::credentials::TokenCredential`], so it can be handed to any
+//! Azure SDK for Rust client, or to azure_core's `BearerTokenAuthorizationPolicy`, as an
+//! `Arc<dyn TokenCredential>`: wrap it with [`Arc::new`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use azure_core::credentials::TokenCredential;
+//! use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
+//! use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let creds = UserAssignedIdentityCredentials::from_path("/mnt/certs/my-identity")?;
+//! let credential: Arc<dyn TokenCredential> =
+//!     Arc::new(ClientCertificateCredential::new(&creds, Default::default())?);
+//!
+//! // Hand it to an Azure SDK client (`SomeClient::new(endpoint, credential.clone(), None)`)
+//! // or to a pipeline policy of your own:
+//! let policy = BearerTokenAuthorizationPolicy::new(
+//!     credential.clone(),
+//!     ["https://management.azure.com/.default"],
+//! );
+//!
+//! // Or ask it for a token directly:
+//! let token = credential
+//!     .get_token(&["https://management.azure.com/.default"], None)
+//!     .await?;
+//! println!("expires on {}", token.expires_on);
+//! # let _ = policy;
+//! # Ok(()) }
+//! ```
+//!
+//! Errors come back as an [`azure_core::Error`] of kind
+//! [`ErrorKind::Credential`](azure_core::error::ErrorKind::Credential) whose source is this
+//! crate's [`Error`]: `err.downcast_ref::<msi_dataplane::Error>()` recovers it with its
+//! [`kind`](Error::kind), [`path`](Error::path) and
+//! [`is_transient`](Error::is_transient).
+
+use std::future::Future;
+use std::pin::Pin;
+#[cfg(doc)]
+use std::sync::Arc;
+
+use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
+use azure_core::error::ErrorKind as AzureErrorKind;
+
+use crate::{AccessToken, ClientCertificateCredential, Error};
+
+/// The future an `#[async_trait]` method returns (what `TokenCredential::get_token` is
+/// declared to return once the macro has expanded it).
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// For Azure SDK for Rust clients and azure_core pipelines: use it as an
+/// `Arc<dyn TokenCredential>` (`Arc::new(credential)`).
+///
+/// `get_token` is [`ClientCertificateCredential::get_token`]; the
+/// [`TokenRequestOptions`] are not used. The token's `expires_on` is passed on unchanged
+/// (azure_core 1.x's `AccessToken` has no `refresh_on`). A failure is an
+/// [`azure_core::Error`] of kind
+/// [`ErrorKind::Credential`](azure_core::error::ErrorKind::Credential) whose source is the
+/// crate's [`Error`].
+///
+/// This implementation is written out as the `#[async_trait]` expansion of the trait's
+/// method, so the crate needs no `async-trait` dependency of its own.
+impl TokenCredential for ClientCertificateCredential {
+    fn get_token<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        scopes: &'life1 [&'life2 str],
+        _options: Option<TokenRequestOptions<'life3>>,
+    ) -> BoxFuture<'async_trait, azure_core::Result<credentials::AccessToken>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            ClientCertificateCredential::get_token(self, scopes)
+                .await
+                .map(to_azure_token)
+                .map_err(to_azure_error)
+        })
+    }
+}
+
+/// Our token as azure_core's: same text, same `expires_on`.
+fn to_azure_token(token: AccessToken) -> credentials::AccessToken {
+    credentials::AccessToken::new(token.token().to_owned(), token.expires_on())
+}
+
+/// Our error as azure_core's: kind `Credential`, our error as the source (its `Display`
+/// never holds secrets, so neither does the wrapper's).
+fn to_azure_error(error: Error) -> azure_core::Error {
+    azure_core::Error::new(AzureErrorKind::Credential, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use time::macros::datetime;
+
+    #[test]
+    fn token_keeps_text_and_exact_expiry() {
+        let expires_on = datetime!(2026-03-04 05:06:07.123_456_789 UTC);
+        let ours = AccessToken::new("eyJ0eXAi.abc.def", expires_on)
+            .with_refresh_on(Some(datetime!(2026-03-04 04:36:07 UTC)));
+        let theirs = to_azure_token(ours);
+        assert_eq!(theirs.token.secret(), "eyJ0eXAi.abc.def");
+        assert_eq!(theirs.expires_on, expires_on);
+        assert!(!format!("{theirs:?}").contains("eyJ0eXAi"));
+    }
+
+    #[test]
+    fn error_is_credential_kind_with_our_error_as_source() {
+        let ours = Error::from(ErrorKind::CredentialExpired {
+            what: "expired",
+            at: datetime!(2020-01-01 00:00 UTC),
+        });
+        let message = ours.to_string();
+        let theirs = to_azure_error(ours);
+        assert_eq!(theirs.kind(), &AzureErrorKind::Credential);
+        assert_eq!(theirs.to_string(), message);
+        let source = std::error::Error::source(&theirs).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some(message.as_str()));
+        let inner = theirs.downcast_ref::<Error>().map(Error::kind);
+        assert!(matches!(inner, Some(ErrorKind::CredentialExpired { .. })));
+    }
+
+    #[test]
+    fn usable_as_dyn_token_credential() {
+        fn check<T: TokenCredential + 'static>() {}
+        check::<ClientCertificateCredential>();
+    }
+}

@@ -5,14 +5,23 @@
 //! [`SystemClock`] is the one place that reads the real clock.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use time::OffsetDateTime;
 
-/// A source of the current time.
+/// A future returned by [`Clock::sleep`].
+pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// A source of the current time, and of waiting.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time (UTC).
     fn now(&self) -> OffsetDateTime;
+
+    /// Wait for `duration` (between retries). A test clock may simply advance itself.
+    fn sleep(&self, duration: Duration) -> Sleep<'_>;
 }
 
 /// The real wall clock.
@@ -23,9 +32,15 @@ impl Clock for SystemClock {
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
     }
+
+    fn sleep(&self, duration: Duration) -> Sleep<'_> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
-/// A clock that only moves when told to: for tests.
+/// A clock that only moves when told to: for tests. Its [`sleep`](Clock::sleep) returns at
+/// once after advancing the clock by the duration, and records it, so a test of "wait two
+/// seconds, then retry" takes no time and can check what was waited.
 ///
 /// ```
 /// use msi_dataplane::{Clock, ManualClock};
@@ -38,6 +53,7 @@ impl Clock for SystemClock {
 #[derive(Debug)]
 pub struct ManualClock {
     now: Mutex<OffsetDateTime>,
+    sleeps: Mutex<Vec<Duration>>,
 }
 
 impl ManualClock {
@@ -45,6 +61,7 @@ impl ManualClock {
     pub fn new(start: OffsetDateTime) -> Self {
         ManualClock {
             now: Mutex::new(start),
+            sleeps: Mutex::new(Vec::new()),
         }
     }
 
@@ -60,8 +77,24 @@ impl ManualClock {
     }
 }
 
+impl ManualClock {
+    /// Every duration passed to [`sleep`](Clock::sleep), in order.
+    pub fn sleeps(&self) -> Vec<Duration> {
+        self.sleeps.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 impl Clock for ManualClock {
     fn now(&self) -> OffsetDateTime {
         *self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sleep(&self, duration: Duration) -> Sleep<'_> {
+        self.sleeps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(duration);
+        self.advance(time::Duration::try_from(duration).unwrap_or(time::Duration::MAX));
+        Box::pin(std::future::ready(()))
     }
 }

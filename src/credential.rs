@@ -8,11 +8,13 @@ use reqwest::Url;
 use time::OffsetDateTime;
 
 use crate::assertion::{AssertionAlgorithm, AssertionSigner};
+use crate::cache::{Fetch, TokenCache};
 use crate::certificate::ClientCertificate;
 use crate::clock::{Clock, SystemClock};
 use crate::endpoint::{self, TokenRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::UserAssignedIdentityCredentials;
+use crate::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
 use crate::token::AccessToken;
 
@@ -45,6 +47,8 @@ pub struct ClientCertificateCredentialOptions {
     pub allow_http_loopback: bool,
     /// Total time allowed for one token request (connect, send, receive). Default 30 s.
     pub request_timeout: Duration,
+    /// How failed token requests are retried.
+    pub retry: RetryPolicy,
     /// The clock for assertion times, token expiry and validity checks.
     pub clock: Arc<dyn Clock>,
 }
@@ -56,6 +60,7 @@ impl Default for ClientCertificateCredentialOptions {
             assertion_algorithm: AssertionAlgorithm::default(),
             allow_http_loopback: false,
             request_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -86,6 +91,12 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
+    /// Set the retry policy.
+    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
     /// Use this clock.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -100,6 +111,7 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
             .field("assertion_algorithm", &self.assertion_algorithm)
             .field("allow_http_loopback", &self.allow_http_loopback)
             .field("request_timeout", &self.request_timeout)
+            .field("retry", &self.retry)
             .field("clock", &self.clock)
             .finish()
     }
@@ -138,7 +150,9 @@ struct Inner {
     file_not_after: Option<OffsetDateTime>,
     http: reqwest::Client,
     timeout: Duration,
+    retry: RetryPolicy,
     clock: Arc<dyn Clock>,
+    cache: TokenCache,
 }
 
 impl ClientCertificateCredential {
@@ -178,52 +192,47 @@ impl ClientCertificateCredential {
                 file_not_after: creds.not_after()?,
                 http,
                 timeout: options.request_timeout,
+                retry: options.retry,
                 clock: options.clock,
+                cache: TokenCache::new(),
             }),
         })
     }
 
     /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
-    /// scope, e.g. `https://management.azure.com/.default`).
+    /// scope, e.g. `https://management.azure.com/.default`), from the cache when it holds
+    /// a usable one.
     ///
-    /// Each call signs a new assertion and makes one token request.
+    /// - A cached token is returned at once, without locks or allocation.
+    /// - Concurrent callers on a missing or expired token share one request.
+    /// - Inside the refresh window (5 minutes before expiry, half-life for tokens over 2
+    ///   hours, or the server's `refresh_in`) the cached token is returned at once and one
+    ///   background request replaces it; if that fails, the cached token keeps being
+    ///   served and the next attempt waits at least 30 s.
+    /// - Failed requests are retried per [`RetryPolicy`]; an error reaches callers only
+    ///   when no usable token is cached.
+    ///
+    /// The cache key is the scope list as given (same scopes, same order).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        self.request_token(scopes).await
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        if let Some(token) = inner.cache.get_cached(scopes, now, &inner.clock, inner) {
+            return Ok(token);
+        }
+        check_scopes(scopes)?;
+        inner.cache.get(scopes, &inner.clock, inner).await
     }
 
-    /// Request a new token from the endpoint, bypassing any cache: sign a fresh
-    /// assertion and POST it.
+    /// Request a new token from the endpoint, bypassing the cache (and not storing the
+    /// result in it): sign a fresh assertion and POST it, with retries.
     pub async fn request_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        let scope = join_scopes(scopes)?;
-        let inner = &*self.inner;
-        let now = inner.clock.now();
-        inner.check_validity(now)?;
-        let assertion = inner.assertion(now)?;
-        let client_request_id = uuid::Uuid::new_v4().to_string();
-        let request = TokenRequest {
-            url: &inner.token_url,
-            client_id: &inner.client_id,
-            scope: &scope,
-            assertion: assertion.expose_secret(),
-            client_request_id: &client_request_id,
-        };
-        let raw = endpoint::send(&inner.http, &request, inner.timeout).await?;
-        let result = endpoint::parse_response(&raw, now, &client_request_id);
-        match &result {
-            Ok(token) => tracing::debug!(
-                client_id = %inner.client_id,
-                scope = %scope,
-                expires_on = %token.expires_on(),
-                "acquired access token"
-            ),
-            Err(e) => tracing::warn!(
-                client_id = %inner.client_id,
-                scope = %scope,
-                error = %e,
-                "token request failed"
-            ),
-        }
-        result
+        check_scopes(scopes)?;
+        self.inner.fetch_with_retries(&scopes.join(" ")).await
+    }
+
+    /// Forget every cached token: the next `get_token` for each scope makes a request.
+    pub fn clear_cache(&self) {
+        self.inner.cache.clear();
     }
 
     /// A signed client assertion for this credential's token URL, valid for
@@ -263,7 +272,76 @@ impl ClientCertificateCredential {
     }
 }
 
+impl Fetch for Inner {
+    fn fetch(
+        self: &Arc<Self>,
+        scope: Arc<str>,
+    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
+        let this = self.clone();
+        async move { this.fetch_with_retries(&scope).await }
+    }
+}
+
 impl Inner {
+    /// One token fetch: requests until one succeeds or the retry policy gives up.
+    async fn fetch_with_retries(&self, scope: &str) -> Result<AccessToken> {
+        let started = self.clock.now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let error = match self.request_once(scope).await {
+                Ok(token) => return Ok(token),
+                Err(error) => error,
+            };
+            let elapsed = Duration::try_from(self.clock.now() - started).unwrap_or_default();
+            let Some(delay) = retry::next_delay(&self.retry, attempts, &error, elapsed, retry::jitter())
+            else {
+                return Err(error);
+            };
+            tracing::info!(
+                client_id = %self.client_id,
+                scope,
+                attempt = attempts,
+                delay_ms = delay.as_millis() as u64,
+                error = %error,
+                "token request failed; retrying"
+            );
+            self.clock.sleep(delay).await;
+        }
+    }
+
+    /// One token request: check validity, sign, POST, parse.
+    async fn request_once(&self, scope: &str) -> Result<AccessToken> {
+        let now = self.clock.now();
+        self.check_validity(now)?;
+        let assertion = self.assertion(now)?;
+        let client_request_id = uuid::Uuid::new_v4().to_string();
+        let request = TokenRequest {
+            url: &self.token_url,
+            client_id: &self.client_id,
+            scope,
+            assertion: assertion.expose_secret(),
+            client_request_id: &client_request_id,
+        };
+        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
+        let result = endpoint::parse_response(&raw, now, &client_request_id);
+        match &result {
+            Ok(token) => tracing::debug!(
+                client_id = %self.client_id,
+                scope,
+                expires_on = %token.expires_on(),
+                "acquired access token"
+            ),
+            Err(e) => tracing::debug!(
+                client_id = %self.client_id,
+                scope,
+                error = %e,
+                "token request answered with an error"
+            ),
+        }
+        result
+    }
+
     fn assertion(&self, now: OffsetDateTime) -> Result<SecretString> {
         let jti = uuid::Uuid::new_v4().to_string();
         self.signer
@@ -326,8 +404,8 @@ pub fn get_credential(
     ClientCertificateCredential::new(creds, options)
 }
 
-/// Join scopes with spaces, refusing none or empty ones.
-pub(crate) fn join_scopes(scopes: &[&str]) -> Result<String> {
+/// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
+fn check_scopes(scopes: &[&str]) -> Result<()> {
     if scopes.is_empty() {
         return Err(ErrorKind::InvalidScopes {
             reason: "no scope given".into(),
@@ -343,7 +421,7 @@ pub(crate) fn join_scopes(scopes: &[&str]) -> Result<String> {
         }
         .into());
     }
-    Ok(scopes.join(" "))
+    Ok(())
 }
 
 /// One HTTP client shared by every credential that was not given one: building a client

@@ -286,6 +286,12 @@ pub enum ErrorKind {
     /// had that shape).
     #[error("{0}")]
     TokenEndpoint(Box<TokenEndpointError>),
+    /// The shared token request this call waited on ended without an answer.
+    #[error("the token request was abandoned: {reason}")]
+    RequestAbandoned {
+        /// Why.
+        reason: &'static str,
+    },
     /// The token endpoint answered 2xx with a body that is not a usable token response.
     #[error("the token endpoint answered HTTP {status} with an unusable body: {reason}")]
     InvalidTokenResponse {
@@ -299,7 +305,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     fn is_transient(&self) -> bool {
         match self {
-            ErrorKind::Transport { .. } => true,
+            ErrorKind::Transport { .. } | ErrorKind::RequestAbandoned { .. } => true,
             ErrorKind::TokenEndpoint(e) => is_transient_status(e.status),
             _ => false,
         }

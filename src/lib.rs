@@ -52,6 +52,7 @@ mod assertion;
 #[cfg(feature = "azure_core")]
 mod azure;
 mod bundle;
+mod cache;
 mod certificate;
 mod clock;
 mod credential;
@@ -59,13 +60,15 @@ mod endpoint;
 mod error;
 mod key;
 mod model;
+mod retry;
 mod secret;
 mod token;
 
 pub use assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
 pub use bundle::{BundleFormat, MAX_CERTIFICATES};
+pub use cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
 pub use certificate::ClientCertificate;
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use credential::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
     get_credential,
@@ -74,6 +77,7 @@ pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+pub use retry::RetryPolicy;
 pub use secret::SecretString;
 pub use token::AccessToken;
 

@@ -7,7 +7,8 @@ use time::OffsetDateTime;
 
 /// An access token and when it expires.
 ///
-/// Cloning is cheap (the token text is shared, not copied). `Debug` never shows the token.
+/// Cloning is cheap: one reference-count increment, no allocation. `Debug` never shows the
+/// token.
 ///
 /// ```
 /// # use msi_dataplane::AccessToken;
@@ -16,8 +17,16 @@ use time::OffsetDateTime;
 /// assert_eq!(token.token(), "eyJ0eXAi...");
 /// assert!(!format!("{token:?}").contains("eyJ0eXAi"));
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct AccessToken {
+    inner: Arc<Inner>,
+}
+
+/// Aligned to two cache lines so that the reference counts of two tokens never share a
+/// line: the cache hands each thread its own copy, and clones on different threads then
+/// do not contend.
+#[repr(align(128))]
+struct Inner {
     token: Arc<str>,
     expires_on: OffsetDateTime,
     refresh_on: Option<OffsetDateTime>,
@@ -27,40 +36,68 @@ impl AccessToken {
     /// A token that expires at `expires_on`.
     pub fn new(token: impl Into<Arc<str>>, expires_on: OffsetDateTime) -> Self {
         AccessToken {
-            token: token.into(),
-            expires_on,
-            refresh_on: None,
+            inner: Arc::new(Inner {
+                token: token.into(),
+                expires_on,
+                refresh_on: None,
+            }),
         }
     }
 
     /// Set when the server asked the token to be refreshed (`refresh_in`).
-    pub fn with_refresh_on(mut self, refresh_on: Option<OffsetDateTime>) -> Self {
-        self.refresh_on = refresh_on;
-        self
+    pub fn with_refresh_on(self, refresh_on: Option<OffsetDateTime>) -> Self {
+        AccessToken {
+            inner: Arc::new(Inner {
+                token: self.inner.token.clone(),
+                expires_on: self.inner.expires_on,
+                refresh_on,
+            }),
+        }
     }
 
     /// The token, to send as `Authorization: Bearer <token>`. Secret: do not log it.
     pub fn token(&self) -> &str {
-        &self.token
+        &self.inner.token
     }
 
     /// When the token expires.
     pub fn expires_on(&self) -> OffsetDateTime {
-        self.expires_on
+        self.inner.expires_on
     }
 
     /// When the server asked the token to be refreshed, if it did (`refresh_in`).
     pub fn refresh_on(&self) -> Option<OffsetDateTime> {
-        self.refresh_on
+        self.inner.refresh_on
+    }
+
+    /// An equal token with its own reference count (shares the text).
+    pub(crate) fn detached_copy(&self) -> Self {
+        AccessToken {
+            inner: Arc::new(Inner {
+                token: self.inner.token.clone(),
+                expires_on: self.inner.expires_on,
+                refresh_on: self.inner.refresh_on,
+            }),
+        }
     }
 }
+
+impl PartialEq for AccessToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.token == other.inner.token
+            && self.inner.expires_on == other.inner.expires_on
+            && self.inner.refresh_on == other.inner.refresh_on
+    }
+}
+
+impl Eq for AccessToken {}
 
 impl fmt::Debug for AccessToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AccessToken")
             .field("token", &"** redacted **")
-            .field("expires_on", &self.expires_on)
-            .field("refresh_on", &self.refresh_on)
+            .field("expires_on", &self.inner.expires_on)
+            .field("refresh_on", &self.inner.refresh_on)
             .finish()
     }
 }

@@ -5,10 +5,16 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredential, ErrorKind, ManualClock};
+use msi_dataplane::{
+    AssertionAlgorithm, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
+};
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
 use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
+
+fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
+    options().with_retry_policy(RetryPolicy::none())
+}
 
 #[tokio::test]
 async fn every_good_fixture_gets_a_verified_token() {
@@ -120,8 +126,8 @@ async fn each_token_request_uses_a_fresh_assertion() {
     // The server refuses a replayed jti, so two successes prove two assertions.
     let server = EntraServer::start().await;
     let cred = credential(&server, "pem-pkcs8");
-    let a = cred.get_token(&[ARM]).await.unwrap();
-    let b = cred.get_token(&[ARM]).await.unwrap();
+    let a = cred.request_token(&[ARM]).await.unwrap();
+    let b = cred.request_token(&[ARM]).await.unwrap();
     assert_ne!(a.token(), b.token());
     let reqs = server.requests();
     assert_ne!(reqs[0].jti, reqs[1].jti);
@@ -227,8 +233,9 @@ async fn invalid_scope_is_a_400_not_transient() {
 
 #[tokio::test]
 async fn scripted_503_is_transient_with_retry_after() {
+    // With retries off, the 503 reaches the caller with its fields.
     let server = EntraServer::start().await;
-    let cred = credential(&server, "pem-pkcs8");
+    let cred = credential_with(&server, "pem-pkcs8", no_retry());
     server
         .enqueue(Scripted::aadsts(503, "temporarily_unavailable", 90033, "busy").retry_after("7"));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
@@ -246,7 +253,7 @@ async fn scripted_503_is_transient_with_retry_after() {
 #[tokio::test]
 async fn malformed_and_html_bodies_are_typed_errors() {
     let server = EntraServer::start().await;
-    let cred = credential(&server, "pem-pkcs8");
+    let cred = credential_with(&server, "pem-pkcs8", no_retry());
     server.enqueue(Scripted::status(200).body("{\"access_token\": \"abc\", "));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
@@ -385,7 +392,7 @@ async fn transport_failures_are_typed() {
         .unwrap()
         .port();
     let creds = load_with_endpoint("pem-pkcs8", &format!("https://127.0.0.1:{port}/"));
-    let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
+    let cred = ClientCertificateCredential::new(&creds, no_retry()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
 
@@ -394,7 +401,7 @@ async fn transport_failures_are_typed() {
     let cred = credential_with(
         &server,
         "pem-pkcs8",
-        options().with_request_timeout(Duration::from_millis(300)),
+        no_retry().with_request_timeout(Duration::from_millis(300)),
     );
     server.enqueue(Scripted::status(200).delayed(Duration::from_secs(3)));
     let started = std::time::Instant::now();
