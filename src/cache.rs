@@ -370,7 +370,10 @@ impl Slot {
         let (tx, rx) = watch::channel(None);
         state.inflight = Some(rx.clone());
         slot.refreshing.store(true, Ordering::Release);
-        let guard = FlightGuard { slot: slot.clone() };
+        let mut guard = FlightGuard {
+            slot: slot.clone(),
+            done: false,
+        };
         let clock = clock.clone();
         let request = fetcher.fetch(slot.joined.clone());
         let task = async move {
@@ -379,7 +382,6 @@ impl Slot {
             guard.complete(&result, started, clock.as_ref());
             // Waiters may all have gone; nothing to do then.
             let _ = tx.send(Some(result));
-            drop(guard);
         };
         handle.spawn(task);
         Ok(rx)
@@ -390,12 +392,19 @@ impl Slot {
 /// task dropped at runtime shutdown), so the next caller can start a new one.
 struct FlightGuard {
     slot: Arc<Slot>,
+    done: bool,
 }
 
 impl FlightGuard {
-    fn complete(&self, result: &Result<AccessToken>, started: OffsetDateTime, clock: &dyn Clock) {
+    /// Record the result and clear the in-flight state, in one critical section and
+    /// before any waiter is woken: whoever comes next sees the new token (or the backoff)
+    /// and no request in flight.
+    fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime, clock: &dyn Clock) {
+        self.done = true;
         let slot = &self.slot;
         let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.inflight = None;
+        slot.refreshing.store(false, Ordering::Release);
         match result {
             Ok(token) => {
                 let at = refresh_at(started, token.expires_on(), token.refresh_on(), crate::retry::jitter());
@@ -432,6 +441,9 @@ impl FlightGuard {
 
 impl Drop for FlightGuard {
     fn drop(&mut self) {
+        if self.done {
+            return;
+        }
         let mut state = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
         state.inflight = None;
         self.slot.refreshing.store(false, Ordering::Release);

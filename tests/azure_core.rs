@@ -201,7 +201,8 @@ fn server_tls_config() -> Arc<rustls::ServerConfig> {
         .expect("fixtures/tls/server.pem")
         .collect::<Result<_, _>>()
         .expect("server certificate PEM");
-    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("fixtures/tls/server.key");
+    let key =
+        PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("fixtures/tls/server.key");
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
