@@ -39,8 +39,6 @@
 //! [`kind`](Error::kind), [`path`](Error::path) and
 //! [`is_transient`](Error::is_transient).
 
-use std::future::Future;
-use std::pin::Pin;
 #[cfg(doc)]
 use std::sync::Arc;
 
@@ -49,41 +47,26 @@ use azure_core::error::ErrorKind as AzureErrorKind;
 
 use crate::{AccessToken, ClientCertificateCredential, Error};
 
-/// The future an `#[async_trait]` method returns (what `TokenCredential::get_token` is
-/// declared to return once the macro has expanded it).
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// For Azure SDK for Rust clients and azure_core pipelines: use it as an
-/// `Arc<dyn TokenCredential>` (`Arc::new(credential)`).
+/// `Arc<dyn TokenCredential>` (`Arc::new(credential)`), on a Tokio runtime.
 ///
-/// `get_token` is [`ClientCertificateCredential::get_token`]; the
-/// [`TokenRequestOptions`] are not used. The token's `expires_on` is passed on unchanged
-/// (azure_core 1.x's `AccessToken` has no `refresh_on`). A failure is an
-/// [`azure_core::Error`] of kind
+/// `get_token` is [`ClientCertificateCredential::get_token`] (cached, single flight,
+/// refresh ahead); the [`TokenRequestOptions`] are not used. The token's `expires_on` is
+/// passed on unchanged (azure_core 1.x's `AccessToken` has no `refresh_on`). A failure is
+/// an [`azure_core::Error`] of kind
 /// [`ErrorKind::Credential`](azure_core::error::ErrorKind::Credential) whose source is the
 /// crate's [`Error`].
-///
-/// This implementation is written out as the `#[async_trait]` expansion of the trait's
-/// method, so the crate needs no `async-trait` dependency of its own.
+#[async_trait::async_trait]
 impl TokenCredential for ClientCertificateCredential {
-    fn get_token<'life0, 'life1, 'life2, 'life3, 'async_trait>(
-        &'life0 self,
-        scopes: &'life1 [&'life2 str],
-        _options: Option<TokenRequestOptions<'life3>>,
-    ) -> BoxFuture<'async_trait, azure_core::Result<credentials::AccessToken>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        'life3: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            ClientCertificateCredential::get_token(self, scopes)
-                .await
-                .map(to_azure_token)
-                .map_err(to_azure_error)
-        })
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<credentials::AccessToken> {
+        ClientCertificateCredential::get_token(self, scopes)
+            .await
+            .map(to_azure_token)
+            .map_err(to_azure_error)
     }
 }
 
