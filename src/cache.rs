@@ -4,10 +4,11 @@
 //! cache key is the scope list **as given**: same scopes in the same order share a slot;
 //! no normalisation (case, order, trailing `/`) is applied.
 //!
-//! - **Hit path**: an `ArcSwap` load of the slot table (no lock, no reference count),
-//!   a hash lookup by the borrowed scopes, an `ArcSwap` load of the slot's token, a time
-//!   comparison, and a clone of the calling thread's copy of the token: no lock, no
-//!   allocation, and no cache line written that another thread also writes.
+//! - **Hit path**: a read of the cache's generation counter, this thread's copy of the
+//!   cache's snapshot (a thread-local), a hash lookup by the borrowed scopes, a time
+//!   comparison (a coarse clock read), and a clone of the calling thread's copy of the
+//!   token: no lock, no allocation, and no cache line written that another thread also
+//!   writes.
 //! - **Single flight**: a miss (or an expired token) joins the slot's one request in
 //!   flight or starts it. The request runs in a spawned task, so a caller that gives up
 //!   does not cancel it for the others; every waiter gets its result or its error.
@@ -18,19 +19,18 @@
 //! Slots are never removed; after [`MAX_SLOTS`] distinct scope sets, further ones are
 //! fetched without caching (a bound on memory for callers that invent scopes).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
 use hashbrown::HashTable;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, unix_millis};
 use crate::error::{ErrorKind, Result};
 use crate::token::AccessToken;
 
@@ -43,6 +43,7 @@ pub const REFRESH_WINDOW: time::Duration = time::Duration::minutes(5);
 /// Tokens this close to expiry are not handed out: a caller would get a token that may
 /// expire before its request arrives.
 pub const EXPIRY_MARGIN: time::Duration = time::Duration::seconds(10);
+const EXPIRY_MARGIN_MS: i64 = 10_000;
 
 /// Tokens living longer than this are refreshed at half-life.
 const LONG_LIVED: time::Duration = time::Duration::hours(2);
@@ -62,9 +63,9 @@ pub(crate) enum Freshness {
     Expired,
 }
 
-/// Pure: how usable a token with these times is at `now`.
-pub(crate) fn freshness(now: OffsetDateTime, refresh_at: OffsetDateTime, expires_on: OffsetDateTime) -> Freshness {
-    if now >= expires_on - EXPIRY_MARGIN {
+/// Pure: how usable a token with these times (Unix milliseconds) is at `now`.
+pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness {
+    if now >= expires_on.saturating_sub(EXPIRY_MARGIN_MS) {
         Freshness::Expired
     } else if now >= refresh_at {
         Freshness::RefreshAhead
@@ -118,24 +119,41 @@ pub(crate) fn refresh_backoff(failures: u32, jitter: f64) -> Duration {
 
 /// Per-credential token cache.
 pub(crate) struct TokenCache {
-    table: ArcSwap<Table>,
-    grow: Mutex<()>,
+    shared: Arc<Shared>,
     hasher: foldhash::fast::RandomState,
 }
 
-#[derive(Clone, Default)]
-struct Table {
-    slots: HashTable<Arc<Slot>>,
+/// The cache's published state: an immutable [`Snapshot`] replaced whole on every
+/// change (a new scope set, a new token, a clear), and a generation counter bumped after
+/// each replacement. Readers keep the snapshot in a thread-local and only re-read it when
+/// the generation moved, so the hit path writes no memory that another thread writes:
+/// cached tokens scale with threads (an `ArcSwap` load, or a shared `Arc` clone, would
+/// not).
+struct Shared {
+    id: u64,
+    generation: AtomicU64,
+    snapshot: Mutex<Arc<Snapshot>>,
 }
 
-struct Slot {
+#[derive(Clone, Default)]
+struct Snapshot {
+    entries: HashTable<Entry>,
+}
+
+#[derive(Clone)]
+struct Entry {
     hash: u64,
+    slot: Arc<Slot>,
+    cached: Option<Arc<Cached>>,
+}
+
+/// One scope set: its request state. Its token lives in the snapshot's [`Entry`].
+struct Slot {
     scopes: Box<[Box<str>]>,
     joined: Arc<str>,
-    cached: ArcSwapOption<Cached>,
-    /// A background refresh is running: the hit path checks this before locking.
+    /// A request is running: the hit path checks this before locking.
     refreshing: AtomicBool,
-    /// No background refresh before this unix time (seconds), after failures.
+    /// No background refresh before this Unix time (milliseconds), after failures.
     retry_not_before: AtomicI64,
     state: Mutex<SlotState>,
 }
@@ -149,8 +167,10 @@ struct SlotState {
 /// A cached token: one copy per stripe, so threads clone different reference counts.
 struct Cached {
     stripes: Box<[AccessToken]>,
-    refresh_at: OffsetDateTime,
-    expires_on: OffsetDateTime,
+    /// Unix milliseconds.
+    refresh_at: i64,
+    /// Unix milliseconds.
+    expires_on: i64,
 }
 
 impl Cached {
@@ -158,17 +178,14 @@ impl Cached {
         let stripes = (0..stripe_count()).map(|_| token.detached_copy()).collect();
         Cached {
             stripes,
-            refresh_at,
-            expires_on: token.expires_on(),
+            refresh_at: unix_millis(refresh_at),
+            expires_on: unix_millis(token.expires_on()),
         }
     }
 
-    fn for_this_thread(&self) -> AccessToken {
+    fn for_this_thread(&self) -> Option<AccessToken> {
         let i = stripe_index() % self.stripes.len().max(1);
-        match self.stripes.get(i) {
-            Some(t) => t.clone(),
-            None => self.stripes[0].clone(),
-        }
+        self.stripes.get(i).cloned()
     }
 }
 
@@ -198,18 +215,94 @@ fn stripe_index() -> usize {
     })
 }
 
+/// A thread's copy of one cache's snapshot.
+struct LocalSnapshot {
+    id: u64,
+    generation: u64,
+    snapshot: Arc<Snapshot>,
+    owner: Weak<Shared>,
+}
+
+/// A thread keeps at most this many caches' snapshots (dead caches' are dropped first).
+const LOCAL_SNAPSHOTS: usize = 32;
+
+thread_local! {
+    static LOCAL: RefCell<Vec<LocalSnapshot>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Shared {
+    fn current(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replace the snapshot with `change` applied to a copy of it.
+    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
+        let mut current = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = (**current).clone();
+        change(&mut next);
+        *current = Arc::new(next);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Run `f` on this thread's copy of the snapshot, refreshed if the generation moved
+    /// (on the shared snapshot instead if the thread-local is unavailable).
+    fn with_snapshot<R>(self: &Arc<Self>, f: impl Fn(&Snapshot) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        let local = LOCAL.try_with(|local| {
+            let mut local = local.try_borrow_mut().ok()?;
+            let index = match local.iter().position(|l| l.id == self.id) {
+                Some(index) => index,
+                None => {
+                    local.retain(|l| l.owner.strong_count() > 0);
+                    if local.len() >= LOCAL_SNAPSHOTS {
+                        local.remove(0);
+                    }
+                    local.push(LocalSnapshot {
+                        id: self.id,
+                        generation,
+                        snapshot: self.current(),
+                        owner: Arc::downgrade(self),
+                    });
+                    local.len() - 1
+                }
+            };
+            let entry = local.get_mut(index)?;
+            if entry.generation != generation {
+                // Read after the generation: at least as new as it.
+                entry.snapshot = self.current();
+                entry.generation = generation;
+            }
+            Some(f(&entry.snapshot))
+        });
+        match local {
+            Ok(Some(result)) => result,
+            _ => f(&self.current()),
+        }
+    }
+}
+
 /// What the caller of [`TokenCache::get`] supplies: a fetch of a new token for the
 /// space-joined scopes, runnable in a spawned task.
 pub(crate) trait Fetch: Send + Sync + 'static {
     /// Fetch a token for `scope` (space-joined scopes).
-    fn fetch(self: &Arc<Self>, scope: Arc<str>) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
+    fn fetch(
+        self: &Arc<Self>,
+        scope: Arc<str>,
+    ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
 }
 
 impl TokenCache {
     pub(crate) fn new() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         TokenCache {
-            table: ArcSwap::from_pointee(Table::default()),
-            grow: Mutex::new(()),
+            shared: Arc::new(Shared {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                generation: AtomicU64::new(0),
+                snapshot: Mutex::new(Arc::new(Snapshot::default())),
+            }),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -223,19 +316,20 @@ impl TokenCache {
         h.finish()
     }
 
-    /// The cached token for `scopes`, if it can be handed out at `now`: the hit path.
-    /// Starts a background refresh when the token is in its refresh window.
+    /// The cached token for `scopes`, if it can be handed out at `now` (Unix ms): the hit
+    /// path. Starts a background refresh when the token is in its refresh window.
     pub(crate) fn get_cached<F: Fetch>(
         &self,
         scopes: &[&str],
-        now: OffsetDateTime,
+        now: i64,
         clock: &Arc<dyn Clock>,
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
         let hash = self.hash(scopes);
-        let table = self.table.load();
-        let slot = table.slots.find(hash, |s| s.matches(hash, scopes))?;
-        slot.serve(now, clock, fetcher)
+        self.shared.with_snapshot(|snapshot| {
+            let entry = snapshot.entries.find(hash, |e| e.matches(hash, scopes))?;
+            entry.serve(now, &self.shared, clock, fetcher)
+        })
     }
 
     /// Get a token: from the cache, or by joining or starting the slot's one request.
@@ -245,8 +339,7 @@ impl TokenCache {
         clock: &Arc<dyn Clock>,
         fetcher: &Arc<F>,
     ) -> Result<AccessToken> {
-        let now = clock.now();
-        if let Some(token) = self.get_cached(scopes, now, clock, fetcher) {
+        if let Some(token) = self.get_cached(scopes, clock.now_unix_millis(), clock, fetcher) {
             return Ok(token);
         }
         let Some(slot) = self.slot(scopes) else {
@@ -256,12 +349,12 @@ impl TokenCache {
         let mut rx = {
             let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
             // Re-check: a request may have completed since the lookup above.
-            if let Some(token) = slot.serve(clock.now(), clock, fetcher) {
+            if let Some(token) = self.get_cached(scopes, clock.now_unix_millis(), clock, fetcher) {
                 return Ok(token);
             }
             match &state.inflight {
                 Some(rx) => rx.clone(),
-                None => Slot::start(&slot, &mut state, clock, fetcher)?,
+                None => Slot::start(&slot, &self.shared, &mut state, clock, fetcher)?,
             }
         };
         let abandoned = || ErrorKind::RequestAbandoned {
@@ -279,68 +372,94 @@ impl TokenCache {
     /// The slot for `scopes`, created if need be (None past MAX_SLOTS).
     fn slot(&self, scopes: &[&str]) -> Option<Arc<Slot>> {
         let hash = self.hash(scopes);
-        if let Some(slot) = self.table.load().slots.find(hash, |s| s.matches(hash, scopes)) {
-            return Some(slot.clone());
-        }
-        let _grow = self.grow.lock().unwrap_or_else(|e| e.into_inner());
-        let current = self.table.load_full();
-        if let Some(slot) = current.slots.find(hash, |s| s.matches(hash, scopes)) {
-            return Some(slot.clone());
-        }
-        if current.slots.len() >= MAX_SLOTS {
-            tracing::warn!(limit = MAX_SLOTS, "token cache full; this scope set is not cached");
-            return None;
-        }
-        let slot = Arc::new(Slot {
-            hash,
-            scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
-            joined: Arc::from(scopes.join(" ")),
-            cached: ArcSwapOption::empty(),
-            refreshing: AtomicBool::new(false),
-            retry_not_before: AtomicI64::new(i64::MIN),
-            state: Mutex::new(SlotState::default()),
+        let mut found = None;
+        let mut full = false;
+        self.shared.update(|snapshot| {
+            if let Some(entry) = snapshot.entries.find(hash, |e| e.matches(hash, scopes)) {
+                found = Some(entry.slot.clone());
+                return;
+            }
+            if snapshot.entries.len() >= MAX_SLOTS {
+                full = true;
+                return;
+            }
+            let slot = Arc::new(Slot {
+                scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
+                joined: Arc::from(scopes.join(" ")),
+                refreshing: AtomicBool::new(false),
+                retry_not_before: AtomicI64::new(i64::MIN),
+                state: Mutex::new(SlotState::default()),
+            });
+            found = Some(slot.clone());
+            snapshot.entries.insert_unique(
+                hash,
+                Entry {
+                    hash,
+                    slot,
+                    cached: None,
+                },
+                |e| e.hash,
+            );
         });
-        let mut next = (*current).clone();
-        next.slots.insert_unique(hash, slot.clone(), |s| s.hash);
-        self.table.store(Arc::new(next));
-        Some(slot)
+        if full {
+            tracing::warn!(
+                limit = MAX_SLOTS,
+                "token cache full; this scope set is not cached"
+            );
+        }
+        found
     }
 
     /// Drop every cached token (slots stay). Requests in flight complete and are cached.
     pub(crate) fn clear(&self) {
-        for slot in self.table.load().slots.iter() {
-            slot.cached.store(None);
+        self.shared.update(|snapshot| {
+            for entry in snapshot.entries.iter_mut() {
+                entry.cached = None;
+            }
+        });
+    }
+}
+
+impl Entry {
+    fn matches(&self, hash: u64, scopes: &[&str]) -> bool {
+        self.hash == hash
+            && self.slot.scopes.len() == scopes.len()
+            && self.slot.scopes.iter().zip(scopes).all(|(a, b)| **a == **b)
+    }
+
+    /// The cached token if it can be handed out at `now`; in the refresh window, also
+    /// start the background refresh unless one runs or a failure backoff holds.
+    fn serve<F: Fetch>(
+        &self,
+        now: i64,
+        shared: &Arc<Shared>,
+        clock: &Arc<dyn Clock>,
+        fetcher: &Arc<F>,
+    ) -> Option<AccessToken> {
+        let cached = self.cached.as_ref()?;
+        match freshness(now, cached.refresh_at, cached.expires_on) {
+            Freshness::Fresh => cached.for_this_thread(),
+            Freshness::RefreshAhead => {
+                let slot = &self.slot;
+                if !slot.refreshing.load(Ordering::Acquire)
+                    && now >= slot.retry_not_before.load(Ordering::Acquire)
+                {
+                    slot.refresh_in_background(shared, clock, fetcher);
+                }
+                cached.for_this_thread()
+            }
+            Freshness::Expired => None,
         }
     }
 }
 
 impl Slot {
-    fn matches(&self, hash: u64, scopes: &[&str]) -> bool {
-        self.hash == hash
-            && self.scopes.len() == scopes.len()
-            && self.scopes.iter().zip(scopes).all(|(a, b)| **a == **b)
-    }
-
-    /// The cached token if it can be handed out at `now`; in the refresh window, also
-    /// start the background refresh unless one runs or a failure backoff holds.
-    fn serve<F: Fetch>(self: &Arc<Self>, now: OffsetDateTime, clock: &Arc<dyn Clock>, fetcher: &Arc<F>) -> Option<AccessToken> {
-        let cached = self.cached.load();
-        let cached = cached.as_ref()?;
-        match freshness(now, cached.refresh_at, cached.expires_on) {
-            Freshness::Fresh => Some(cached.for_this_thread()),
-            Freshness::RefreshAhead => {
-                if !self.refreshing.load(Ordering::Acquire)
-                    && now.unix_timestamp() >= self.retry_not_before.load(Ordering::Acquire)
-                {
-                    self.refresh_in_background(clock, fetcher);
-                }
-                Some(cached.for_this_thread())
-            }
-            Freshness::Expired => None,
-        }
-    }
-
-    fn refresh_in_background<F: Fetch>(self: &Arc<Self>, clock: &Arc<dyn Clock>, fetcher: &Arc<F>) {
+    fn refresh_in_background<F: Fetch>(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        clock: &Arc<dyn Clock>,
+        fetcher: &Arc<F>,
+    ) {
         // `try_lock`: the hit path never waits for a lock; whoever holds it is starting
         // or finishing a request for this slot anyway.
         let Ok(mut state) = self.state.try_lock() else {
@@ -348,7 +467,7 @@ impl Slot {
         };
         if state.inflight.is_none() && !self.refreshing.load(Ordering::Acquire) {
             tracing::debug!(scope = %self.joined, "refreshing token ahead of expiry");
-            if let Err(e) = Slot::start(self, &mut state, clock, fetcher) {
+            if let Err(e) = Slot::start(self, shared, &mut state, clock, fetcher) {
                 tracing::warn!(scope = %self.joined, error = %e, "cannot start the token refresh");
             }
         }
@@ -357,6 +476,7 @@ impl Slot {
     /// Start the slot's request (the caller holds the state lock and saw none in flight).
     fn start<F: Fetch>(
         slot: &Arc<Slot>,
+        shared: &Arc<Shared>,
         state: &mut SlotState,
         clock: &Arc<dyn Clock>,
         fetcher: &Arc<F>,
@@ -372,6 +492,7 @@ impl Slot {
         slot.refreshing.store(true, Ordering::Release);
         let mut guard = FlightGuard {
             slot: slot.clone(),
+            shared: shared.clone(),
             done: false,
         };
         let clock = clock.clone();
@@ -392,6 +513,7 @@ impl Slot {
 /// task dropped at runtime shutdown), so the next caller can start a new one.
 struct FlightGuard {
     slot: Arc<Slot>,
+    shared: Arc<Shared>,
     done: bool,
 }
 
@@ -399,7 +521,12 @@ impl FlightGuard {
     /// Record the result and clear the in-flight state, in one critical section and
     /// before any waiter is woken: whoever comes next sees the new token (or the backoff)
     /// and no request in flight.
-    fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime, clock: &dyn Clock) {
+    fn complete(
+        &mut self,
+        result: &Result<AccessToken>,
+        started: OffsetDateTime,
+        clock: &dyn Clock,
+    ) {
         self.done = true;
         let slot = &self.slot;
         let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -407,22 +534,36 @@ impl FlightGuard {
         slot.refreshing.store(false, Ordering::Release);
         match result {
             Ok(token) => {
-                let at = refresh_at(started, token.expires_on(), token.refresh_on(), crate::retry::jitter());
-                slot.cached.store(Some(Arc::new(Cached::new(token, at))));
+                let at = refresh_at(
+                    started,
+                    token.expires_on(),
+                    token.refresh_on(),
+                    crate::retry::jitter(),
+                );
+                let cached = Arc::new(Cached::new(token, at));
+                self.shared.update(|snapshot| {
+                    for entry in snapshot.entries.iter_mut() {
+                        if Arc::ptr_eq(&entry.slot, slot) {
+                            entry.cached = Some(cached.clone());
+                        }
+                    }
+                });
                 state.failures = 0;
                 slot.retry_not_before.store(i64::MIN, Ordering::Release);
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
                 let wait = refresh_backoff(state.failures, crate::retry::jitter());
-                let retry_at = clock.now() + wait;
+                let now = clock.now_unix_millis();
+                let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
                 slot.retry_not_before
-                    .store(retry_at.unix_timestamp(), Ordering::Release);
-                let still_valid = slot
-                    .cached
-                    .load()
-                    .as_ref()
-                    .is_some_and(|c| clock.now() < c.expires_on - EXPIRY_MARGIN);
+                    .store(now.saturating_add(wait_ms), Ordering::Release);
+                let still_valid = self.shared.current().entries.iter().any(|e| {
+                    Arc::ptr_eq(&e.slot, slot)
+                        && e.cached.as_ref().is_some_and(|c| {
+                            freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired
+                        })
+                });
                 if still_valid {
                     tracing::warn!(
                         scope = %slot.joined,
@@ -459,18 +600,40 @@ mod tests {
 
     #[test]
     fn freshness_boundaries() {
-        let refresh = T0 + time::Duration::minutes(55);
-        let expires = T0 + time::Duration::minutes(60);
-        assert_eq!(freshness(T0, refresh, expires), Freshness::Fresh);
-        assert_eq!(freshness(refresh, refresh, expires), Freshness::RefreshAhead);
-        assert_eq!(freshness(expires - EXPIRY_MARGIN, refresh, expires), Freshness::Expired);
-        assert_eq!(freshness(expires + time::Duration::hours(1), refresh, expires), Freshness::Expired);
+        let ms = unix_millis;
+        let refresh = ms(T0 + time::Duration::minutes(55));
+        let expires = ms(T0 + time::Duration::minutes(60));
+        assert_eq!(freshness(ms(T0), refresh, expires), Freshness::Fresh);
+        assert_eq!(freshness(refresh - 1, refresh, expires), Freshness::Fresh);
+        assert_eq!(
+            freshness(refresh, refresh, expires),
+            Freshness::RefreshAhead
+        );
+        assert_eq!(
+            freshness(expires - EXPIRY_MARGIN_MS - 1, refresh, expires),
+            Freshness::RefreshAhead
+        );
+        assert_eq!(
+            freshness(expires - EXPIRY_MARGIN_MS, refresh, expires),
+            Freshness::Expired
+        );
+        assert_eq!(
+            freshness(expires + 3_600_000, refresh, expires),
+            Freshness::Expired
+        );
+        assert_eq!(
+            EXPIRY_MARGIN.whole_milliseconds(),
+            i128::from(EXPIRY_MARGIN_MS)
+        );
     }
 
     #[test]
     fn one_hour_token_refreshes_five_minutes_before_expiry() {
         let expires = T0 + time::Duration::seconds(3599);
-        assert_eq!(refresh_at(T0, expires, None, 0.0), expires - time::Duration::minutes(5));
+        assert_eq!(
+            refresh_at(T0, expires, None, 0.0),
+            expires - time::Duration::minutes(5)
+        );
         // Jitter moves it earlier, by at most 60 s.
         let jittered = refresh_at(T0, expires, None, 0.999);
         assert!(jittered < expires - time::Duration::minutes(5));
@@ -480,7 +643,10 @@ mod tests {
     #[test]
     fn long_token_refreshes_at_half_life() {
         let expires = T0 + time::Duration::hours(24);
-        assert_eq!(refresh_at(T0, expires, None, 0.0), T0 + time::Duration::hours(12));
+        assert_eq!(
+            refresh_at(T0, expires, None, 0.0),
+            T0 + time::Duration::hours(12)
+        );
     }
 
     #[test]
@@ -489,13 +655,19 @@ mod tests {
         let asked = T0 + time::Duration::minutes(30);
         assert_eq!(refresh_at(T0, expires, Some(asked), 0.0), asked);
         let too_late = T0 + time::Duration::minutes(58);
-        assert_eq!(refresh_at(T0, expires, Some(too_late), 0.0), expires - REFRESH_WINDOW);
+        assert_eq!(
+            refresh_at(T0, expires, Some(too_late), 0.0),
+            expires - REFRESH_WINDOW
+        );
     }
 
     #[test]
     fn short_token_refreshes_at_half_life() {
         let expires = T0 + time::Duration::minutes(4);
-        assert_eq!(refresh_at(T0, expires, None, 0.0), T0 + time::Duration::minutes(2));
+        assert_eq!(
+            refresh_at(T0, expires, None, 0.0),
+            T0 + time::Duration::minutes(2)
+        );
     }
 
     #[test]

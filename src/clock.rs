@@ -20,6 +20,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time (UTC).
     fn now(&self) -> OffsetDateTime;
 
+    /// The current time as milliseconds since the Unix epoch, for the token cache's hit
+    /// path. May be coarse (a few milliseconds behind); the default derives it from
+    /// [`now`](Clock::now).
+    fn now_unix_millis(&self) -> i64 {
+        unix_millis(self.now())
+    }
+
     /// Wait for `duration` (between retries). A test clock may simply advance itself.
     fn sleep(&self, duration: Duration) -> Sleep<'_>;
 }
@@ -33,9 +40,32 @@ impl Clock for SystemClock {
         OffsetDateTime::now_utc()
     }
 
+    /// On Linux, `CLOCK_REALTIME_COARSE` (a vDSO read of the last tick, ~7 ns here,
+    /// against ~45 ns for `OffsetDateTime::now_utc`); elsewhere the system clock.
+    fn now_unix_millis(&self) -> i64 {
+        #[cfg(target_os = "linux")]
+        {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+            t.tv_sec.saturating_mul(1000) + t.tv_nsec / 1_000_000
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            unix_millis(OffsetDateTime::now_utc())
+        }
+    }
+
     fn sleep(&self, duration: Duration) -> Sleep<'_> {
         Box::pin(tokio::time::sleep(duration))
     }
+}
+
+/// Milliseconds since the Unix epoch (saturating far outside ±292 million years).
+pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 {
+        i64::MIN
+    } else {
+        i64::MAX
+    })
 }
 
 /// A clock that only moves when told to: for tests. Its [`sleep`](Clock::sleep) returns at
@@ -80,7 +110,10 @@ impl ManualClock {
 impl ManualClock {
     /// Every duration passed to [`sleep`](Clock::sleep), in order.
     pub fn sleeps(&self) -> Vec<Duration> {
-        self.sleeps.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sleeps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

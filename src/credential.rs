@@ -215,7 +215,7 @@ impl ClientCertificateCredential {
     /// The cache key is the scope list as given (same scopes, same order).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         let inner = &self.inner;
-        let now = inner.clock.now();
+        let now = inner.clock.now_unix_millis();
         if let Some(token) = inner.cache.get_cached(scopes, now, &inner.clock, inner) {
             return Ok(token);
         }
@@ -294,7 +294,8 @@ impl Inner {
                 Err(error) => error,
             };
             let elapsed = Duration::try_from(self.clock.now() - started).unwrap_or_default();
-            let Some(delay) = retry::next_delay(&self.retry, attempts, &error, elapsed, retry::jitter())
+            let Some(delay) =
+                retry::next_delay(&self.retry, attempts, &error, elapsed, retry::jitter())
             else {
                 return Err(error);
             };

@@ -151,10 +151,16 @@ mod tests {
     fn retries_only_transient_classes() {
         let p = RetryPolicy::default();
         for code in [408, 429, 500, 502, 503, 504] {
-            assert!(next_delay(&p, 1, &status(code, None), Duration::ZERO, 0.0).is_some(), "{code}");
+            assert!(
+                next_delay(&p, 1, &status(code, None), Duration::ZERO, 0.0).is_some(),
+                "{code}"
+            );
         }
         for code in [400, 401, 403, 404, 501] {
-            assert!(next_delay(&p, 1, &status(code, None), Duration::ZERO, 0.0).is_none(), "{code}");
+            assert!(
+                next_delay(&p, 1, &status(code, None), Duration::ZERO, 0.0).is_none(),
+                "{code}"
+            );
         }
         let transport: Error = ErrorKind::Transport {
             url: "u".into(),
@@ -170,22 +176,55 @@ mod tests {
     fn exponential_with_jitter_and_cap() {
         let p = RetryPolicy::default();
         let e = status(503, None);
-        assert_eq!(next_delay(&p, 1, &e, Duration::ZERO, 0.0), Some(Duration::from_millis(250)));
-        assert_eq!(next_delay(&p, 2, &e, Duration::ZERO, 0.0), Some(Duration::from_millis(500)));
-        assert_eq!(next_delay(&p, 3, &e, Duration::ZERO, 0.999_999).map(|d| d.as_millis()), Some(1999));
+        assert_eq!(
+            next_delay(&p, 1, &e, Duration::ZERO, 0.0),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            next_delay(&p, 2, &e, Duration::ZERO, 0.0),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            next_delay(&p, 3, &e, Duration::ZERO, 0.999_999).map(|d| d.as_millis()),
+            Some(1999)
+        );
         let p = p.with_max_attempts(20);
-        assert_eq!(next_delay(&p, 15, &e, Duration::ZERO, 0.0), Some(Duration::from_secs(4)));
+        assert_eq!(
+            next_delay(&p, 15, &e, Duration::ZERO, 0.0),
+            Some(Duration::from_secs(4))
+        );
     }
 
     #[test]
     fn retry_after_replaces_backoff_and_budgets_hold() {
         let p = RetryPolicy::default();
-        assert_eq!(next_delay(&p, 1, &status(429, Some(2)), Duration::ZERO, 0.3), Some(Duration::from_secs(2)));
+        assert_eq!(
+            next_delay(&p, 1, &status(429, Some(2)), Duration::ZERO, 0.3),
+            Some(Duration::from_secs(2))
+        );
         // Would end past max_total: give up.
-        assert_eq!(next_delay(&p, 1, &status(429, Some(61)), Duration::ZERO, 0.3), None);
-        assert_eq!(next_delay(&p, 1, &status(429, Some(2)), Duration::from_secs(59), 0.3), None);
+        assert_eq!(
+            next_delay(&p, 1, &status(429, Some(61)), Duration::ZERO, 0.3),
+            None
+        );
+        assert_eq!(
+            next_delay(&p, 1, &status(429, Some(2)), Duration::from_secs(59), 0.3),
+            None
+        );
         // Attempts cap.
-        assert_eq!(next_delay(&p, 4, &status(503, None), Duration::ZERO, 0.3), None);
-        assert_eq!(next_delay(&RetryPolicy::none(), 1, &status(503, None), Duration::ZERO, 0.3), None);
+        assert_eq!(
+            next_delay(&p, 4, &status(503, None), Duration::ZERO, 0.3),
+            None
+        );
+        assert_eq!(
+            next_delay(
+                &RetryPolicy::none(),
+                1,
+                &status(503, None),
+                Duration::ZERO,
+                0.3
+            ),
+            None
+        );
     }
 }
