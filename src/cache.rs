@@ -19,11 +19,11 @@
 //! Slots are never removed; after [`MAX_SLOTS`] distinct scope sets, further ones are
 //! fetched without caching (a bound on memory for callers that invent scopes).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, unix_millis};
 use crate::error::{ErrorKind, Result};
+use crate::published::{LocalCopies, Published};
 use crate::token::AccessToken;
 
 /// At most this many scope sets are cached per credential.
@@ -123,16 +124,13 @@ pub(crate) struct TokenCache {
     hasher: foldhash::fast::RandomState,
 }
 
-/// The cache's published state: an immutable [`Snapshot`] replaced whole on every
-/// change (a new scope set, a new token, a clear), and a generation counter bumped after
-/// each replacement. Readers keep the snapshot in a thread-local and only re-read it when
-/// the generation moved, so the hit path writes no memory that another thread writes:
-/// cached tokens scale with threads (an `ArcSwap` load, or a shared `Arc` clone, would
-/// not).
-struct Shared {
-    id: u64,
-    generation: AtomicU64,
-    snapshot: Mutex<Arc<Snapshot>>,
+/// The cache's published state: an immutable snapshot replaced whole on every change (a
+/// new scope set, a new token, a clear); readers use their thread's copy (see
+/// [`Published`]), so the hit path writes nothing another thread writes.
+type Shared = Published<Snapshot>;
+
+thread_local! {
+    static CACHE_COPIES: LocalCopies<Snapshot> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[derive(Clone, Default)]
@@ -215,75 +213,6 @@ fn stripe_index() -> usize {
     })
 }
 
-/// A thread's copy of one cache's snapshot.
-struct LocalSnapshot {
-    id: u64,
-    generation: u64,
-    snapshot: Arc<Snapshot>,
-    owner: Weak<Shared>,
-}
-
-/// A thread keeps at most this many caches' snapshots (dead caches' are dropped first).
-const LOCAL_SNAPSHOTS: usize = 32;
-
-thread_local! {
-    static LOCAL: RefCell<Vec<LocalSnapshot>> = const { RefCell::new(Vec::new()) };
-}
-
-impl Shared {
-    fn current(&self) -> Arc<Snapshot> {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Replace the snapshot with `change` applied to a copy of it.
-    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
-        let mut current = self.snapshot.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = (**current).clone();
-        change(&mut next);
-        *current = Arc::new(next);
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// Run `f` on this thread's copy of the snapshot, refreshed if the generation moved
-    /// (on the shared snapshot instead if the thread-local is unavailable).
-    fn with_snapshot<R>(self: &Arc<Self>, f: impl Fn(&Snapshot) -> R) -> R {
-        let generation = self.generation.load(Ordering::Acquire);
-        let local = LOCAL.try_with(|local| {
-            let mut local = local.try_borrow_mut().ok()?;
-            let index = match local.iter().position(|l| l.id == self.id) {
-                Some(index) => index,
-                None => {
-                    local.retain(|l| l.owner.strong_count() > 0);
-                    if local.len() >= LOCAL_SNAPSHOTS {
-                        local.remove(0);
-                    }
-                    local.push(LocalSnapshot {
-                        id: self.id,
-                        generation,
-                        snapshot: self.current(),
-                        owner: Arc::downgrade(self),
-                    });
-                    local.len() - 1
-                }
-            };
-            let entry = local.get_mut(index)?;
-            if entry.generation != generation {
-                // Read after the generation: at least as new as it.
-                entry.snapshot = self.current();
-                entry.generation = generation;
-            }
-            Some(f(&entry.snapshot))
-        });
-        match local {
-            Ok(Some(result)) => result,
-            _ => f(&self.current()),
-        }
-    }
-}
-
 /// What the caller of [`TokenCache::get`] supplies: a fetch of a new token for the
 /// space-joined scopes, runnable in a spawned task.
 pub(crate) trait Fetch: Send + Sync + 'static {
@@ -296,13 +225,8 @@ pub(crate) trait Fetch: Send + Sync + 'static {
 
 impl TokenCache {
     pub(crate) fn new() -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         TokenCache {
-            shared: Arc::new(Shared {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                generation: AtomicU64::new(0),
-                snapshot: Mutex::new(Arc::new(Snapshot::default())),
-            }),
+            shared: Arc::new(Published::new(Snapshot::default(), &CACHE_COPIES)),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -326,7 +250,7 @@ impl TokenCache {
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
         let hash = self.hash(scopes);
-        self.shared.with_snapshot(|snapshot| {
+        self.shared.read(|snapshot| {
             let entry = snapshot.entries.find(hash, |e| e.matches(hash, scopes))?;
             entry.serve(now, &self.shared, clock, fetcher)
         })
@@ -374,15 +298,16 @@ impl TokenCache {
         let hash = self.hash(scopes);
         let mut found = None;
         let mut full = false;
-        self.shared.update(|snapshot| {
-            if let Some(entry) = snapshot.entries.find(hash, |e| e.matches(hash, scopes)) {
+        self.shared.update(|current| {
+            if let Some(entry) = current.entries.find(hash, |e| e.matches(hash, scopes)) {
                 found = Some(entry.slot.clone());
-                return;
+                return current.clone();
             }
-            if snapshot.entries.len() >= MAX_SLOTS {
+            if current.entries.len() >= MAX_SLOTS {
                 full = true;
-                return;
+                return current.clone();
             }
+            let mut snapshot = current.clone();
             let slot = Arc::new(Slot {
                 scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
                 joined: Arc::from(scopes.join(" ")),
@@ -400,6 +325,7 @@ impl TokenCache {
                 },
                 |e| e.hash,
             );
+            snapshot
         });
         if full {
             tracing::warn!(
@@ -412,10 +338,12 @@ impl TokenCache {
 
     /// Drop every cached token (slots stay). Requests in flight complete and are cached.
     pub(crate) fn clear(&self) {
-        self.shared.update(|snapshot| {
+        self.shared.update(|current| {
+            let mut snapshot = current.clone();
             for entry in snapshot.entries.iter_mut() {
                 entry.cached = None;
             }
+            snapshot
         });
     }
 }
@@ -541,12 +469,14 @@ impl FlightGuard {
                     crate::retry::jitter(),
                 );
                 let cached = Arc::new(Cached::new(token, at));
-                self.shared.update(|snapshot| {
+                self.shared.update(|current| {
+                    let mut snapshot = current.clone();
                     for entry in snapshot.entries.iter_mut() {
                         if Arc::ptr_eq(&entry.slot, slot) {
                             entry.cached = Some(cached.clone());
                         }
                     }
+                    snapshot
                 });
                 state.failures = 0;
                 slot.retry_not_before.store(i64::MIN, Ordering::Release);
@@ -558,7 +488,7 @@ impl FlightGuard {
                 let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
                 slot.retry_not_before
                     .store(now.saturating_add(wait_ms), Ordering::Release);
-                let still_valid = self.shared.current().entries.iter().any(|e| {
+                let still_valid = self.shared.load_full().entries.iter().any(|e| {
                     Arc::ptr_eq(&e.slot, slot)
                         && e.cached.as_ref().is_some_and(|c| {
                             freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired

@@ -29,6 +29,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 
     /// Wait for `duration` (between retries). A test clock may simply advance itself.
     fn sleep(&self, duration: Duration) -> Sleep<'_>;
+
+    /// Wait until the clock reads `deadline` or later (timers such as the reload
+    /// backstop). The default sleeps for the time remaining now.
+    fn sleep_until(&self, deadline: OffsetDateTime) -> Sleep<'_> {
+        let remaining = Duration::try_from(deadline - self.now()).unwrap_or(Duration::ZERO);
+        self.sleep(remaining)
+    }
 }
 
 /// The real wall clock.
@@ -57,6 +64,11 @@ impl Clock for SystemClock {
     fn sleep(&self, duration: Duration) -> Sleep<'_> {
         Box::pin(tokio::time::sleep(duration))
     }
+
+    fn sleep_until(&self, deadline: OffsetDateTime) -> Sleep<'_> {
+        let remaining = Duration::try_from(deadline - self.now()).unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(remaining))
+    }
 }
 
 /// Milliseconds since the Unix epoch (saturating far outside ±292 million years).
@@ -70,7 +82,9 @@ pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
 
 /// A clock that only moves when told to: for tests. Its [`sleep`](Clock::sleep) returns at
 /// once after advancing the clock by the duration, and records it, so a test of "wait two
-/// seconds, then retry" takes no time and can check what was waited.
+/// seconds, then retry" takes no time and can check what was waited. Its
+/// [`sleep_until`](Clock::sleep_until) (timers) waits until the test moves the clock to the
+/// deadline with [`advance`](ManualClock::advance) or [`set`](ManualClock::set).
 ///
 /// ```
 /// use msi_dataplane::{Clock, ManualClock};
@@ -84,6 +98,7 @@ pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
 pub struct ManualClock {
     now: Mutex<OffsetDateTime>,
     sleeps: Mutex<Vec<Duration>>,
+    moved: tokio::sync::Notify,
 }
 
 impl ManualClock {
@@ -92,18 +107,23 @@ impl ManualClock {
         ManualClock {
             now: Mutex::new(start),
             sleeps: Mutex::new(Vec::new()),
+            moved: tokio::sync::Notify::new(),
         }
     }
 
     /// Move the clock forward (or backward, with a negative duration).
     pub fn advance(&self, by: time::Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
-        *now += by;
+        {
+            let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+            *now += by;
+        }
+        self.moved.notify_waiters();
     }
 
     /// Set the clock to `to`.
     pub fn set(&self, to: OffsetDateTime) {
         *self.now.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        self.moved.notify_waiters();
     }
 }
 
@@ -129,5 +149,19 @@ impl Clock for ManualClock {
             .push(duration);
         self.advance(time::Duration::try_from(duration).unwrap_or(time::Duration::MAX));
         Box::pin(std::future::ready(()))
+    }
+
+    fn sleep_until(&self, deadline: OffsetDateTime) -> Sleep<'_> {
+        Box::pin(async move {
+            loop {
+                let moved = self.moved.notified();
+                tokio::pin!(moved);
+                moved.as_mut().enable();
+                if self.now() >= deadline {
+                    return;
+                }
+                moved.await;
+            }
+        })
     }
 }

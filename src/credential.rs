@@ -214,13 +214,20 @@ impl ClientCertificateCredential {
     ///
     /// The cache key is the scope list as given (same scopes, same order).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        let inner = &self.inner;
-        let now = inner.clock.now_unix_millis();
-        if let Some(token) = inner.cache.get_cached(scopes, now, &inner.clock, inner) {
+        if let Some(token) = self.cached_token(scopes) {
             return Ok(token);
         }
         check_scopes(scopes)?;
+        let inner = &self.inner;
         inner.cache.get(scopes, &inner.clock, inner).await
+    }
+
+    /// The cached token for `scopes` if one can be handed out now (the hit path of
+    /// [`get_token`](Self::get_token), which may also start a background refresh).
+    pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
+        let inner = &self.inner;
+        let now = inner.clock.now_unix_millis();
+        inner.cache.get_cached(scopes, now, &inner.clock, inner)
     }
 
     /// Request a new token from the endpoint, bypassing the cache (and not storing the

@@ -60,9 +60,13 @@ mod endpoint;
 mod error;
 mod key;
 mod model;
+mod published;
+mod reload;
 mod retry;
 mod secret;
 mod token;
+mod user_assigned;
+mod watch;
 
 pub use assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
 pub use bundle::{BundleFormat, MAX_CERTIFICATES};
@@ -77,9 +81,16 @@ pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+pub use reload::ReloadOutcome;
 pub use retry::RetryPolicy;
 pub use secret::SecretString;
 pub use token::AccessToken;
+/// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
+pub use tokio_util::sync::CancellationToken;
+pub use user_assigned::{
+    ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+    new_user_assigned_identity_credential,
+};
 
 /// The README's examples, compiled as doctests (one uses `azure_core`).
 #[cfg(all(doctest, feature = "azure_core"))]

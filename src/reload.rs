@@ -1,0 +1,137 @@
+//! Reloading a credential file: reading it, building a credential from it, and the rule
+//! that decides whether it replaces the active one.
+//!
+//! # The swap rule
+//!
+//! A file replaces the active credential only when it parses, yields a usable
+//! certificate, and its **effective `not_before`** is strictly later than the active
+//! one's (the Go reference's rule). The effective `not_before` is the file's
+//! `not_before`, or — when the file has none — the leaf certificate's `notBefore`. A
+//! `not_before` that is present but not RFC 3339 makes the file invalid (see
+//! [`UserAssignedIdentityCredentials::validate`]); nothing here can panic on it (the Go
+//! reference dereferences a nil pointer when the key is missing).
+//!
+//! Anything else keeps the active credential: a missing, unreadable, truncated or
+//! malformed file, a bad bundle, or a file that is not newer.
+
+use std::path::Path;
+
+use aws_lc_rs::digest;
+use time::OffsetDateTime;
+
+use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+use crate::error::Result;
+use crate::model::{UserAssignedIdentityCredentials, read_limited};
+
+/// What one re-read of the credential file ended in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReloadOutcome {
+    /// The file held a newer credential, which is now active.
+    Swapped,
+    /// The file's bytes are those of the active credential.
+    Unchanged,
+    /// The file is valid but its effective `not_before` is not later than the active
+    /// one's; the active credential stays.
+    NotNewer,
+    /// The file could not be used (missing, unreadable, malformed, bad bundle); the
+    /// active credential stays. The reason is in [`ReloadStatus::last_error`](crate::ReloadStatus::last_error).
+    Invalid,
+}
+
+/// A credential built from one version of the file.
+pub(crate) struct Loaded {
+    pub credential: ClientCertificateCredential,
+    /// The effective `not_before` (see the module docs).
+    pub not_before: OffsetDateTime,
+    /// The earlier of the file's `not_after` and the leaf's `notAfter`.
+    pub not_after: OffsetDateTime,
+    /// SHA-256 of the file's bytes.
+    pub digest: [u8; 32],
+}
+
+/// SHA-256 of a file's bytes, to tell whether it changed.
+pub(crate) fn digest_of(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, bytes).as_ref());
+    out
+}
+
+/// Read the file through its visible path (following symlinks). Blocking.
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
+    read_limited(path)
+}
+
+/// Build a credential from the file's bytes. Blocking (decodes the bundle, loads the key).
+pub(crate) fn build(
+    path: &Path,
+    bytes: &[u8],
+    options: ClientCertificateCredentialOptions,
+) -> Result<Loaded> {
+    let creds =
+        UserAssignedIdentityCredentials::from_slice(bytes).map_err(|e| e.with_path(path))?;
+    let credential =
+        ClientCertificateCredential::new(&creds, options).map_err(|e| e.with_path(path))?;
+    let cert = credential.certificate();
+    let not_before = effective_not_before(creds.not_before()?, cert.not_before());
+    let not_after = match creds.not_after()? {
+        Some(file_end) if file_end < cert.not_after() => file_end,
+        _ => cert.not_after(),
+    };
+    Ok(Loaded {
+        credential,
+        not_before,
+        not_after,
+        digest: digest_of(bytes),
+    })
+}
+
+/// Pure: the file's `not_before`, or the leaf's `notBefore` when the file has none.
+pub(crate) fn effective_not_before(
+    file: Option<OffsetDateTime>,
+    leaf: OffsetDateTime,
+) -> OffsetDateTime {
+    file.unwrap_or(leaf)
+}
+
+/// Pure: the swap rule, for a candidate that parsed and built.
+pub(crate) fn decide(
+    active_not_before: OffsetDateTime,
+    candidate_not_before: OffsetDateTime,
+) -> ReloadOutcome {
+    if candidate_not_before > active_not_before {
+        ReloadOutcome::Swapped
+    } else {
+        ReloadOutcome::NotNewer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn only_strictly_newer_swaps() {
+        let jan = datetime!(2026-01-01 00:00 UTC);
+        let feb = datetime!(2026-02-01 00:00 UTC);
+        assert_eq!(decide(jan, feb), ReloadOutcome::Swapped);
+        assert_eq!(decide(feb, jan), ReloadOutcome::NotNewer);
+        assert_eq!(decide(feb, feb), ReloadOutcome::NotNewer);
+    }
+
+    #[test]
+    fn offsets_compare_as_instants() {
+        let a = datetime!(2026-01-01 10:00 +02:00); // 08:00 UTC
+        let b = datetime!(2026-01-01 09:00 UTC);
+        assert_eq!(decide(a, b), ReloadOutcome::Swapped);
+    }
+
+    #[test]
+    fn missing_not_before_falls_back_to_the_leaf() {
+        let leaf = datetime!(2026-05-01 00:00 UTC);
+        assert_eq!(effective_not_before(None, leaf), leaf);
+        let file = datetime!(2026-03-01 00:00 UTC);
+        assert_eq!(effective_not_before(Some(file), leaf), file);
+    }
+}

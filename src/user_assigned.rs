@@ -1,0 +1,538 @@
+//! `UserAssignedIdentityCredential`: the credential file, followed through every rotation.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::sync::{Mutex as AsyncMutex, Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::published::{LocalCopies, Published};
+use crate::reload::{self, Loaded, ReloadOutcome};
+use crate::token::AccessToken;
+use crate::watch::DirWatcher;
+
+/// Options for [`UserAssignedIdentityCredential`], mirroring the Go reference's
+/// (`WithBackstopRefresh`, client options; logging goes through `tracing`).
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::UserAssignedIdentityCredentialOptions;
+///
+/// let options = UserAssignedIdentityCredentialOptions::default()
+///     .with_backstop_interval(Duration::from_secs(3600));
+/// assert_eq!(options.debounce, Duration::from_millis(200));
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct UserAssignedIdentityCredentialOptions {
+    /// Options for each credential built from the file (HTTP client, algorithm, clock,
+    /// retries, ...). The clock also drives the backstop timer.
+    pub client: ClientCertificateCredentialOptions,
+    /// Re-read the file this often even when no file event arrives. Default 6 h.
+    pub backstop_interval: Duration,
+    /// After a file event, wait this long for more before re-reading. Default 200 ms.
+    pub debounce: Duration,
+    /// Watch the file's directory. Default `true`; `false` leaves only the backstop (for
+    /// file systems without change notification).
+    pub watch: bool,
+    /// Stop watching when this token is cancelled (the credential keeps serving).
+    pub cancellation: Option<CancellationToken>,
+}
+
+impl Default for UserAssignedIdentityCredentialOptions {
+    fn default() -> Self {
+        UserAssignedIdentityCredentialOptions {
+            client: ClientCertificateCredentialOptions::default(),
+            backstop_interval: Duration::from_secs(6 * 60 * 60),
+            debounce: Duration::from_millis(200),
+            watch: true,
+            cancellation: None,
+        }
+    }
+}
+
+impl UserAssignedIdentityCredentialOptions {
+    /// Set the options of the credentials built from the file.
+    pub fn with_client_options(mut self, client: ClientCertificateCredentialOptions) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// Set the backstop interval (Go: `WithBackstopRefresh`).
+    pub fn with_backstop_interval(mut self, interval: Duration) -> Self {
+        self.backstop_interval = interval;
+        self
+    }
+
+    /// Set the debounce after file events.
+    pub fn with_debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
+        self
+    }
+
+    /// Watch the directory for changes (default) or not.
+    pub fn with_watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Stop watching when `token` is cancelled (Go: cancelling the `ctx`).
+    pub fn with_cancellation_token(mut self, token: CancellationToken) -> Self {
+        self.cancellation = Some(token);
+        self
+    }
+}
+
+/// What a reloading credential is serving, and how its last re-read went: for health
+/// endpoints, metrics and the CLI. Secrets are not included.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ReloadStatus {
+    /// The credential file's visible path.
+    pub path: PathBuf,
+    /// The active credential's effective `not_before` (the file's, else the leaf's).
+    pub not_before: OffsetDateTime,
+    /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
+    pub not_after: OffsetDateTime,
+    /// Upper-case hex SHA-256 thumbprint of the active leaf certificate.
+    pub thumbprint_sha256: String,
+    /// When the active credential became active.
+    pub loaded_at: OffsetDateTime,
+    /// When the file was last re-read (`None`: not since the first load).
+    pub last_check: Option<OffsetDateTime>,
+    /// How the last re-read ended.
+    pub last_outcome: Option<ReloadOutcome>,
+    /// The error of the last re-read, if it failed (`None` when the last one did not).
+    pub last_error: Option<Error>,
+    /// How many times a newer credential was swapped in.
+    pub reloads: u64,
+    /// Whether the directory watch is in place (false: backstop only, or stopped).
+    pub watching: bool,
+}
+
+/// The active credential and what is known of it.
+struct Active {
+    credential: ClientCertificateCredential,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+    digest: [u8; 32],
+}
+
+thread_local! {
+    static ACTIVE_COPIES: LocalCopies<Active> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Shared by the handles and (weakly) by the background task.
+struct Reloader {
+    path: PathBuf,
+    client_options: ClientCertificateCredentialOptions,
+    active: Published<Active>,
+    status: watch::Sender<ReloadStatus>,
+    cancel: CancellationToken,
+    /// Serializes re-reads (task and `check_now`); holds the digest of the last file
+    /// that was refused, so the same bad bytes are not parsed and logged again.
+    check: AsyncMutex<Option<Refusal>>,
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        // The task holds only a weak reference; this wakes it to stop.
+        self.cancel.cancel();
+    }
+}
+
+/// A user-assigned managed identity read from its credential file and kept current as
+/// the file is rotated: the Rust counterpart of Go's
+/// `dataplane.NewUserAssignedIdentityCredential(ctx, path, opts...)`.
+///
+/// - It loads the file once and fails if that fails.
+/// - It watches the file's **directory** (so it sees the Secrets Store CSI driver's
+///   atomic `..data` symlink swap, which a watch on the file misses — the Go reference
+///   misses every such rotation and only its 6-hour backstop catches it), debounces, and
+///   re-reads the visible path; it also re-reads every `backstop_interval`.
+/// - A re-read file replaces the active credential only if it is valid and its
+///   `not_before` is strictly later (see [`crate::ReloadOutcome`] and the rule in the
+///   README); bad files never replace a good one, and each refusal is a `tracing` event.
+/// - `get_token` serves from the active credential's cache and is never blocked by a
+///   re-read (reading and parsing happen on blocking threads; the swap is one pointer
+///   store). After a swap, tokens come from the new credential only.
+/// - Dropping the last handle, [`cancel`](Self::cancel), or the options' cancellation
+///   token stops the background task (the credential keeps serving its active identity).
+///
+/// ```no_run
+/// use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+///
+/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// let credential = UserAssignedIdentityCredential::new(
+///     "/mnt/certs/my-identity",
+///     UserAssignedIdentityCredentialOptions::default(),
+/// )
+/// .await?;
+/// let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
+/// let status = credential.status();
+/// println!("serving {} valid until {}", status.thumbprint_sha256, status.not_after);
+/// # let _ = token; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct UserAssignedIdentityCredential {
+    inner: Arc<Reloader>,
+}
+
+impl UserAssignedIdentityCredential {
+    /// Load `path` (off the async threads), then start watching it. Fails, naming the
+    /// file, if the first load fails. Needs a Tokio runtime.
+    pub async fn new(
+        path: impl Into<PathBuf>,
+        options: UserAssignedIdentityCredentialOptions,
+    ) -> Result<Self> {
+        let path = path.into();
+        let loaded = load_blocking(path.clone(), options.client.clone()).await?;
+        let clock = options.client.clock.clone();
+        let now = clock.now();
+        let status = ReloadStatus {
+            path: path.clone(),
+            not_before: loaded.not_before,
+            not_after: loaded.not_after,
+            thumbprint_sha256: loaded.credential.certificate().thumbprint_sha256_hex(),
+            loaded_at: now,
+            last_check: None,
+            last_outcome: None,
+            last_error: None,
+            reloads: 0,
+            watching: false,
+        };
+        let cancel = match &options.cancellation {
+            Some(parent) => parent.child_token(),
+            None => CancellationToken::new(),
+        };
+        let inner = Arc::new(Reloader {
+            path: path.clone(),
+            client_options: options.client.clone(),
+            active: Published::new(active_from(loaded), &ACTIVE_COPIES),
+            status: watch::channel(status).0,
+            cancel: cancel.clone(),
+            check: AsyncMutex::new(None),
+        });
+        tracing::info!(path = %path.display(), "loaded credential file");
+        let task = ReloadTask {
+            reloader: Arc::downgrade(&inner),
+            cancel,
+            options,
+        };
+        tokio::spawn(task.run());
+        Ok(UserAssignedIdentityCredential { inner })
+    }
+
+    /// Get an access token for `scopes` from the active credential (cached, single
+    /// flight, refresh ahead: see [`ClientCertificateCredential::get_token`]).
+    pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
+        if let Some(token) = self
+            .inner
+            .active
+            .read(|a| a.credential.cached_token(scopes))
+        {
+            return Ok(token);
+        }
+        let active = self.inner.active.load_full();
+        active.credential.get_token(scopes).await
+    }
+
+    /// The active credential.
+    pub fn current(&self) -> ClientCertificateCredential {
+        self.inner.active.load_full().credential.clone()
+    }
+
+    /// What is active and how the last re-read went.
+    pub fn status(&self) -> ReloadStatus {
+        self.inner.status.borrow().clone()
+    }
+
+    /// A receiver that sees the status after every re-read (`changed().await`).
+    pub fn subscribe(&self) -> watch::Receiver<ReloadStatus> {
+        self.inner.status.subscribe()
+    }
+
+    /// Re-read the file now (as a file event or the backstop would).
+    pub async fn check_now(&self) -> ReloadOutcome {
+        self.inner.check("on request").await
+    }
+
+    /// Stop watching (the directory watch and the backstop). The active credential keeps
+    /// serving; [`check_now`](Self::check_now) still works.
+    pub fn cancel(&self) {
+        self.inner.cancel.cancel();
+    }
+
+    /// The credential file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+impl fmt::Debug for UserAssignedIdentityCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = self.status();
+        f.debug_struct("UserAssignedIdentityCredential")
+            .field("path", &status.path)
+            .field("thumbprint_sha256", &status.thumbprint_sha256)
+            .field("not_before", &status.not_before)
+            .field("not_after", &status.not_after)
+            .field("reloads", &status.reloads)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Go reference's name for [`UserAssignedIdentityCredential::new`].
+pub async fn new_user_assigned_identity_credential(
+    path: impl Into<PathBuf>,
+    options: UserAssignedIdentityCredentialOptions,
+) -> Result<UserAssignedIdentityCredential> {
+    UserAssignedIdentityCredential::new(path, options).await
+}
+
+fn active_from(loaded: Loaded) -> Active {
+    Active {
+        credential: loaded.credential,
+        not_before: loaded.not_before,
+        not_after: loaded.not_after,
+        digest: loaded.digest,
+    }
+}
+
+/// Read and build on a blocking thread.
+async fn load_blocking(
+    path: PathBuf,
+    options: ClientCertificateCredentialOptions,
+) -> Result<Loaded> {
+    tokio::task::spawn_blocking(move || {
+        let bytes = reload::read(&path)?;
+        reload::build(&path, &bytes, options)
+    })
+    .await
+    .map_err(|_| {
+        Error::from(ErrorKind::RequestAbandoned {
+            reason: "the blocking task reading the credential file did not finish",
+        })
+    })?
+}
+
+/// What reading the file found, before the swap rule.
+enum Read {
+    /// The bytes of the active credential.
+    Same,
+    /// The bytes last refused (the refusal is repeated without re-parsing).
+    Refused,
+    /// New bytes that built a credential.
+    Built(Box<Loaded>, [u8; 32]),
+    /// The file could not be read, or its bytes (digest) did not build.
+    Bad(Option<[u8; 32]>, Error),
+}
+
+/// The last refused file: its digest and why.
+#[derive(Clone)]
+struct Refusal {
+    digest: [u8; 32],
+    outcome: ReloadOutcome,
+    error: Option<Error>,
+}
+
+impl Reloader {
+    /// One re-read: read, compare, build, decide, swap; record the outcome.
+    async fn check(&self, trigger: &'static str) -> ReloadOutcome {
+        let mut refusal = self.check.lock().await;
+        let path = self.path.clone();
+        let active_digest = self.active.read(|a| a.digest);
+        let refused = refusal.as_ref().map(|r| r.digest);
+        let options = self.client_options.clone();
+        // Read, and build only when the bytes are new: all off the async threads.
+        let read = tokio::task::spawn_blocking(move || {
+            let bytes = match reload::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) => return Read::Bad(None, e),
+            };
+            let digest = reload::digest_of(&bytes);
+            if digest == active_digest {
+                return Read::Same;
+            }
+            if Some(digest) == refused {
+                return Read::Refused;
+            }
+            match reload::build(&path, &bytes, options) {
+                Ok(loaded) => Read::Built(Box::new(loaded), digest),
+                Err(e) => Read::Bad(Some(digest), e),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Read::Bad(
+                None,
+                ErrorKind::RequestAbandoned {
+                    reason: "the blocking task reading the credential file did not finish",
+                }
+                .into(),
+            )
+        });
+
+        let (outcome, error, swapped) = match read {
+            Read::Same => (ReloadOutcome::Unchanged, None, false),
+            Read::Refused => match refusal.as_ref() {
+                Some(r) => (r.outcome, r.error.clone(), false),
+                None => (ReloadOutcome::Unchanged, None, false),
+            },
+            Read::Bad(digest, error) => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    trigger,
+                    error = %error,
+                    "credential file unusable; keeping the active credential"
+                );
+                if let Some(digest) = digest {
+                    *refusal = Some(Refusal {
+                        digest,
+                        outcome: ReloadOutcome::Invalid,
+                        error: Some(error.clone()),
+                    });
+                }
+                (ReloadOutcome::Invalid, Some(error), false)
+            }
+            Read::Built(loaded, digest) => {
+                let active_not_before = self.active.read(|a| a.not_before);
+                match reload::decide(active_not_before, loaded.not_before) {
+                    ReloadOutcome::Swapped => {
+                        tracing::info!(
+                            path = %self.path.display(),
+                            trigger,
+                            old_not_before = %active_not_before,
+                            new_not_before = %loaded.not_before,
+                            thumbprint_sha256 = %loaded.credential.certificate().thumbprint_sha256_hex(),
+                            "credential file rotated; the new credential is active"
+                        );
+                        *refusal = None;
+                        self.active.store(active_from(*loaded));
+                        (ReloadOutcome::Swapped, None, true)
+                    }
+                    outcome => {
+                        tracing::warn!(
+                            path = %self.path.display(),
+                            trigger,
+                            active_not_before = %active_not_before,
+                            file_not_before = %loaded.not_before,
+                            "credential file is not newer than the active credential; keeping the active one"
+                        );
+                        *refusal = Some(Refusal {
+                            digest,
+                            outcome,
+                            error: None,
+                        });
+                        (outcome, None, false)
+                    }
+                }
+            }
+        };
+        let now = self.client_options.clock.now();
+        let active = self.active.load_full();
+        self.status.send_modify(|s| {
+            s.last_check = Some(now);
+            s.last_outcome = Some(outcome);
+            s.last_error = error;
+            if swapped {
+                s.reloads += 1;
+                s.loaded_at = now;
+            }
+            s.not_before = active.not_before;
+            s.not_after = active.not_after;
+            s.thumbprint_sha256 = active.credential.certificate().thumbprint_sha256_hex();
+        });
+        outcome
+    }
+
+    fn set_watching(&self, watching: bool) {
+        self.status.send_if_modified(|s| {
+            let changed = s.watching != watching;
+            s.watching = watching;
+            changed
+        });
+    }
+}
+
+/// The background task: file events (debounced), the backstop, re-arming the watch.
+struct ReloadTask {
+    reloader: Weak<Reloader>,
+    cancel: CancellationToken,
+    options: UserAssignedIdentityCredentialOptions,
+}
+
+/// How often the directory is checked for having been replaced (re-arm).
+const REARM_POLL: Duration = Duration::from_secs(1);
+
+impl ReloadTask {
+    async fn run(self) {
+        let clock = self.options.client.clock.clone();
+        let changed = Arc::new(Notify::new());
+        let dir = match self.reloader.upgrade() {
+            Some(r) => watched_dir(&r.path),
+            None => return,
+        };
+        let mut watcher = self
+            .options
+            .watch
+            .then(|| DirWatcher::new(dir, changed.clone()));
+        if let Some(w) = watcher.as_mut() {
+            w.rearm_if_needed();
+        }
+        self.with_reloader(|r| r.set_watching(watcher.as_ref().is_some_and(DirWatcher::is_armed)));
+        let interval =
+            time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
+        let mut next_backstop = clock.now() + interval;
+        loop {
+            let trigger = tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                _ = changed.notified() => {
+                    // Debounce: let the writer finish, then read once.
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => break,
+                        _ = tokio::time::sleep(self.options.debounce) => {}
+                    }
+                    Some("file event")
+                }
+                _ = clock.sleep_until(next_backstop) => {
+                    next_backstop = clock.now() + interval;
+                    Some("backstop")
+                }
+                _ = tokio::time::sleep(REARM_POLL), if watcher.is_some() => {
+                    let rearmed = watcher.as_mut().is_some_and(DirWatcher::rearm_if_needed);
+                    let armed = watcher.as_ref().is_some_and(DirWatcher::is_armed);
+                    self.with_reloader(|r| r.set_watching(armed));
+                    rearmed.then_some("directory re-armed")
+                }
+            };
+            let Some(trigger) = trigger else { continue };
+            let Some(reloader) = self.reloader.upgrade() else {
+                break;
+            };
+            reloader.check(trigger).await;
+        }
+        self.with_reloader(|r| r.set_watching(false));
+        tracing::debug!("credential reload task stopped");
+    }
+
+    fn with_reloader(&self, f: impl FnOnce(&Reloader)) {
+        if let Some(r) = self.reloader.upgrade() {
+            f(&r);
+        }
+    }
+}
+
+/// The directory to watch: the visible path's parent (the file itself may be a symlink
+/// into `..data`, whose target changes).
+fn watched_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}

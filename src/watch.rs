@@ -1,0 +1,91 @@
+//! Watching the credential file's directory with `notify`.
+//!
+//! The Secrets Store CSI driver writes with kubelet's AtomicWriter: `<name>` is a symlink
+//! to `..data/<name>`, and a rotation renames a new `..data_tmp` symlink over `..data`. A
+//! watch on the file itself follows the old inode and never sees a modify event; a watch
+//! on the directory sees the new timestamped directory, `..data_tmp` and the rename, but
+//! no event that names `<name>`. So the directory is watched and **every** event (and
+//! every watcher error) is taken as "maybe changed": the caller re-reads the visible path
+//! and compares bytes.
+//!
+//! If the directory itself is removed and comes back (a remount, a test harness), the
+//! watch on the old inode is dead; [`DirWatcher::rearm_if_needed`], called about once a
+//! second, notices the new inode and watches it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::Notify;
+
+/// A watch on one directory that signals `changed` on every event.
+pub(crate) struct DirWatcher {
+    dir: PathBuf,
+    changed: Arc<Notify>,
+    watcher: Option<RecommendedWatcher>,
+    /// (device, inode) of the directory the watch is on.
+    armed: Option<(u64, u64)>,
+}
+
+impl DirWatcher {
+    /// A watcher for `dir`; not armed until [`rearm_if_needed`](Self::rearm_if_needed).
+    pub(crate) fn new(dir: PathBuf, changed: Arc<Notify>) -> Self {
+        DirWatcher {
+            dir,
+            changed,
+            watcher: None,
+            armed: None,
+        }
+    }
+
+    /// Whether a watch is in place.
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed.is_some()
+    }
+
+    /// (Re)arm when the directory exists and is not the one watched. Returns true when it
+    /// armed a new watch (the directory may hold a new file: the caller should check).
+    pub(crate) fn rearm_if_needed(&mut self) -> bool {
+        let current = identity(&self.dir);
+        if current == self.armed {
+            return false;
+        }
+        // The directory went away or was replaced: the old watch is dead.
+        self.watcher = None;
+        self.armed = None;
+        let Some(identity) = current else {
+            return false;
+        };
+        match self.watch() {
+            Ok(watcher) => {
+                self.watcher = Some(watcher);
+                self.armed = Some(identity);
+                tracing::debug!(dir = %self.dir.display(), "watching the credential directory");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot watch the credential directory; relying on the backstop");
+                false
+            }
+        }
+    }
+
+    fn watch(&self) -> notify::Result<RecommendedWatcher> {
+        let changed = self.changed.clone();
+        let mut watcher = notify::recommended_watcher(
+            move |event: notify::Result<notify::Event>| {
+                if let Err(e) = &event {
+                    tracing::debug!(error = %e, "file watcher error; re-reading the credential file");
+                }
+                changed.notify_one();
+            },
+        )?;
+        watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    }
+}
+
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
