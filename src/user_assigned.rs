@@ -6,7 +6,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::{Mutex as AsyncMutex, Notify, watch};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
@@ -191,6 +192,14 @@ impl UserAssignedIdentityCredential {
         options: UserAssignedIdentityCredentialOptions,
     ) -> Result<Self> {
         let path = path.into();
+        // Watch first, then load: a change after the load is then never missed.
+        let (changed_tx, changed) = unbounded_channel();
+        let mut watcher = options
+            .watch
+            .then(|| DirWatcher::new(watched_dir(&path), changed_tx));
+        if let Some(w) = watcher.as_mut() {
+            w.rearm_if_needed();
+        }
         let loaded = load_blocking(path.clone(), options.client.clone()).await?;
         let clock = options.client.clock.clone();
         let now = clock.now();
@@ -204,7 +213,7 @@ impl UserAssignedIdentityCredential {
             last_outcome: None,
             last_error: None,
             reloads: 0,
-            watching: false,
+            watching: watcher.as_ref().is_some_and(DirWatcher::is_armed),
         };
         let cancel = match &options.cancellation {
             Some(parent) => parent.child_token(),
@@ -223,6 +232,8 @@ impl UserAssignedIdentityCredential {
             reloader: Arc::downgrade(&inner),
             cancel,
             options,
+            watcher,
+            changed,
         };
         tokio::spawn(task.run());
         Ok(UserAssignedIdentityCredential { inner })
@@ -465,39 +476,30 @@ struct ReloadTask {
     reloader: Weak<Reloader>,
     cancel: CancellationToken,
     options: UserAssignedIdentityCredentialOptions,
+    watcher: Option<DirWatcher>,
+    changed: UnboundedReceiver<()>,
 }
 
 /// How often the directory is checked for having been replaced (re-arm).
 const REARM_POLL: Duration = Duration::from_secs(1);
 
 impl ReloadTask {
-    async fn run(self) {
+    async fn run(mut self) {
         let clock = self.options.client.clock.clone();
-        let changed = Arc::new(Notify::new());
-        let dir = match self.reloader.upgrade() {
-            Some(r) => watched_dir(&r.path),
-            None => return,
-        };
-        let mut watcher = self
-            .options
-            .watch
-            .then(|| DirWatcher::new(dir, changed.clone()));
-        if let Some(w) = watcher.as_mut() {
-            w.rearm_if_needed();
-        }
-        self.with_reloader(|r| r.set_watching(watcher.as_ref().is_some_and(DirWatcher::is_armed)));
+        let mut watcher = self.watcher.take();
         let interval =
             time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
         let mut next_backstop = clock.now() + interval;
         loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                _ = changed.notified() => {
-                    // Debounce: let the writer finish, then read once.
+                Some(()) = self.changed.recv() => {
+                    // Debounce: let the writer finish, then read once for all events.
                     tokio::select! {
                         _ = self.cancel.cancelled() => break,
                         _ = tokio::time::sleep(self.options.debounce) => {}
                     }
+                    while self.changed.try_recv().is_ok() {}
                     Some("file event")
                 }
                 _ = clock.sleep_until(next_backstop) => {

@@ -12,17 +12,17 @@
 //! watch on the old inode is dead; [`DirWatcher::rearm_if_needed`], called about once a
 //! second, notices the new inode and watches it.
 
+#[cfg(unix)]
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedSender;
 
 /// A watch on one directory that signals `changed` on every event.
 pub(crate) struct DirWatcher {
     dir: PathBuf,
-    changed: Arc<Notify>,
+    changed: UnboundedSender<()>,
     watcher: Option<RecommendedWatcher>,
     /// (device, inode) of the directory the watch is on.
     armed: Option<(u64, u64)>,
@@ -30,7 +30,7 @@ pub(crate) struct DirWatcher {
 
 impl DirWatcher {
     /// A watcher for `dir`; not armed until [`rearm_if_needed`](Self::rearm_if_needed).
-    pub(crate) fn new(dir: PathBuf, changed: Arc<Notify>) -> Self {
+    pub(crate) fn new(dir: PathBuf, changed: UnboundedSender<()>) -> Self {
         DirWatcher {
             dir,
             changed,
@@ -78,7 +78,8 @@ impl DirWatcher {
                 if let Err(e) = &event {
                     tracing::debug!(error = %e, "file watcher error; re-reading the credential file");
                 }
-                changed.notify_one();
+                // The receiver is gone only when the reload task ended.
+                let _ = changed.send(());
             },
         )?;
         watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
@@ -86,6 +87,14 @@ impl DirWatcher {
     }
 }
 
+#[cfg(unix)]
 fn identity(dir: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Without inode numbers, only presence is known: re-arming after a replacement then
+/// waits for the directory to be missing at one poll.
+#[cfg(not(unix))]
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(dir).ok().map(|_| (0, 0))
 }
