@@ -92,6 +92,23 @@ pub use user_assigned::{
     new_user_assigned_identity_credential,
 };
 
+/// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`, as
+/// `cargo fuzz` does): the parsers that see untrusted bytes.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Parse a token endpoint answer (success or error body) as `get_token` does.
+    pub fn token_response(status: u16, retry_after: Option<&str>, body: &[u8]) {
+        let raw = crate::endpoint::RawResponse {
+            status,
+            retry_after: retry_after.map(str::to_owned),
+            body: body.to_vec(),
+        };
+        let now = time::OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
+        let _ = crate::endpoint::parse_response(&raw, now, "fuzz");
+    }
+}
+
 /// The README's examples, compiled as doctests (one uses `azure_core`).
 #[cfg(all(doctest, feature = "azure_core"))]
 #[doc = include_str!("../README.md")]
