@@ -1,6 +1,7 @@
 //! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -40,6 +41,9 @@ pub struct ClientCertificateCredentialOptions {
     /// for extra root CAs or explicit proxies; disable redirects on it
     /// (`reqwest::redirect::Policy::none()`): token requests must not follow them.
     pub http_client: Option<reqwest::Client>,
+    /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
+    /// roots), for authorities behind a private CA. Ignored when `http_client` is set.
+    pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
     /// Accept an `http://` authority when its host is loopback (`127.0.0.0/8`, `::1`,
@@ -49,6 +53,9 @@ pub struct ClientCertificateCredentialOptions {
     pub request_timeout: Duration,
     /// How failed token requests are retried.
     pub retry: RetryPolicy,
+    /// Warn (once per credential, through `tracing`) when a token is requested within
+    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
+    pub expiry_warning_margin: Duration,
     /// The clock for assertion times, token expiry and validity checks.
     pub clock: Arc<dyn Clock>,
 }
@@ -57,10 +64,12 @@ impl Default for ClientCertificateCredentialOptions {
     fn default() -> Self {
         ClientCertificateCredentialOptions {
             http_client: None,
+            extra_root_certificates: Vec::new(),
             assertion_algorithm: AssertionAlgorithm::default(),
             allow_http_loopback: false,
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             clock: Arc::new(SystemClock),
         }
     }
@@ -71,6 +80,18 @@ impl ClientCertificateCredentialOptions {
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
         self.http_client = Some(client);
         self
+    }
+
+    /// Trust these root CAs too (PEM, one or more certificates), in a client the crate
+    /// builds (TLS validation on, no redirects).
+    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::from(ErrorKind::HttpClient {
+                reason: format!("extra root certificates: {e}"),
+            })
+        })?;
+        self.extra_root_certificates.extend(certs);
+        Ok(self)
     }
 
     /// Choose the assertion algorithm.
@@ -97,6 +118,12 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
+    /// Set the margin before the credential's end at which a warning is logged.
+    pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
+        self.expiry_warning_margin = margin;
+        self
+    }
+
     /// Use this clock.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -108,10 +135,15 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientCertificateCredentialOptions")
             .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
             .field("assertion_algorithm", &self.assertion_algorithm)
             .field("allow_http_loopback", &self.allow_http_loopback)
             .field("request_timeout", &self.request_timeout)
             .field("retry", &self.retry)
+            .field("expiry_warning_margin", &self.expiry_warning_margin)
             .field("clock", &self.clock)
             .finish()
     }
@@ -148,6 +180,9 @@ struct Inner {
     certificate: ClientCertificate,
     signer: AssertionSigner,
     file_not_after: Option<OffsetDateTime>,
+    renew_after: Option<OffsetDateTime>,
+    expiry_warning_margin: time::Duration,
+    expiry_warned: AtomicBool,
     http: reqwest::Client,
     timeout: Duration,
     retry: RetryPolicy,
@@ -180,6 +215,9 @@ impl ClientCertificateCredential {
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         let http = match options.http_client {
             Some(client) => client,
+            None if !options.extra_root_certificates.is_empty() => {
+                build_http_client(options.extra_root_certificates)?
+            }
             None => default_http_client()?,
         };
         Ok(ClientCertificateCredential {
@@ -190,6 +228,10 @@ impl ClientCertificateCredential {
                 certificate,
                 signer,
                 file_not_after: creds.not_after()?,
+                renew_after: creds.renew_after()?,
+                expiry_warning_margin: time::Duration::try_from(options.expiry_warning_margin)
+                    .unwrap_or(time::Duration::MAX),
+                expiry_warned: AtomicBool::new(false),
                 http,
                 timeout: options.request_timeout,
                 retry: options.retry,
@@ -290,6 +332,39 @@ impl Fetch for Inner {
 }
 
 impl Inner {
+    /// The credential's end: the earlier of the leaf's `notAfter` and the file's `not_after`.
+    fn end(&self) -> OffsetDateTime {
+        let cert_end = self.certificate.not_after();
+        match self.file_not_after {
+            Some(file_end) if file_end < cert_end => file_end,
+            _ => cert_end,
+        }
+    }
+
+    /// Log, once per credential, that it should have been renewed or ends soon.
+    fn warn_if_expiring(&self, now: OffsetDateTime) {
+        if self.expiry_warned.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(reason) = expiry_warning(
+            now,
+            self.renew_after,
+            self.end(),
+            self.expiry_warning_margin,
+        ) else {
+            return;
+        };
+        if !self.expiry_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                client_id = %self.client_id,
+                not_after = %self.end(),
+                renew_after = ?self.renew_after,
+                thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
+                "{reason}; the credential file should be rotated"
+            );
+        }
+    }
+
     /// One token fetch: requests until one succeeds or the retry policy gives up.
     async fn fetch_with_retries(&self, scope: &str) -> Result<AccessToken> {
         let started = self.clock.now();
@@ -322,6 +397,7 @@ impl Inner {
     async fn request_once(&self, scope: &str) -> Result<AccessToken> {
         let now = self.clock.now();
         self.check_validity(now)?;
+        self.warn_if_expiring(now);
         let assertion = self.assertion(now)?;
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let request = TokenRequest {
@@ -367,11 +443,7 @@ impl Inner {
     /// certificate's window (with [`NOT_BEFORE_SKEW`] of grace at the start) and the file's
     /// `not_after`.
     fn check_validity(&self, now: OffsetDateTime) -> Result<()> {
-        let cert_end = self.certificate.not_after();
-        let end = match self.file_not_after {
-            Some(file_end) if file_end < cert_end => file_end,
-            _ => cert_end,
-        };
+        let end = self.end();
         if now > end {
             return Err(ErrorKind::CredentialExpired {
                 what: "expired",
@@ -412,6 +484,23 @@ pub fn get_credential(
     ClientCertificateCredential::new(creds, options)
 }
 
+/// Pure: why a credential deserves a warning at `now`, if it does: it ends within `margin`,
+/// or it is past its `renew_after`.
+pub(crate) fn expiry_warning(
+    now: OffsetDateTime,
+    renew_after: Option<OffsetDateTime>,
+    end: OffsetDateTime,
+    margin: time::Duration,
+) -> Option<&'static str> {
+    if now >= end - margin {
+        Some("the credential expires soon")
+    } else if renew_after.is_some_and(|r| now >= r) {
+        Some("the credential is past its renew_after time")
+    } else {
+        None
+    }
+}
+
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
 fn check_scopes(scopes: &[&str]) -> Result<()> {
     if scopes.is_empty() {
@@ -439,13 +528,52 @@ fn default_http_client() -> Result<reqwest::Client> {
     if let Some(client) = CLIENT.get() {
         return Ok(client.clone());
     }
-    let client = reqwest::Client::builder()
+    let client = build_http_client(Vec::new())?;
+    Ok(CLIENT.get_or_init(|| client).clone())
+}
+
+/// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
+/// certificate validation on, no redirects (a token request is never re-sent elsewhere),
+/// proxies from the environment.
+fn build_http_client(extra_roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .tls_certs_merge(extra_roots)
         .build()
         .map_err(|e| {
             Error::from(ErrorKind::HttpClient {
                 reason: e.to_string(),
             })
-        })?;
-    Ok(CLIENT.get_or_init(|| client).clone())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn expiry_warning_rules() {
+        let end = datetime!(2026-03-01 00:00 UTC);
+        let renew = Some(datetime!(2026-02-01 00:00 UTC));
+        let week = time::Duration::days(7);
+        assert_eq!(
+            expiry_warning(datetime!(2026-01-15 00:00 UTC), renew, end, week),
+            None
+        );
+        assert!(
+            expiry_warning(datetime!(2026-02-02 00:00 UTC), renew, end, week)
+                .unwrap()
+                .contains("renew_after")
+        );
+        assert!(
+            expiry_warning(datetime!(2026-02-23 00:00 UTC), None, end, week)
+                .unwrap()
+                .contains("expires soon")
+        );
+        assert_eq!(
+            expiry_warning(datetime!(2026-02-20 00:00 UTC), None, end, week),
+            None
+        );
+    }
 }

@@ -16,6 +16,10 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -26,6 +30,9 @@ pub(crate) struct DirWatcher {
     watcher: Option<RecommendedWatcher>,
     /// (device, inode) of the directory the watch is on.
     armed: Option<(u64, u64)>,
+    /// Set by the watcher when the watched directory itself was removed or moved: the
+    /// watch is dead even if a new directory has the same inode number (ext4 reuses them).
+    dead: Arc<AtomicBool>,
 }
 
 impl DirWatcher {
@@ -36,6 +43,7 @@ impl DirWatcher {
             changed,
             watcher: None,
             armed: None,
+            dead: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -48,7 +56,8 @@ impl DirWatcher {
     /// armed a new watch (the directory may hold a new file: the caller should check).
     pub(crate) fn rearm_if_needed(&mut self) -> bool {
         let current = identity(&self.dir);
-        if current == self.armed {
+        let dead = self.dead.swap(false, Ordering::AcqRel);
+        if current == self.armed && !dead {
             return false;
         }
         // The directory went away or was replaced: the old watch is dead.
@@ -73,10 +82,22 @@ impl DirWatcher {
 
     fn watch(&self) -> notify::Result<RecommendedWatcher> {
         let changed = self.changed.clone();
+        let dead = self.dead.clone();
+        let dir = self.dir.clone();
         let mut watcher = notify::recommended_watcher(
             move |event: notify::Result<notify::Event>| {
-                if let Err(e) = &event {
-                    tracing::debug!(error = %e, "file watcher error; re-reading the credential file");
+                match &event {
+                    Ok(event) => {
+                        if !may_change_content(&event.kind) {
+                            return;
+                        }
+                        if removes_or_moves(&event.kind) && event.paths.contains(&dir) {
+                            dead.store(true, Ordering::Release);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "file watcher error; re-reading the credential file");
+                    }
                 }
                 // The receiver is gone only when the reload task ended.
                 let _ = changed.send(());
@@ -85,6 +106,23 @@ impl DirWatcher {
         watcher.watch(&self.dir, RecursiveMode::NonRecursive)?;
         Ok(watcher)
     }
+}
+
+/// Reads (opening, reading, closing without writing) change nothing; our own re-reads
+/// cause them, so reacting to them would re-read forever. Everything else may.
+fn may_change_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+fn removes_or_moves(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+    )
 }
 
 #[cfg(unix)]

@@ -4,12 +4,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ManualClock, RetryPolicy,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
@@ -18,34 +16,7 @@ use msi_dataplane::{
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{credential_path, load, load_with_endpoint};
 use support::harness::{ARM, options, register};
-
-/// Everything any subscriber writes, from every thread (the global default).
-fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        log
-    })
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use support::log_capture::captured;
 
 /// The secret material of a fixture, in the forms it could leak in.
 struct Secrets {

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests. Each test binary uses a subset.
 #![allow(dead_code)]
 
+pub mod atomic_writer;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
+pub mod log_capture;

@@ -1,0 +1,317 @@
+//! Limits, transport safety, expiry awareness and network faults: each ends in a typed
+//! error or a served cached token, never a hang or a panic.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use msi_dataplane::{
+    ClientCertificate, ClientCertificateCredential, ErrorKind, MAX_CERTIFICATES,
+    MAX_RESPONSE_BYTES, ManualClock, RetryPolicy, UserAssignedIdentityCredentials,
+};
+use support::entra::{EntraServer, Scripted};
+use support::fixtures::{load, load_with_endpoint};
+use support::harness::{ARM, credential, credential_with, options};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
+    options().with_retry_policy(RetryPolicy::none())
+}
+
+// ---- limits ----
+
+#[test]
+fn too_many_certificates_are_refused() {
+    let creds = load("pem-pkcs8");
+    let bundle = STANDARD
+        .decode(creds.client_secret.as_ref().unwrap().expose_secret())
+        .unwrap();
+    let text = String::from_utf8(bundle).unwrap();
+    let cert_start = text.find("-----BEGIN CERTIFICATE-----").unwrap();
+    let cert_end =
+        text.find("-----END CERTIFICATE-----").unwrap() + "-----END CERTIFICATE-----\n".len();
+    let cert = &text[cert_start..cert_end];
+    let mut big = text.clone();
+    for _ in 0..MAX_CERTIFICATES {
+        big.push_str(cert);
+    }
+    let err = ClientCertificate::from_bundle(big.as_bytes()).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::TooManyCertificates { count, limit } if *count == MAX_CERTIFICATES + 1 && *limit == MAX_CERTIFICATES),
+        "{err}"
+    );
+}
+
+#[test]
+fn deeply_nested_json_is_a_typed_error_not_a_stack_overflow() {
+    // An unknown key whose value nests 100,000 deep: skipped without recursion, or cut
+    // at serde_json's recursion limit (128) where values are built.
+    let deep = |close: bool| {
+        let mut json = String::from("{\"future_key\":");
+        json.push_str(&"[".repeat(100_000));
+        if close {
+            json.push_str(&"]".repeat(100_000));
+            json.push('}');
+        }
+        json
+    };
+    let err = UserAssignedIdentityCredentials::from_slice(deep(false).as_bytes()).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err}");
+    let err = UserAssignedIdentityCredentials::from_slice(deep(true).as_bytes()).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::MissingFields { .. }),
+        "{err}"
+    );
+    // In a typed field, the recursion limit answers.
+    let mut json = String::from("{\"custom_claims\":{\"xms_az_nwperimid\":");
+    json.push_str(&"[".repeat(100_000));
+    let err = UserAssignedIdentityCredentials::from_slice(json.as_bytes()).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_huge_token_response_is_refused() {
+    let server = EntraServer::start().await;
+    let cred = credential_with(&server, "pem-pkcs8", no_retry());
+    let huge = format!(
+        "{{\"access_token\":\"{}\",\"expires_in\":3599}}",
+        "a".repeat(MAX_RESPONSE_BYTES)
+    );
+    server.enqueue(Scripted::status(200).body(&huge));
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidTokenResponse { reason, .. } if reason.contains("exceeds")),
+        "{err}"
+    );
+    // The same for a huge error page.
+    server.enqueue(Scripted::status(502).body(&"x".repeat(MAX_RESPONSE_BYTES + 1)));
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidTokenResponse { .. }),
+        "{err}"
+    );
+}
+
+// ---- transport safety ----
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    // The crate-built client (system roots plus the test CA), not the tests' own client.
+    let server = EntraServer::start().await;
+    register_and_point(&server);
+    let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
+    let options = msi_dataplane::ClientCertificateCredentialOptions::default()
+        .with_extra_root_certificates_pem(&EntraServer::ca_pem())
+        .unwrap()
+        .with_retry_policy(RetryPolicy::none());
+    let cred = ClientCertificateCredential::new(&creds, options).unwrap();
+    // It works at all...
+    cred.request_token(&[ARM]).await.unwrap();
+    // ...and a redirect (to the very same, valid, token URL) is not followed.
+    let target = cred.token_url().to_owned();
+    server.enqueue(Scripted::status(307).header("location", &target));
+    let err = cred.request_token(&[ARM]).await.unwrap_err();
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+        panic!("{err:?}")
+    };
+    assert_eq!(e.status, 307);
+    assert_eq!(server.token_requests(), 2, "the redirect was not followed");
+}
+
+fn register_and_point(server: &EntraServer) {
+    support::harness::register(server, "pem-pkcs8");
+}
+
+#[tokio::test]
+async fn the_default_client_validates_tls_and_refuses_plain_http() {
+    // Default options: the crate's shared client with the system roots, which do not
+    // include the test CA.
+    let server = EntraServer::start().await;
+    register_and_point(&server);
+    let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
+    let cred = ClientCertificateCredential::new(
+        &creds,
+        msi_dataplane::ClientCertificateCredentialOptions::default()
+            .with_retry_policy(RetryPolicy::none()),
+    )
+    .unwrap();
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    assert_eq!(server.tokens_issued(), 0);
+
+    let http = load_with_endpoint("pem-pkcs8", "http://login.example.test/");
+    let err = ClientCertificateCredential::new(&http, Default::default()).unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::InvalidAuthority { .. }),
+        "{err}"
+    );
+}
+
+// ---- expiry awareness ----
+
+#[tokio::test]
+async fn renew_after_and_near_expiry_warn_once_per_credential() {
+    let log = support::log_capture::captured();
+    let server = EntraServer::start().await;
+    register_and_point(&server);
+    let mut creds = load_with_endpoint("pem-pkcs8", &server.base_url());
+    let now = time::OffsetDateTime::now_utc();
+    creds.renew_after = Some(
+        (now - time::Duration::hours(1))
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap(),
+    );
+    let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
+    cred.request_token(&[ARM]).await.unwrap();
+    cred.request_token(&[ARM]).await.unwrap();
+    let thumb = cred.certificate().thumbprint_sha256_hex();
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let warnings = text
+        .lines()
+        .filter(|l| l.contains("past its renew_after") && l.contains(&thumb))
+        .count();
+    assert_eq!(warnings, 1, "{text}");
+
+    // Within the margin of not_after: a different warning, also once.
+    let clock = Arc::new(ManualClock::new(
+        cred.certificate().not_after() - time::Duration::days(2),
+    ));
+    let near = credential_with(
+        &server,
+        "pem-pkcs8",
+        options()
+            .with_clock(clock)
+            .with_retry_policy(RetryPolicy::none()),
+    );
+    let _ = near.request_token(&[ARM]).await; // the server (real time) refuses the far-future assertion
+    let _ = near.request_token(&[ARM]).await;
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    assert_eq!(
+        text.lines().filter(|l| l.contains("expires soon")).count(),
+        1,
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_credential_fails_before_any_network_call() {
+    let server = EntraServer::start().await;
+    let cred = credential(&server, "expired");
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::CredentialExpired { .. }),
+        "{err}"
+    );
+    assert_eq!(server.token_requests(), 0);
+}
+
+// ---- faults ----
+
+/// A TLS server that reads a request, writes the start of an answer, and closes.
+async fn half_answering_server() -> String {
+    use tokio_rustls::TlsAcceptor;
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let certs: Vec<_> =
+        rustls::pki_types::CertificateDer::pem_file_iter(format!("{dir}/fixtures/tls/server.pem"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    use rustls::pki_types::pem::PemObject;
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/fixtures/tls/server.key"))
+            .unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = tls.read(&mut buf).await;
+                let _ = tls
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"access_tok")
+                    .await;
+                let _ = tls.flush().await;
+                // Close mid-body.
+            });
+        }
+    });
+    format!("https://{addr}/")
+}
+
+#[tokio::test]
+async fn a_server_closing_mid_response_is_a_transport_error() {
+    let authority = half_answering_server().await;
+    let creds = load_with_endpoint("pem-pkcs8", &authority);
+    let cred = ClientCertificateCredential::new(&creds, no_retry()).unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), cred.get_token(&[ARM]))
+        .await
+        .expect("no hang")
+        .unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(err.is_transient());
+}
+
+#[tokio::test]
+async fn slow_headers_hit_the_request_timeout() {
+    let server = EntraServer::start().await;
+    let cred = credential_with(
+        &server,
+        "pem-pkcs8",
+        no_retry().with_request_timeout(Duration::from_millis(200)),
+    );
+    server.enqueue(Scripted::status(200).delayed(Duration::from_secs(5)));
+    let started = std::time::Instant::now();
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Transport { timeout: true, .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn a_5xx_storm_ends_in_a_typed_error_after_bounded_retries() {
+    let server = EntraServer::start().await;
+    let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    for status in [500, 502, 503, 504, 500, 502, 503, 504] {
+        server.enqueue(Scripted::status(status));
+    }
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    assert!(err.is_transient());
+    assert_eq!(server.token_requests(), 4);
+    assert!(clock.sleeps().iter().sum::<Duration>() <= Duration::from_secs(60));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_during_refresh_are_invisible_while_the_token_is_valid() {
+    let server = EntraServer::start().await;
+    server.set_token_shape(support::entra::TokenShape {
+        expires_in: 500,
+        ..Default::default()
+    });
+    let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    let cred = credential_with(&server, "pem-pkcs8", no_retry().with_clock(clock.clone()));
+    let token = cred.get_token(&[ARM]).await.unwrap();
+    clock.advance(time::Duration::seconds(260)); // inside the refresh window
+    server.enqueue(Scripted::status(200).body("<html>not json</html>"));
+    for _ in 0..20 {
+        assert_eq!(cred.get_token(&[ARM]).await.unwrap(), token);
+    }
+}
