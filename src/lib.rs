@@ -36,6 +36,23 @@
 //! | `cred.GetToken(ctx, policy.TokenRequestOptions{Scopes})` | [`ClientCertificateCredential::get_token`] |
 //! | `azcore.AccessToken{Token, ExpiresOn}` | [`AccessToken`] (`token()`, `expires_on()`) |
 //! | `azidentity.ParseCertificates(data, nil)` | [`ClientCertificate::from_bundle`] |
+//! | `NewUserAssignedIdentityCredential(ctx, path, opts...)` | [`UserAssignedIdentityCredential::new`] / [`new_user_assigned_identity_credential`] |
+//! | `WithBackstopRefresh(d)` | [`UserAssignedIdentityCredentialOptions::with_backstop_interval`] |
+//!
+//! ## Caching, refresh and rotation
+//!
+//! [`ClientCertificateCredential::get_token`] answers from a per-scope cache without locks
+//! or allocation, shares one request among concurrent callers, refreshes ahead of expiry
+//! and keeps serving a valid token through failed refreshes; requests are retried per
+//! [`RetryPolicy`]. [`UserAssignedIdentityCredential`] follows the credential file through
+//! every Secrets Store CSI rotation (it watches the directory, where the atomic `..data`
+//! swap is visible), swaps only a valid file with a later `not_before`, and keeps the last
+//! good credential otherwise; [`ReloadStatus`] says what it serves.
+//!
+//! ## Crate features
+//!
+//! - `azure_core` (default): `azure_core::credentials::TokenCredential` for
+//!   [`ClientCertificateCredential`] (azure_core 1.x).
 //!
 //! ## Errors
 //!
