@@ -4,7 +4,7 @@
 mod support;
 
 use msi_dataplane::{BundleFormat, ClientCertificate, ErrorKind};
-use support::fixtures::{GOOD, leaf_pem_path, load, pem_file_der};
+use support::fixtures::{GOOD, identity_pem_path, leaf_pem_path, load, pem_file_der};
 
 fn decode(name: &str) -> Result<ClientCertificate, msi_dataplane::Error> {
     ClientCertificate::from_credentials(&load(name))
@@ -43,18 +43,8 @@ fn chain_keeps_input_order_after_the_leaf() {
     let cert = decode("pem-chain").unwrap();
     let chain = cert.chain();
     assert_eq!(chain.len(), 3);
-    let intermediate = pem_file_der(
-        &support::fixtures::credential_path("x")
-            .parent()
-            .unwrap()
-            .join("../identity/intermediate.pem"),
-    );
-    let root = pem_file_der(
-        &support::fixtures::credential_path("x")
-            .parent()
-            .unwrap()
-            .join("../identity/root-ca.pem"),
-    );
+    let intermediate = pem_file_der(&identity_pem_path("intermediate"));
+    let root = pem_file_der(&identity_pem_path("root-ca"));
     assert_eq!(chain[1], intermediate);
     assert_eq!(chain[2], root);
     assert!(

@@ -14,7 +14,7 @@ use msi_dataplane::{
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, load_with_endpoint};
-use support::harness::{ARM, credential, credential_with, options};
+use support::harness::{ARM, credential, credential_with, options, register};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
@@ -101,7 +101,7 @@ async fn a_huge_token_response_is_refused() {
 async fn redirects_are_not_followed() {
     // The crate-built client (system roots plus the test CA), not the tests' own client.
     let server = EntraServer::start().await;
-    register_and_point(&server);
+    register(&server, "pem-pkcs8");
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     let options = msi_dataplane::ClientCertificateCredentialOptions::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
@@ -121,16 +121,12 @@ async fn redirects_are_not_followed() {
     assert_eq!(server.token_requests(), 2, "the redirect was not followed");
 }
 
-fn register_and_point(server: &EntraServer) {
-    support::harness::register(server, "pem-pkcs8");
-}
-
 #[tokio::test]
 async fn the_default_client_validates_tls_and_refuses_plain_http() {
     // Default options: the crate's shared client with the system roots, which do not
     // include the test CA.
     let server = EntraServer::start().await;
-    register_and_point(&server);
+    register(&server, "pem-pkcs8");
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     let cred = ClientCertificateCredential::new(
         &creds,
@@ -160,7 +156,7 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
 async fn renew_after_and_near_expiry_warn_once_per_credential() {
     let log = support::log_capture::captured();
     let server = EntraServer::start().await;
-    register_and_point(&server);
+    register(&server, "pem-pkcs8");
     let mut creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     let now = time::OffsetDateTime::now_utc();
     creds.renew_after = Some(

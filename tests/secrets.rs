@@ -14,7 +14,7 @@ use msi_dataplane::{
     UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
-use support::fixtures::{credential_path, load, load_with_endpoint};
+use support::fixtures::{load, load_with_endpoint};
 use support::harness::{ARM, options, register};
 use support::log_capture::captured;
 
@@ -266,5 +266,4 @@ async fn logs_of_a_token_flow_and_a_reload_hold_no_secret() {
     assert!(text.contains("retrying"), "no retry event in:\n{text}");
     secrets.assert_absent("tracing output", &text);
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = credential_path("x");
 }

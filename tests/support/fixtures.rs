@@ -15,6 +15,11 @@ pub fn leaf_pem_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/certs/{name}.leaf.pem"))
 }
 
+/// `fixtures/identity/<name>.pem`: the identity PKI's CA certificates.
+pub fn identity_pem_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/identity/{name}.pem"))
+}
+
 /// Parse a fixture credential file.
 pub fn load(name: &str) -> UserAssignedIdentityCredentials {
     UserAssignedIdentityCredentials::from_path(credential_path(name))
