@@ -435,23 +435,3 @@ async fn bad_scopes_are_refused_locally() {
     }
     assert_eq!(server.token_requests(), 0);
 }
-
-#[test]
-fn debug_output_has_no_secrets() {
-    let creds = load("pem-pkcs8");
-    let secret = creds
-        .client_secret
-        .as_ref()
-        .unwrap()
-        .expose_secret()
-        .to_owned();
-    let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
-    for text in [
-        format!("{creds:?}"),
-        format!("{cred:?}"),
-        format!("{:?}", cred.certificate()),
-    ] {
-        assert!(!text.contains(&secret[..32]), "{text}");
-        assert!(!text.contains("PRIVATE KEY"), "{text}");
-    }
-}

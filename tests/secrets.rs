@@ -25,14 +25,8 @@ struct Secrets {
 
 impl Secrets {
     fn of(name: &str) -> Secrets {
-        let creds = load(name);
-        let secret = creds
-            .client_secret
-            .as_ref()
-            .unwrap()
-            .expose_secret()
-            .to_owned();
-        let bundle = STANDARD.decode(&secret).unwrap();
+        let secret = support::fixtures::secret(name);
+        let bundle = support::fixtures::bundle(name);
         let mut needles = vec![
             ("client_secret prefix".into(), secret[..48].to_owned()),
             (

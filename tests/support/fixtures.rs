@@ -33,6 +33,23 @@ pub fn load_with_endpoint(name: &str, authority: &str) -> UserAssignedIdentityCr
     creds
 }
 
+/// A fixture's `client_secret` (standard base64 of the bundle).
+pub fn secret(name: &str) -> String {
+    load(name)
+        .client_secret
+        .expect("fixture has client_secret")
+        .expose_secret()
+        .to_owned()
+}
+
+/// A fixture's decoded certificate bundle.
+pub fn bundle(name: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(secret(name))
+        .expect("fixture client_secret is base64")
+}
+
 /// DER of the first certificate in a PEM file.
 pub fn pem_file_der(path: &std::path::Path) -> Vec<u8> {
     let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
