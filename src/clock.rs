@@ -71,6 +71,15 @@ impl Clock for SystemClock {
     }
 }
 
+/// `t + d`, saturating at the ends of the representable range instead of panicking.
+pub(crate) fn saturating_add(t: OffsetDateTime, d: time::Duration) -> OffsetDateTime {
+    t.checked_add(d).unwrap_or(if d.is_negative() {
+        time::PrimitiveDateTime::MIN.assume_utc()
+    } else {
+        time::PrimitiveDateTime::MAX.assume_utc()
+    })
+}
+
 /// Milliseconds since the Unix epoch (saturating far outside ±292 million years).
 pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(if t.year() < 0 {

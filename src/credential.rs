@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::cache::{Fetch, TokenCache};
 use crate::certificate::ClientCertificate;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, saturating_add};
 use crate::endpoint::{self, TokenRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::UserAssignedIdentityCredentials;
@@ -452,7 +452,7 @@ impl Inner {
             .into());
         }
         let start = self.certificate.not_before();
-        if now + NOT_BEFORE_SKEW < start {
+        if saturating_add(now, NOT_BEFORE_SKEW) < start {
             return Err(ErrorKind::CredentialExpired {
                 what: "is not valid until",
                 at: start,
@@ -492,7 +492,7 @@ pub(crate) fn expiry_warning(
     end: OffsetDateTime,
     margin: time::Duration,
 ) -> Option<&'static str> {
-    if now >= end - margin {
+    if now >= saturating_add(end, -margin) {
         Some("the credential expires soon")
     } else if renew_after.is_some_and(|r| now >= r) {
         Some("the credential is past its renew_after time")

@@ -254,18 +254,22 @@ fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Resu
     if expires_in <= 0 {
         return Err(invalid(format!("`expires_in` is {expires_in}")));
     }
+    // Found by fuzzing: an absurd `expires_in` overflowed the date arithmetic.
+    let expires_on = requested_at
+        .checked_add(time::Duration::seconds(expires_in))
+        .ok_or_else(|| invalid(format!("`expires_in` ({expires_in} s) is out of range")))?;
     let refresh_on = match &parsed.refresh_in {
         Some(r) => {
             let secs = r.get("refresh_in").map_err(invalid)?;
-            (secs > 0 && secs < expires_in).then(|| requested_at + time::Duration::seconds(secs))
+            if secs > 0 && secs < expires_in {
+                requested_at.checked_add(time::Duration::seconds(secs))
+            } else {
+                None
+            }
         }
         None => None,
     };
-    Ok(AccessToken::new(
-        parsed.access_token,
-        requested_at + time::Duration::seconds(expires_in),
-    )
-    .with_refresh_on(refresh_on))
+    Ok(AccessToken::new(parsed.access_token, expires_on).with_refresh_on(refresh_on))
 }
 
 /// Parse an error body. Every field is optional; a body that is not JSON at all (an HTML
@@ -395,6 +399,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(!err.to_string().contains("SECRETVALUE"), "{err}");
+    }
+
+    #[test]
+    fn absurd_expires_in_is_an_error_not_a_panic() {
+        // The fuzzer's finding (fuzz/artifacts/token_response, minimized).
+        let at = datetime!(2026-01-01 00:00 UTC);
+        let body =
+            br#"{"t) en_Tye":"Bearer","expires_in":"00000001024819115206","access_token":"ec"}"#;
+        let err = parse_success(200, body, at).unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let body = br#"{"access_token":"ec","expires_in":9223372036854775807,"refresh_in":9223372036854775806}"#;
+        assert!(parse_success(200, body, at).is_err());
+        let body = br#"{"access_token":"ec","expires_in":3600,"refresh_in":"-5"}"#;
+        assert_eq!(parse_success(200, body, at).unwrap().refresh_on(), None);
     }
 
     #[test]

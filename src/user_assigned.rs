@@ -10,6 +10,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::saturating_add;
 use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
@@ -489,7 +490,7 @@ impl ReloadTask {
         let mut watcher = self.watcher.take();
         let interval =
             time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
-        let mut next_backstop = clock.now() + interval;
+        let mut next_backstop = saturating_add(clock.now(), interval);
         loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
@@ -503,7 +504,7 @@ impl ReloadTask {
                     Some("file event")
                 }
                 _ = clock.sleep_until(next_backstop) => {
-                    next_backstop = clock.now() + interval;
+                    next_backstop = saturating_add(clock.now(), interval);
                     Some("backstop")
                 }
                 _ = tokio::time::sleep(REARM_POLL), if watcher.is_some() => {
