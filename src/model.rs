@@ -220,9 +220,10 @@ impl UserAssignedIdentityCredentials {
     }
 
     /// Serialize back to JSON (the same keys and values as were read; unknown keys are
-    /// not kept). The output contains `client_secret`: treat it as a secret.
+    /// not kept). Compact, so it is never larger than an accepted input and always parses
+    /// back. The output contains `client_secret`: treat it as a secret.
     pub fn to_json(&self) -> Result<String> {
-        serde_json::to_string_pretty(self).map_err(json_error)
+        serde_json::to_string(self).map_err(json_error)
     }
 
     fn any_key_absent(&self) -> bool {

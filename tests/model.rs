@@ -236,3 +236,21 @@ fn path_errors_name_the_file() {
     assert_eq!(err.path(), Some(path.as_path()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn to_json_of_an_accepted_file_is_always_accepted_again() {
+    // Found by the fuzz crate's review: pretty-printed output of a large accepted file
+    // could exceed the 1 MiB limit. Compact output is never larger than the input.
+    let mut json = String::from(
+        r#"{"authentication_endpoint":"https://login.microsoftonline.com/","client_id":"c","tenant_id":"t","client_secret":"QQ==","custom_claims":{"xms_az_nwperimid":["#,
+    );
+    json.push_str(&vec!["\"\""; 110_000].join(","));
+    json.push_str("]}}");
+    let creds = UserAssignedIdentityCredentials::from_slice(json.as_bytes()).unwrap();
+    let out = creds.to_json().unwrap();
+    assert!(out.len() <= json.len());
+    assert_eq!(
+        UserAssignedIdentityCredentials::from_slice(out.as_bytes()).unwrap(),
+        creds
+    );
+}
