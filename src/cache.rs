@@ -296,18 +296,26 @@ impl TokenCache {
     /// The slot for `scopes`, created if need be (None past MAX_SLOTS).
     fn slot(&self, scopes: &[&str]) -> Option<Arc<Slot>> {
         let hash = self.hash(scopes);
+        let find = |snapshot: &Snapshot| {
+            snapshot
+                .entries
+                .find(hash, |e| e.matches(hash, scopes))
+                .map(|e| e.slot.clone())
+        };
+        if let Some(slot) = self.shared.read(find) {
+            return Some(slot);
+        }
         let mut found = None;
         let mut full = false;
         self.shared.update(|current| {
-            if let Some(entry) = current.entries.find(hash, |e| e.matches(hash, scopes)) {
-                found = Some(entry.slot.clone());
-                return current.clone();
+            if let Some(slot) = find(current) {
+                found = Some(slot);
+                return None;
             }
             if current.entries.len() >= MAX_SLOTS {
                 full = true;
-                return current.clone();
+                return None;
             }
-            let mut snapshot = current.clone();
             let slot = Arc::new(Slot {
                 scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
                 joined: Arc::from(scopes.join(" ")),
@@ -316,6 +324,7 @@ impl TokenCache {
                 state: Mutex::new(SlotState::default()),
             });
             found = Some(slot.clone());
+            let mut snapshot = current.clone();
             snapshot.entries.insert_unique(
                 hash,
                 Entry {
@@ -325,7 +334,7 @@ impl TokenCache {
                 },
                 |e| e.hash,
             );
-            snapshot
+            Some(snapshot)
         });
         if full {
             tracing::warn!(
@@ -343,7 +352,7 @@ impl TokenCache {
             for entry in snapshot.entries.iter_mut() {
                 entry.cached = None;
             }
-            snapshot
+            Some(snapshot)
         });
     }
 }
@@ -476,7 +485,7 @@ impl FlightGuard {
                             entry.cached = Some(cached.clone());
                         }
                     }
-                    snapshot
+                    Some(snapshot)
                 });
                 state.failures = 0;
                 slot.retry_not_before.store(i64::MIN, Ordering::Release);

@@ -64,17 +64,20 @@ impl<T: Send + Sync + 'static> Published<T> {
             .clone()
     }
 
-    /// Replace the value with `change` applied to the current one (under the mutex, so
-    /// concurrent changes are serialized).
-    pub(crate) fn update(&self, change: impl FnOnce(&T) -> T) {
+    /// Replace the value with what `change` makes of the current one, or keep it when
+    /// `change` returns `None` (under the mutex, so concurrent changes are serialized).
+    /// Only a replacement moves the generation, so readers keep their copies otherwise.
+    pub(crate) fn update(&self, change: impl FnOnce(&T) -> Option<T>) {
         let mut current = self.inner.value.lock().unwrap_or_else(|e| e.into_inner());
-        *current = Arc::new(change(&current));
-        self.inner.generation.fetch_add(1, Ordering::Release);
+        if let Some(next) = change(&current) {
+            *current = Arc::new(next);
+            self.inner.generation.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Replace the value.
     pub(crate) fn store(&self, value: T) {
-        self.update(|_| value);
+        self.update(|_| Some(value));
     }
 
     /// Run `f` on this thread's copy of the value, refreshed if the generation moved (on
@@ -130,7 +133,11 @@ mod tests {
         assert_eq!(p.read(|v| *v), 1);
         p.store(2);
         assert_eq!(p.read(|v| *v), 2);
-        p.update(|v| v + 40);
+        p.update(|v| Some(v + 40));
+        assert_eq!(p.read(|v| *v), 42);
+        let generation = p.inner.generation.load(Ordering::Acquire);
+        p.update(|_| None);
+        assert_eq!(p.inner.generation.load(Ordering::Acquire), generation);
         assert_eq!(p.read(|v| *v), 42);
         std::thread::scope(|s| {
             s.spawn(|| assert_eq!(p.read(|v| *v), 42));
