@@ -491,6 +491,11 @@ impl ReloadTask {
         let interval =
             time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
         let mut next_backstop = saturating_add(clock.now(), interval);
+        // An interval, not a sleep re-made each turn: a stream of file events must not
+        // postpone the re-arm check.
+        let mut rearm = tokio::time::interval(REARM_POLL);
+        rearm.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        rearm.reset();
         loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
@@ -507,7 +512,7 @@ impl ReloadTask {
                     next_backstop = saturating_add(clock.now(), interval);
                     Some("backstop")
                 }
-                _ = tokio::time::sleep(REARM_POLL), if watcher.is_some() => {
+                _ = rearm.tick(), if watcher.is_some() => {
                     let rearmed = watcher.as_mut().is_some_and(DirWatcher::rearm_if_needed);
                     let armed = watcher.as_ref().is_some_and(DirWatcher::is_armed);
                     self.with_reloader(|r| r.set_watching(armed));
