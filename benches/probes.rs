@@ -1,0 +1,40 @@
+//! The costs behind the cache's hit-path design (BENCHMARKS.md, "How the hit path got
+//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`.
+//!
+//! `cargo bench --bench probes`
+
+use std::hash::{BuildHasher, Hasher};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn probes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("probe");
+    g.measurement_time(Duration::from_secs(2));
+    g.bench_function("OffsetDateTime::now_utc", |b| {
+        b.iter(time::OffsetDateTime::now_utc)
+    });
+    g.bench_function("SystemTime::now", |b| b.iter(SystemTime::now));
+    #[cfg(target_os = "linux")]
+    g.bench_function("clock_gettime(REALTIME_COARSE)", |b| {
+        b.iter(|| rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse))
+    });
+    let state = foldhash::fast::RandomState::default();
+    let scope = "https://management.azure.com/.default";
+    g.bench_function("foldhash 38-byte scope", |b| {
+        b.iter(|| {
+            let mut h = state.build_hasher();
+            h.write(black_box(scope).as_bytes());
+            h.write_u8(0xff);
+            h.finish()
+        })
+    });
+    let arc = Arc::new(5u64);
+    g.bench_function("Arc clone+drop", |b| b.iter(|| black_box(arc.clone())));
+    g.finish();
+}
+
+criterion_group!(benches, probes);
+criterion_main!(benches);
