@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+/// How messages name a credential file.
+pub(crate) const CREDENTIAL_FILE: &str = "credential file";
+
 /// Shorthand for `Result<T, msi_dataplane::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -38,6 +41,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Error {
     kind: Box<ErrorKind>,
     path: Option<Arc<Path>>,
+    /// What the file at `path` is, for messages: "credential file", "cloud config file".
+    role: &'static str,
 }
 
 impl Error {
@@ -46,7 +51,8 @@ impl Error {
         &self.kind
     }
 
-    /// The credential file this error is about, if it came from one.
+    /// The file this error is about (a credential file, or a cloud config file), if it
+    /// came from one.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
@@ -59,9 +65,16 @@ impl Error {
     }
 
     /// Attach the credential file this error concerns (kept if one is already set).
-    pub(crate) fn with_path(mut self, path: &Path) -> Self {
+    pub(crate) fn with_path(self, path: &Path) -> Self {
+        self.with_file(path, CREDENTIAL_FILE)
+    }
+
+    /// Attach the file this error concerns and what kind of file it is (kept if a file is
+    /// already set).
+    pub(crate) fn with_file(mut self, path: &Path, role: &'static str) -> Self {
         if self.path.is_none() {
             self.path = Some(Arc::from(path));
+            self.role = role;
         }
         self
     }
@@ -72,6 +85,7 @@ impl From<ErrorKind> for Error {
         Error {
             kind: Box::new(kind),
             path: None,
+            role: CREDENTIAL_FILE,
         }
     }
 }
@@ -79,7 +93,7 @@ impl From<ErrorKind> for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.path {
-            Some(path) => write!(f, "credential file {}: {}", path.display(), self.kind),
+            Some(path) => write!(f, "{} {}: {}", self.role, path.display(), self.kind),
             None => fmt::Display::fmt(&self.kind, f),
         }
     }
@@ -300,6 +314,67 @@ pub enum ErrorKind {
         /// What is wrong (the body itself is never included: it may hold a token).
         reason: String,
     },
+
+    // ---- clouds, cloud config and Key Vault storage ----
+    /// A cloud name that is not one of the well-known clouds or their aliases.
+    #[error(
+        "unknown cloud `{name}`; known clouds: AzurePublicCloud (AzureCloud), \
+         AzureUSGovernmentCloud (AzureUSGovernment), AzureChinaCloud"
+    )]
+    UnknownCloud {
+        /// The name as given.
+        name: String,
+    },
+    /// A custom cloud description is unusable.
+    #[error("invalid custom cloud: `{field}` {reason}")]
+    InvalidCloud {
+        /// The field of the description (`name`, `authority_host`, ...).
+        field: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A cloud config (`azure.json`) selects the VM's managed identity
+    /// (`useManagedIdentityExtension: true`) *and* names a data-plane identity file
+    /// (`aadMSIDataPlaneIdentityPath`): cloud-provider-azure would use the VM metadata
+    /// endpoint and ignore the file. Nothing is chosen silently; fix the config.
+    #[error(
+        "`useManagedIdentityExtension` is true and `aadMSIDataPlaneIdentityPath` is set \
+         ({identity_path}): the config selects both the VM managed identity (IMDS) and a \
+         credential file; set `useManagedIdentityExtension` to false to use the file"
+    )]
+    ConflictingIdentitySources {
+        /// The `aadMSIDataPlaneIdentityPath` value.
+        identity_path: String,
+    },
+    /// A cloud config names no data-plane identity file.
+    #[error(
+        "`aadMSIDataPlaneIdentityPath` is not set{}",
+        if *uses_managed_identity_extension {
+            " (the config selects the VM managed identity through IMDS, \
+             `useManagedIdentityExtension: true`, which this crate does not provide)"
+        } else {
+            ""
+        }
+    )]
+    NoIdentityPath {
+        /// Whether the config has `useManagedIdentityExtension: true`.
+        uses_managed_identity_extension: bool,
+    },
+    /// Formatting credentials for Key Vault storage needs a time the credentials lack.
+    #[error("cannot format the credentials for Key Vault: `{field}` is missing")]
+    MissingStorageTime {
+        /// The missing key (`not_before`, `not_after`, `renew_after`,
+        /// `cannot_renew_after`).
+        field: &'static str,
+    },
+    /// A Key Vault secret name is not 1 to 127 ASCII letters, digits and `-`.
+    #[error("invalid Key Vault secret name `{name}`: {reason}")]
+    InvalidSecretName {
+        /// The name as it would be stored.
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
 }
 
 impl ErrorKind {
@@ -394,11 +469,6 @@ impl From<std::io::Error> for ErrorKind {
             source: Arc::new(source),
         }
     }
-}
-
-/// A path-bearing helper used by the loaders.
-pub(crate) fn io_error(path: &Path, source: std::io::Error) -> Error {
-    Error::from(ErrorKind::from(source)).with_path(path)
 }
 
 /// Redact the double-quoted values that a parser echoes back (serde_json quotes the

@@ -72,10 +72,13 @@ mod bundle;
 mod cache;
 mod certificate;
 mod clock;
+mod cloud;
+mod cloud_config;
 mod credential;
 mod endpoint;
 mod error;
 mod key;
+pub mod keyvault;
 mod model;
 mod published;
 mod reload;
@@ -90,6 +93,8 @@ pub use bundle::{BundleFormat, MAX_CERTIFICATES};
 pub use cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
 pub use certificate::ClientCertificate;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use cloud::{Cloud, default_scope};
+pub use cloud_config::CloudConfig;
 pub use credential::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
     get_credential,

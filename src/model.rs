@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{Error, ErrorKind, Result, io_error, redact_quoted};
+use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result, redact_quoted};
 use crate::secret::SecretString;
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
@@ -246,25 +246,31 @@ impl UserAssignedIdentityCredentials {
 /// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused
 /// without being read whole.
 pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let hint = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if hint > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(Error::from(ErrorKind::FileTooLarge {
-            size: hint,
+    read_limited_as(path, CREDENTIAL_FILE)
+}
+
+/// [`read_limited`] for any kind of file; errors name the file as `role` (e.g.
+/// "cloud config file").
+pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Vec<u8>> {
+    let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
+    let too_large = |size: u64| {
+        Error::from(ErrorKind::FileTooLarge {
+            size,
             limit: MAX_CREDENTIAL_FILE_BYTES,
         })
-        .with_path(path));
+        .with_file(path, role)
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if hint > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(too_large(hint));
     }
     let mut bytes = Vec::with_capacity(hint as usize);
     file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| io_error(path, e))?;
+        .map_err(io)?;
     if bytes.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(Error::from(ErrorKind::FileTooLarge {
-            size: bytes.len() as u64,
-            limit: MAX_CREDENTIAL_FILE_BYTES,
-        })
-        .with_path(path));
+        return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
 }
@@ -306,7 +312,7 @@ fn invalid(field: &'static str, reason: &str) -> Error {
     .into()
 }
 
-fn json_error(e: serde_json::Error) -> Error {
+pub(crate) fn json_error(e: serde_json::Error) -> Error {
     ErrorKind::Json {
         line: e.line(),
         column: e.column(),

@@ -1,0 +1,340 @@
+//! Azure clouds: the sovereign clouds by name, custom clouds, and `.default` scopes.
+//!
+//! A [`Cloud`] supplies the *defaults* a component needs besides its identity: the Entra
+//! authority host, the Azure Resource Manager (ARM) endpoint and the ARM token audience.
+//! The authority that tokens are requested from is always the credential file's
+//! `authentication_endpoint`, as in the Go reference; a cloud never overrides it.
+//!
+//! Names are matched case-insensitively, with the aliases cloud-provider-azure and the
+//! Azure CLI use. An unknown name is an error: unlike cloud-provider-azure, which silently
+//! falls back to the public cloud, this crate refuses to guess, because a wrong guess
+//! sends a sovereign-cloud identity's requests to the wrong cloud.
+//!
+//! ```
+//! use msi_dataplane::Cloud;
+//!
+//! let cloud: Cloud = "azureusgovernment".parse()?;
+//! assert_eq!(cloud, Cloud::AZURE_US_GOVERNMENT);
+//! assert_eq!(cloud.resource_manager_endpoint(), "https://management.usgovcloudapi.net");
+//! assert_eq!(
+//!     cloud.resource_manager_scope(),
+//!     "https://management.core.usgovcloudapi.net/.default"
+//! );
+//! assert!("AzureGermanCloud".parse::<Cloud>().is_err());
+//! # Ok::<(), msi_dataplane::Error>(())
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{ErrorKind, Result};
+
+/// An Azure cloud: its canonical name, Entra authority host, ARM endpoint and ARM audience.
+///
+/// The three sovereign clouds are constants ([`Cloud::AZURE_PUBLIC`],
+/// [`Cloud::AZURE_US_GOVERNMENT`], [`Cloud::AZURE_CHINA`]); [`Cloud::from_name`] (or
+/// `str::parse`) finds them by name or alias; [`Cloud::custom`] describes any other
+/// cloud (Azure Stack, an air-gapped cloud, a test endpoint).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cloud {
+    name: Cow<'static, str>,
+    authority_host: Cow<'static, str>,
+    resource_manager_endpoint: Cow<'static, str>,
+    resource_manager_audience: Cow<'static, str>,
+}
+
+/// Every well-known cloud with the names it answers to (compared case-insensitively).
+const KNOWN: [(&Cloud, &[&str]); 3] = [
+    (&Cloud::AZURE_PUBLIC, &["AzurePublicCloud", "AzureCloud"]),
+    (
+        &Cloud::AZURE_US_GOVERNMENT,
+        &["AzureUSGovernmentCloud", "AzureUSGovernment"],
+    ),
+    (&Cloud::AZURE_CHINA, &["AzureChinaCloud"]),
+];
+
+impl Cloud {
+    /// The Azure public cloud (`AzurePublicCloud`, alias `AzureCloud`).
+    pub const AZURE_PUBLIC: Cloud = Cloud::known(
+        "AzurePublicCloud",
+        "https://login.microsoftonline.com/",
+        "https://management.azure.com",
+        "https://management.core.windows.net/",
+    );
+
+    /// Azure US Government (`AzureUSGovernmentCloud`, alias `AzureUSGovernment`).
+    pub const AZURE_US_GOVERNMENT: Cloud = Cloud::known(
+        "AzureUSGovernmentCloud",
+        "https://login.microsoftonline.us/",
+        "https://management.usgovcloudapi.net",
+        "https://management.core.usgovcloudapi.net/",
+    );
+
+    /// Azure operated by 21Vianet in China (`AzureChinaCloud`).
+    pub const AZURE_CHINA: Cloud = Cloud::known(
+        "AzureChinaCloud",
+        "https://login.chinacloudapi.cn/",
+        "https://management.chinacloudapi.cn",
+        "https://management.core.chinacloudapi.cn/",
+    );
+
+    const fn known(
+        name: &'static str,
+        authority_host: &'static str,
+        resource_manager_endpoint: &'static str,
+        resource_manager_audience: &'static str,
+    ) -> Cloud {
+        Cloud {
+            name: Cow::Borrowed(name),
+            authority_host: Cow::Borrowed(authority_host),
+            resource_manager_endpoint: Cow::Borrowed(resource_manager_endpoint),
+            resource_manager_audience: Cow::Borrowed(resource_manager_audience),
+        }
+    }
+
+    /// The well-known clouds, public first.
+    pub fn well_known() -> [Cloud; 3] {
+        KNOWN.map(|(cloud, _)| cloud.clone())
+    }
+
+    /// Find a well-known cloud by name or alias, case-insensitively, ignoring surrounding
+    /// whitespace: `AzurePublicCloud`/`AzureCloud`, `AzureUSGovernmentCloud`/
+    /// `AzureUSGovernment`, `AzureChinaCloud`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::UnknownCloud`] for any other name, including the empty string; the
+    /// error lists the names that are known.
+    pub fn from_name(name: &str) -> Result<Cloud> {
+        let wanted = name.trim();
+        KNOWN
+            .iter()
+            .find(|(_, names)| names.iter().any(|n| n.eq_ignore_ascii_case(wanted)))
+            .map(|(cloud, _)| (*cloud).clone())
+            .ok_or_else(|| {
+                ErrorKind::UnknownCloud {
+                    name: name.to_owned(),
+                }
+                .into()
+            })
+    }
+
+    /// Describe a cloud that is not one of the well-known ones.
+    ///
+    /// `authority_host` gets a trailing `/` if it has none (it is a prefix for
+    /// `{tenant}/oauth2/v2.0/token`); the ARM endpoint loses any trailing `/`.
+    ///
+    /// ```
+    /// use msi_dataplane::Cloud;
+    ///
+    /// let stack = Cloud::custom(
+    ///     "AzureStackHub",
+    ///     "https://login.stack.example.com",
+    ///     "https://management.stack.example.com/",
+    ///     "https://management.stack.example.com/",
+    /// )?;
+    /// assert_eq!(stack.authority_host(), "https://login.stack.example.com/");
+    /// assert_eq!(stack.resource_manager_endpoint(), "https://management.stack.example.com");
+    /// # Ok::<(), msi_dataplane::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidCloud`] naming the field when the name is empty or a URL is
+    /// not an absolute `https` URL without query or fragment.
+    pub fn custom(
+        name: impl Into<String>,
+        authority_host: impl Into<String>,
+        resource_manager_endpoint: impl Into<String>,
+        resource_manager_audience: impl Into<String>,
+    ) -> Result<Cloud> {
+        let name = name.into();
+        if name.trim().is_empty() {
+            return Err(invalid_cloud("name", "is empty"));
+        }
+        let mut authority_host = https_url("authority_host", authority_host.into())?;
+        if !authority_host.ends_with('/') {
+            authority_host.push('/');
+        }
+        let mut resource_manager_endpoint = https_url(
+            "resource_manager_endpoint",
+            resource_manager_endpoint.into(),
+        )?;
+        while resource_manager_endpoint.ends_with('/') {
+            resource_manager_endpoint.pop();
+        }
+        let resource_manager_audience = https_url(
+            "resource_manager_audience",
+            resource_manager_audience.into(),
+        )?;
+        Ok(Cloud {
+            name: Cow::Owned(name),
+            authority_host: Cow::Owned(authority_host),
+            resource_manager_endpoint: Cow::Owned(resource_manager_endpoint),
+            resource_manager_audience: Cow::Owned(resource_manager_audience),
+        })
+    }
+
+    /// The well-known cloud whose authority host `authentication_endpoint` (a credential
+    /// file's value, such as `https://login.microsoftonline.com/`) is on, if any. Compares
+    /// scheme and host only, case-insensitively.
+    ///
+    /// ```
+    /// use msi_dataplane::Cloud;
+    ///
+    /// let cloud = Cloud::for_authority("https://login.chinacloudapi.cn/");
+    /// assert_eq!(cloud, Some(Cloud::AZURE_CHINA));
+    /// assert_eq!(Cloud::for_authority("https://login.example.com/"), None);
+    /// ```
+    pub fn for_authority(authentication_endpoint: &str) -> Option<Cloud> {
+        let url = url::Url::parse(authentication_endpoint).ok()?;
+        let host = url.host_str()?;
+        KNOWN
+            .iter()
+            .find(|(cloud, _)| {
+                url::Url::parse(&cloud.authority_host).is_ok_and(|known| {
+                    known.scheme() == url.scheme()
+                        && known
+                            .host_str()
+                            .is_some_and(|h| h.eq_ignore_ascii_case(host))
+                })
+            })
+            .map(|(cloud, _)| (*cloud).clone())
+    }
+
+    /// The canonical name, e.g. `AzurePublicCloud`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Entra ID authority host, with a trailing `/`, e.g.
+    /// `https://login.microsoftonline.com/`.
+    pub fn authority_host(&self) -> &str {
+        &self.authority_host
+    }
+
+    /// The Azure Resource Manager endpoint, without a trailing `/`, e.g.
+    /// `https://management.azure.com`.
+    pub fn resource_manager_endpoint(&self) -> &str {
+        &self.resource_manager_endpoint
+    }
+
+    /// The audience of ARM tokens, e.g. `https://management.core.windows.net/`.
+    pub fn resource_manager_audience(&self) -> &str {
+        &self.resource_manager_audience
+    }
+
+    /// The scope to request ARM tokens with: [`default_scope`] of the ARM audience, e.g.
+    /// `https://management.core.windows.net/.default`.
+    pub fn resource_manager_scope(&self) -> String {
+        default_scope(&self.resource_manager_audience)
+    }
+
+    /// Whether this is one of the well-known clouds (a [`custom`](Self::custom) cloud with
+    /// the same name and URLs is one too).
+    pub fn is_well_known(&self) -> bool {
+        KNOWN.iter().any(|(cloud, _)| *cloud == self)
+    }
+}
+
+impl Default for Cloud {
+    /// [`Cloud::AZURE_PUBLIC`].
+    fn default() -> Self {
+        Cloud::AZURE_PUBLIC
+    }
+}
+
+impl FromStr for Cloud {
+    type Err = crate::Error;
+
+    /// [`Cloud::from_name`].
+    fn from_str(s: &str) -> Result<Cloud> {
+        Cloud::from_name(s)
+    }
+}
+
+impl fmt::Display for Cloud {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// The `.default` scope of a resource: the resource (an App ID URI or a URL) without
+/// trailing `/`, followed by `/.default`. A value that already ends in `/.default` is
+/// returned unchanged.
+///
+/// ```
+/// use msi_dataplane::default_scope;
+///
+/// assert_eq!(default_scope("https://vault.azure.net"), "https://vault.azure.net/.default");
+/// assert_eq!(
+///     default_scope("https://management.core.windows.net/"),
+///     "https://management.core.windows.net/.default"
+/// );
+/// assert_eq!(default_scope("api://my-app/.default"), "api://my-app/.default");
+/// ```
+pub fn default_scope(resource: &str) -> String {
+    let resource = resource.trim();
+    if resource.ends_with("/.default") {
+        return resource.to_owned();
+    }
+    format!("{}/.default", resource.trim_end_matches('/'))
+}
+
+fn https_url(field: &'static str, value: String) -> Result<String> {
+    let value = value.trim().to_owned();
+    let url = url::Url::parse(&value).map_err(|e| invalid_cloud(field, &e.to_string()))?;
+    if url.scheme() != "https" {
+        return Err(invalid_cloud(field, "must be an https URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid_cloud(field, "has no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid_cloud(field, "must not have a query or fragment"));
+    }
+    Ok(value)
+}
+
+fn invalid_cloud(field: &'static str, reason: &str) -> crate::Error {
+    ErrorKind::InvalidCloud {
+        field,
+        reason: reason.to_owned(),
+    }
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_alias_finds_its_cloud_in_any_case() {
+        for (cloud, names) in KNOWN {
+            for name in names {
+                for spelling in [
+                    name.to_string(),
+                    name.to_lowercase(),
+                    name.to_uppercase(),
+                    format!("  {name}\n"),
+                ] {
+                    assert_eq!(&Cloud::from_name(&spelling).unwrap(), cloud, "{spelling}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn default_scope_is_idempotent() {
+        for r in [
+            "https://a.example",
+            "https://a.example/",
+            "https://a.example//",
+        ] {
+            let once = default_scope(r);
+            assert_eq!(once, "https://a.example/.default");
+            assert_eq!(default_scope(&once), once);
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The Key Vault storage format of a credential (the writer's side).
+//!
+//! Whoever stores a credential for the Secrets Store CSI driver to mount writes it as a
+//! Key Vault secret the way the Go reference's `FormatUserAssignedIdentityCredentialsForStorage`
+//! does:
+//!
+//! - name: `uamsi-<identifier>` for user-assigned identity credentials (`msi-<identifier>`
+//!   for the Go reference's cluster-level `ManagedIdentityCredentials`);
+//! - value: the credential JSON;
+//! - attributes: `enabled`, `expires` = `not_after`, `nbf` = `not_before`;
+//! - tags: `renew_after` and `cannot_renew_after`, the file's RFC 3339 strings.
+//!
+//! All four times are required, as in the reference. [`KeyVaultSecret`] holds the result;
+//! [`KeyVaultSecret::set_secret_body`] renders the body of Key Vault's REST
+//! `PUT {vault}/secrets/{name}` ("Set Secret") request, for any HTTP client or SDK.
+//!
+//! ```
+//! use msi_dataplane::{UserAssignedIdentityCredentials, keyvault};
+//!
+//! let creds = UserAssignedIdentityCredentials::from_slice(br#"{
+//!   "authentication_endpoint": "https://login.microsoftonline.com/",
+//!   "client_id": "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d",
+//!   "tenant_id": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+//!   "client_secret": "TUlJQ...",
+//!   "not_before": "2026-11-01T00:00:00Z",
+//!   "not_after": "2027-02-01T00:00:00Z",
+//!   "renew_after": "2026-12-17T00:00:00Z",
+//!   "cannot_renew_after": "2027-01-31T00:00:00Z"
+//! }"#)?;
+//! let secret = keyvault::format_user_assigned_identity_credentials_for_storage(
+//!     "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d",
+//!     &creds,
+//! )?;
+//! assert_eq!(secret.name(), "uamsi-7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d");
+//! assert_eq!(secret.attributes().not_before.year(), 2026);
+//! assert_eq!(secret.tags()["renew_after"], "2026-12-17T00:00:00Z");
+//! // The value is the credential JSON, and it is secret: it never prints.
+//! assert!(!format!("{secret:?}").contains("TUlJQ"));
+//! # Ok::<(), msi_dataplane::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::error::{ErrorKind, Result};
+use crate::model::UserAssignedIdentityCredentials;
+use crate::secret::SecretString;
+
+/// Secret name prefix for user-assigned identity credentials (Go:
+/// `UserAssignedIdentityCredentialsStoragePrefix`).
+pub const USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX: &str = "uamsi-";
+
+/// Secret name prefix for cluster-level managed identity credentials (Go:
+/// `ManagedIdentityCredentialsStoragePrefix`).
+pub const MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX: &str = "msi-";
+
+/// Tag holding the RFC 3339 time after which the credential should be renewed (Go:
+/// `RenewAfterKeyVaultTag`).
+pub const RENEW_AFTER_TAG: &str = "renew_after";
+
+/// Tag holding the RFC 3339 time after which the credential can no longer be renewed (Go:
+/// `CannotRenewAfterKeyVaultTag`).
+pub const CANNOT_RENEW_AFTER_TAG: &str = "cannot_renew_after";
+
+/// The longest secret name Key Vault accepts.
+pub const MAX_SECRET_NAME_LEN: usize = 127;
+
+/// The secret name for user-assigned identity credentials: `uamsi-<identifier>` (Go:
+/// `IdentifierForUserAssignedIdentityCredentials`). Not validated; see
+/// [`validate_secret_name`].
+pub fn identifier_for_user_assigned_identity_credentials(identifier: &str) -> String {
+    format!("{USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX}{identifier}")
+}
+
+/// The secret name for cluster-level managed identity credentials: `msi-<identifier>`
+/// (Go: `IdentifierForManagedIdentityCredentials`). Not validated; see
+/// [`validate_secret_name`].
+pub fn identifier_for_managed_identity_credentials(identifier: &str) -> String {
+    format!("{MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX}{identifier}")
+}
+
+/// Check a name against Key Vault's rule for secret names: 1 to 127 characters, each an
+/// ASCII letter, digit or `-`. (The Go reference does not check; Key Vault then refuses
+/// the request. Checking first gives an error that names the problem.)
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidSecretName`].
+pub fn validate_secret_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        Some("is empty")
+    } else if name.len() > MAX_SECRET_NAME_LEN {
+        Some("is longer than 127 characters")
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Some("may hold only ASCII letters, digits and '-'")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(ErrorKind::InvalidSecretName {
+            name: name.to_owned(),
+            reason,
+        }
+        .into()),
+    }
+}
+
+/// Format user-assigned identity credentials for Key Vault (Go:
+/// `FormatUserAssignedIdentityCredentialsForStorage`): name `uamsi-<identifier>`, the
+/// credential JSON as value, `expires`/`nbf` from `not_after`/`not_before`, and the
+/// `renew_after`/`cannot_renew_after` tags.
+///
+/// # Errors
+///
+/// - [`ErrorKind::MissingStorageTime`] naming the first of `not_after`, `not_before`,
+///   `renew_after`, `cannot_renew_after` that is absent;
+/// - [`ErrorKind::InvalidField`] when one of them is not RFC 3339;
+/// - [`ErrorKind::InvalidSecretName`] when the name breaks Key Vault's rule.
+pub fn format_user_assigned_identity_credentials_for_storage(
+    identifier: &str,
+    credentials: &UserAssignedIdentityCredentials,
+) -> Result<KeyVaultSecret> {
+    let name = identifier_for_user_assigned_identity_credentials(identifier);
+    validate_secret_name(&name)?;
+    let attributes = storage_attributes(credentials)?;
+    let tags = BTreeMap::from([
+        (
+            RENEW_AFTER_TAG.to_owned(),
+            required(credentials.renew_after.as_deref(), "renew_after")?.to_owned(),
+        ),
+        (
+            CANNOT_RENEW_AFTER_TAG.to_owned(),
+            required(
+                credentials.cannot_renew_after.as_deref(),
+                "cannot_renew_after",
+            )?
+            .to_owned(),
+        ),
+    ]);
+    let value = SecretString::from(credentials.to_json()?);
+    Ok(KeyVaultSecret {
+        name,
+        value,
+        attributes,
+        tags,
+    })
+}
+
+/// The attributes, after checking that all four times are present and RFC 3339 (in the
+/// Go reference's order of checks: presence of all four, then parsing).
+fn storage_attributes(credentials: &UserAssignedIdentityCredentials) -> Result<SecretAttributes> {
+    for (field, value) in [
+        ("not_after", credentials.not_after.as_deref()),
+        ("not_before", credentials.not_before.as_deref()),
+        ("renew_after", credentials.renew_after.as_deref()),
+        (
+            "cannot_renew_after",
+            credentials.cannot_renew_after.as_deref(),
+        ),
+    ] {
+        required(value, field)?;
+    }
+    // Present, so the accessors return `Some` or a parse error naming the key.
+    let parsed = |v: Result<Option<OffsetDateTime>>, field| v?.ok_or_else(|| missing(field));
+    let expires = parsed(credentials.not_after(), "not_after")?;
+    let not_before = parsed(credentials.not_before(), "not_before")?;
+    credentials.renew_after()?;
+    credentials.cannot_renew_after()?;
+    Ok(SecretAttributes {
+        enabled: true,
+        expires,
+        not_before,
+    })
+}
+
+fn required<'a>(value: Option<&'a str>, field: &'static str) -> Result<&'a str> {
+    value.ok_or_else(|| missing(field))
+}
+
+fn missing(field: &'static str) -> crate::Error {
+    ErrorKind::MissingStorageTime { field }.into()
+}
+
+/// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyVaultSecret {
+    name: String,
+    value: SecretString,
+    attributes: SecretAttributes,
+    tags: BTreeMap<String, String>,
+}
+
+/// A Key Vault secret's attributes as this format sets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SecretAttributes {
+    /// Always `true`.
+    pub enabled: bool,
+    /// `exp`: the credential's `not_after`.
+    pub expires: OffsetDateTime,
+    /// `nbf`: the credential's `not_before`.
+    pub not_before: OffsetDateTime,
+}
+
+impl KeyVaultSecret {
+    /// The secret name, e.g. `uamsi-<identifier>`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The secret value: the credential JSON, which holds `client_secret`.
+    pub fn value(&self) -> &SecretString {
+        &self.value
+    }
+
+    /// `enabled`, `expires` and `nbf`.
+    pub fn attributes(&self) -> &SecretAttributes {
+        &self.attributes
+    }
+
+    /// The `renew_after` and `cannot_renew_after` tags.
+    pub fn tags(&self) -> &BTreeMap<String, String> {
+        &self.tags
+    }
+
+    /// The JSON body of Key Vault's "Set Secret" REST request (`PUT
+    /// {vault}/secrets/{name}?api-version=7.4`): `value`, `attributes` with `enabled` and
+    /// `nbf`/`exp` in Unix seconds, and `tags`. It holds the credential, so it is returned
+    /// as a [`SecretString`].
+    pub fn set_secret_body(&self) -> Result<SecretString> {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            value: &'a str,
+            attributes: Attributes,
+            tags: &'a BTreeMap<String, String>,
+        }
+        #[derive(Serialize)]
+        struct Attributes {
+            enabled: bool,
+            nbf: i64,
+            exp: i64,
+        }
+        let body = Body {
+            value: self.value.expose_secret(),
+            attributes: Attributes {
+                enabled: self.attributes.enabled,
+                nbf: self.attributes.not_before.unix_timestamp(),
+                exp: self.attributes.expires.unix_timestamp(),
+            },
+            tags: &self.tags,
+        };
+        serde_json::to_string(&body)
+            .map(SecretString::from)
+            .map_err(crate::model::json_error)
+    }
+}
+
+impl fmt::Debug for KeyVaultSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyVaultSecret")
+            .field("name", &self.name)
+            .field("value", &self.value)
+            .field("attributes", &self.attributes)
+            .field("tags", &self.tags)
+            .finish()
+    }
+}
