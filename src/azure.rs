@@ -1,7 +1,8 @@
 //! `azure_core::credentials::TokenCredential` for the credentials (feature `azure_core`).
 //!
-//! With the `azure_core` feature (on by default), [`ClientCertificateCredential`]
-//! implements [`azure_core::credentials::TokenCredential`], so it can be handed to any
+//! With the `azure_core` feature (on by default), [`ClientCertificateCredential`] and the
+//! reloading [`UserAssignedIdentityCredential`] implement
+//! [`azure_core::credentials::TokenCredential`], so either can be handed to any
 //! Azure SDK for Rust client, or to azure_core's `BearerTokenAuthorizationPolicy`, as an
 //! `Arc<dyn TokenCredential>`: wrap it with [`Arc::new`].
 //!
@@ -33,6 +34,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! azure_core's `BearerTokenAuthorizationPolicy` keeps the token it got until close to
+//! its expiry. After a rotation, a client built earlier therefore goes on presenting the
+//! token it holds (still valid: a rotation changes the certificate that signs *new*
+//! token requests, not the validity of issued tokens); the tokens the credential hands out
+//! after the swap are requested with the rotated certificate.
+//!
 //! Errors come back as an [`azure_core::Error`] of kind
 //! [`ErrorKind::Credential`](azure_core::error::ErrorKind::Credential) whose source is this
 //! crate's [`Error`]: `err.downcast_ref::<msi_dataplane::Error>()` recovers it with its
@@ -45,7 +52,7 @@ use std::sync::Arc;
 use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 
-use crate::{AccessToken, ClientCertificateCredential, Error};
+use crate::{AccessToken, ClientCertificateCredential, Error, UserAssignedIdentityCredential};
 
 /// For Azure SDK for Rust clients and azure_core pipelines: use it as an
 /// `Arc<dyn TokenCredential>` (`Arc::new(credential)`), on a Tokio runtime.
@@ -64,6 +71,27 @@ impl TokenCredential for ClientCertificateCredential {
         _options: Option<TokenRequestOptions<'_>>,
     ) -> azure_core::Result<credentials::AccessToken> {
         ClientCertificateCredential::get_token(self, scopes)
+            .await
+            .map(to_azure_token)
+            .map_err(to_azure_error)
+    }
+}
+
+/// For Azure SDK for Rust clients: the reloading credential, as an
+/// `Arc<dyn TokenCredential>`. Long-running components should hand SDK clients this one,
+/// so that every request after a rotation is signed with the rotated certificate.
+///
+/// `get_token` is [`UserAssignedIdentityCredential::get_token`]: the active credential's
+/// cache (never blocked by a reload). Tokens and errors are mapped as for
+/// [`ClientCertificateCredential`].
+#[async_trait::async_trait]
+impl TokenCredential for UserAssignedIdentityCredential {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<credentials::AccessToken> {
+        UserAssignedIdentityCredential::get_token(self, scopes)
             .await
             .map(to_azure_token)
             .map_err(to_azure_error)
@@ -118,5 +146,6 @@ mod tests {
     fn usable_as_dyn_token_credential() {
         fn check<T: TokenCredential + 'static>() {}
         check::<ClientCertificateCredential>();
+        check::<UserAssignedIdentityCredential>();
     }
 }

@@ -11,208 +11,21 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
-use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
-use azure_core::http::policies::Policy;
-use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
-use azure_core::http::{
-    AsyncRawResponse, Body, ClientOptions, Context, HttpClient, Method, Pipeline, RawResponse,
-    Request, RetryOptions, StatusCode, Transport, Url,
+use azure_core::http::StatusCode;
+use msi_dataplane::{
+    ErrorKind, ManualClock, ReloadStatus, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
 };
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use msi_dataplane::{ErrorKind, ManualClock};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use support::atomic_writer::AtomicDir;
+use support::azure_sdk::{Resource, get, pipeline};
 use support::entra::{EntraServer, Scripted, TokenShape};
-use support::harness::{ARM, credential, credential_with, https_client, leaf_sha256_hex, options};
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
-
-// ---------------------------------------------------------------------------------------
-// The transport: azure_core's `HttpClient` over the crate's reqwest 0.13 client.
-// ---------------------------------------------------------------------------------------
-
-#[derive(Debug)]
-struct ReqwestTransport(reqwest::Client);
-
-#[async_trait::async_trait]
-impl HttpClient for ReqwestTransport {
-    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
-        let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
-            .map_err(|e| azure_core::Error::new(AzureErrorKind::Other, e))?;
-        let mut builder = self.0.request(method, request.url().as_str());
-        for (name, value) in request.headers().iter() {
-            builder = builder.header(name.as_str(), value.as_str());
-        }
-        builder = match request.body() {
-            Body::Bytes(bytes) => builder.body(bytes.clone()),
-            Body::SeekableStream(_) => {
-                return Err(azure_core::Error::with_message(
-                    AzureErrorKind::Other,
-                    "the test transport sends byte bodies only",
-                ));
-            }
-        };
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| azure_core::Error::new(AzureErrorKind::Io, e))?;
-        let status = StatusCode::from(response.status().as_u16());
-        let mut headers = Headers::new();
-        for (name, value) in response.headers() {
-            if let Ok(value) = value.to_str() {
-                headers.insert(
-                    HeaderName::from(name.as_str().to_owned()),
-                    HeaderValue::from(value.to_owned()),
-                );
-            }
-        }
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| azure_core::Error::new(AzureErrorKind::Io, e))?;
-        Ok(AsyncRawResponse::from_bytes(status, headers, body))
-    }
-}
-
-/// A pipeline as an Azure SDK client builds one: the bearer-token policy per try, no
-/// retries (a failure should show at once), our transport.
-fn pipeline(credential: Arc<dyn TokenCredential>) -> Pipeline {
-    let options = ClientOptions {
-        transport: Some(Transport::new(Arc::new(ReqwestTransport(https_client())))),
-        retry: RetryOptions::none(),
-        ..Default::default()
-    };
-    let auth: Arc<dyn Policy> = Arc::new(BearerTokenAuthorizationPolicy::new(credential, [ARM]));
-    Pipeline::new(
-        Some("msi-dataplane-tests"),
-        Some("0.0.0"),
-        options,
-        Vec::new(),
-        vec![auth],
-        None,
-    )
-}
-
-async fn get(pipeline: &Pipeline, url: &Url) -> azure_core::Result<RawResponse> {
-    let mut request = Request::new(url.clone(), Method::Get);
-    pipeline.send(&Context::new(), &mut request, None).await
-}
-
-// ---------------------------------------------------------------------------------------
-// The resource service: HTTPS on 127.0.0.1, 200 only for a token Entra issued for ARM.
-// ---------------------------------------------------------------------------------------
-
-/// One request the resource service answered.
-#[derive(Clone, Debug)]
-struct Seen {
-    path: String,
-    /// The bearer token, when the `Authorization` header was `Bearer <token>`.
-    token: Option<String>,
-    status: u16,
-}
-
-struct Resource {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Resource {
-    async fn start(entra: &EntraServer) -> Resource {
-        let acceptor = TlsAcceptor::from(server_tls_config());
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local_addr");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (entra, log) = (entra.clone(), seen.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (acceptor, entra, log) = (acceptor.clone(), entra.clone(), log.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = service_fn(move |req| {
-                        let answer = answer(&entra, &log, req);
-                        async move { Ok::<_, std::convert::Infallible>(answer) }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        Resource { addr, seen }
-    }
-
-    fn url(&self, path: &str) -> Url {
-        Url::parse(&format!("https://{}{path}", self.addr)).expect("url")
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().expect("lock").clone()
-    }
-}
-
-fn answer(
-    entra: &EntraServer,
-    log: &Mutex<Vec<Seen>>,
-    req: hyper::Request<Incoming>,
-) -> hyper::Response<Full<Bytes>> {
-    let token = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    let accepted = token
-        .as_deref()
-        .and_then(|t| entra.issued(t))
-        .is_some_and(|issued| issued.scope == ARM);
-    let status = if accepted { 200 } else { 401 };
-    log.lock().expect("lock").push(Seen {
-        path: req.uri().path().to_owned(),
-        token,
-        status,
-    });
-    let mut response = hyper::Response::builder().status(status);
-    if !accepted {
-        response = response.header(hyper::header::WWW_AUTHENTICATE, "Bearer");
-    }
-    let body = if accepted { "ok" } else { "unauthorized" };
-    response
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .expect("response")
-}
-
-/// The test server certificate (127.0.0.1, ::1, localhost), signed by the test CA that
-/// `https_client()` trusts.
-fn server_tls_config() -> Arc<rustls::ServerConfig> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.pem"))
-        .expect("fixtures/tls/server.pem")
-        .collect::<Result<_, _>>()
-        .expect("server certificate PEM");
-    let key =
-        PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("fixtures/tls/server.key");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server certificate/key");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
+use support::fixtures::load_with_endpoint;
+use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
 
 fn source_chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut chain = vec![error.to_string()];
@@ -402,4 +215,71 @@ async fn resource_refuses_a_token_entra_did_not_issue() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].token.as_deref(), Some("forged.token.value"));
     assert_eq!(seen[0].status, 401);
+}
+
+/// The reloading credential as an SDK client's credential, through a CSI-style rotation.
+///
+/// azure_core's `BearerTokenAuthorizationPolicy` keeps the token it got until close to its
+/// expiry, so a client built before the rotation goes on presenting its (still valid)
+/// token; a token the credential hands out after the swap, as to a client built then, is
+/// signed with the rotated certificate.
+#[tokio::test]
+async fn reloading_credential_follows_a_rotation_through_the_pipeline() {
+    let entra = EntraServer::start().await;
+    for name in ["rotation-1", "rotation-2"] {
+        register(&entra, name);
+    }
+    let json = |name| {
+        load_with_endpoint(name, &entra.base_url())
+            .to_json()
+            .unwrap()
+            .into_bytes()
+    };
+    let mut dir = AtomicDir::new("uami", &json("rotation-1"));
+    let reloading = UserAssignedIdentityCredential::new(
+        dir.visible_path(),
+        UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(options())
+            .with_debounce(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let mut status = reloading.subscribe();
+    let reloading = Arc::new(reloading);
+    let resource = Resource::start(&entra).await;
+    let pipeline = pipeline(reloading.clone() as Arc<dyn TokenCredential>);
+
+    let signed_by = |seen: &support::azure_sdk::Seen| {
+        let token = seen.token.as_deref().expect("bearer token");
+        entra.issued(token).expect("issued").cert_sha256_hex
+    };
+    let response = get(&pipeline, &resource.url("/before")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::Ok);
+    assert_eq!(
+        signed_by(&resource.seen()[0]),
+        leaf_sha256_hex("rotation-1")
+    );
+
+    let rotated_at = Instant::now();
+    dir.rotate(&json("rotation-2"));
+    let deadline = Duration::from_secs(5);
+    let swapped = |s: &ReloadStatus| s.reloads >= 1;
+    tokio::time::timeout(deadline, status.wait_for(swapped))
+        .await
+        .unwrap_or_else(|_| panic!("no swap {:?} after the rotation", rotated_at.elapsed()))
+        .unwrap();
+
+    let response = get(&pipeline, &resource.url("/same-client")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::Ok);
+    let new_client = support::azure_sdk::pipeline(reloading.clone() as Arc<dyn TokenCredential>);
+    let response = get(&new_client, &resource.url("/new-client"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::Ok);
+
+    let seen = resource.seen();
+    let paths: Vec<_> = seen.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(paths, ["/before", "/same-client", "/new-client"]);
+    assert_eq!(seen[1].token, seen[0].token, "the policy's cached token");
+    assert_eq!(signed_by(&seen[2]), leaf_sha256_hex("rotation-2"));
 }

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod atomic_writer;
+#[cfg(feature = "azure_core")]
+pub mod azure_sdk;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
