@@ -75,6 +75,7 @@ mod clock;
 mod credential;
 mod endpoint;
 mod error;
+mod inspect;
 mod key;
 mod model;
 mod published;
@@ -96,6 +97,10 @@ pub use credential::{
 };
 pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
+pub use inspect::{
+    CertificateSummary, CredentialReport, EXPIRES_SOON_MARGIN, FileTimes, Problem, ProblemKind,
+    Severity, Validity,
+};
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
 pub use reload::ReloadOutcome;
