@@ -77,6 +77,7 @@ mod cloud_config;
 mod credential;
 mod endpoint;
 mod error;
+mod inspect;
 mod key;
 pub mod keyvault;
 mod model;
@@ -101,6 +102,10 @@ pub use credential::{
 };
 pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
+pub use inspect::{
+    CertificateSummary, CredentialReport, EXPIRES_SOON_MARGIN, FileTimes, Problem, ProblemKind,
+    Severity, Validity,
+};
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
 pub use reload::ReloadOutcome;

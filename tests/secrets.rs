@@ -6,8 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ManualClock, RetryPolicy,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
@@ -17,50 +15,7 @@ use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, load_with_endpoint};
 use support::harness::{ARM, options, register};
 use support::log_capture::captured;
-
-/// The secret material of a fixture, in the forms it could leak in.
-struct Secrets {
-    needles: Vec<(String, String)>,
-}
-
-impl Secrets {
-    fn of(name: &str) -> Secrets {
-        let secret = support::fixtures::secret(name);
-        let bundle = support::fixtures::bundle(name);
-        let mut needles = vec![
-            ("client_secret prefix".into(), secret[..48].to_owned()),
-            (
-                "client_secret middle".into(),
-                secret[secret.len() / 2..secret.len() / 2 + 48].to_owned(),
-            ),
-        ];
-        if let Ok(blocks) = pem::parse_many(&bundle) {
-            for block in blocks.iter().filter(|b| b.tag().contains("PRIVATE KEY")) {
-                let der = block.contents();
-                let b64 = STANDARD.encode(der);
-                needles.push(("key base64".into(), b64[100..160].to_owned()));
-                let hex: String = der[64..96].iter().map(|b| format!("{b:02x}")).collect();
-                needles.push(("key hex".into(), hex));
-                needles.push(("key bytes as debug".into(), format!("{:?}", &der[64..72])));
-            }
-        }
-        Secrets { needles }
-    }
-
-    fn add(&mut self, what: &str, value: &str) {
-        self.needles.push((what.to_owned(), value.to_owned()));
-    }
-
-    #[track_caller]
-    fn assert_absent(&self, context: &str, text: &str) {
-        for (what, needle) in &self.needles {
-            assert!(
-                !text.contains(needle.as_str()),
-                "{context}: output contains the {what}:\n{text}"
-            );
-        }
-    }
-}
+use support::secrets::Secrets;
 
 #[test]
 fn debug_and_display_of_every_public_type_hold_no_secret() {
@@ -171,7 +126,7 @@ async fn logs_of_a_token_flow_and_a_reload_hold_no_secret() {
         register(&server, name);
     }
     let mut secrets = Secrets::of("rotation-1");
-    secrets.needles.extend(Secrets::of("rotation-2").needles);
+    secrets.extend(Secrets::of("rotation-2"));
 
     let dir = std::env::temp_dir().join(format!("msi-dp-secrets-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -8,3 +8,4 @@ pub mod entra;
 pub mod fixtures;
 pub mod harness;
 pub mod log_capture;
+pub mod secrets;

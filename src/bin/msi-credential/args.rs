@@ -1,0 +1,168 @@
+//! The command line: every command, option and default, parsed by `clap`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::EXIT_CODES_HELP;
+
+/// Inspect an Azure managed-identity credential file, get a token with it, or watch it
+/// rotate.
+///
+/// The file is the JSON `UserAssignedIdentityCredentials` that the Secrets Store CSI
+/// driver mounts (e.g. /mnt/certs/NAME). No command ever prints the client secret or
+/// the private key; `token` prints the access token only when asked with --show-token.
+#[derive(Debug, Parser)]
+#[command(name = "msi-credential", version, after_long_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// Print one JSON object (for `watch`: one JSON object per line) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Log filter for diagnostics on stderr: a level (`off`, `error`, `warn`, `info`,
+    /// `debug`, `trace`) or `target=level` directives, comma-separated
+    /// (e.g. `msi_dataplane=debug`). Default: `warn` (`error` for `watch`, whose own
+    /// lines already report every decision).
+    #[arg(long, global = true, env = "MSI_CREDENTIAL_LOG", value_name = "FILTER")]
+    pub log: Option<String>,
+
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Report identity, authority, validity, certificate and every problem found.
+    ///
+    /// Exit code 0: no problem; 1: warnings only (the credential works but needs
+    /// attention: rotation due, ends within --warn-days, file times disagreeing with the
+    /// certificate, ...); 3: errors (the credential cannot get a token now: expired, not
+    /// yet valid, unusable authority); 4: the file cannot be loaded.
+    Inspect(InspectArgs),
+    /// Get an access token and print its expiry (the token itself only with --show-token).
+    ///
+    /// Exit code 0: a token was issued; 4: the file cannot be loaded; 5: the token
+    /// request failed (the credential outside its validity, a transport or TLS failure,
+    /// an error answer from the token endpoint).
+    Token(TokenArgs),
+    /// Follow the file through rotations and print every reload decision, until Ctrl-C
+    /// or SIGTERM.
+    ///
+    /// One line per decision (swapped, unchanged, not newer, invalid), plus a line when
+    /// the directory watch is lost or re-armed. Exit code 0 when stopped by a signal; 4
+    /// when the file cannot be loaded at start. Send the output outside the watched
+    /// directory: every write there is a file event, and so a re-read.
+    Watch(WatchArgs),
+}
+
+/// `inspect FILE`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The credential file.
+    pub file: PathBuf,
+    /// Warn when the credential ends within this many days.
+    #[arg(long, default_value_t = 7, value_name = "DAYS")]
+    pub warn_days: u32,
+}
+
+/// `token FILE --scope S`.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The credential file.
+    pub file: PathBuf,
+    /// A scope to request, e.g. `https://management.azure.com/.default`; repeat for more.
+    #[arg(long = "scope", required = true, value_name = "SCOPE")]
+    pub scopes: Vec<String>,
+    /// Print the access token too. It is a credential: do not paste it anywhere.
+    #[arg(long)]
+    pub show_token: bool,
+    /// Trust the root CAs in this PEM file too (for an authority behind a private CA).
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept an `http://` authority on a loopback host (local test servers only).
+    #[arg(long)]
+    pub allow_http_loopback: bool,
+    /// Time allowed for each token request, e.g. `30s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub timeout: Duration,
+    /// Requests to make at most before giving up on a transient failure.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempts: u32,
+}
+
+/// `watch FILE`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The credential file (its directory is watched).
+    pub file: PathBuf,
+    /// Re-read the file this often even without a file event, e.g. `6h`, `10m`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "6h")]
+    pub backstop: Duration,
+    /// After a file event, wait this long for more before re-reading, e.g. `200ms`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "200ms")]
+    pub debounce: Duration,
+    /// Do not watch the directory: re-read on the backstop only.
+    #[arg(long)]
+    pub no_watch: bool,
+}
+
+/// A duration: a whole number followed by `ms`, `s`, `m` or `h` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 200ms, 30s, 10m, 6h)"))?;
+    let seconds = |factor: u64| {
+        value
+            .checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("`{text}` is too long"))
+    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(value)),
+        "" | "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        other => Err(format!(
+            "unknown unit `{other}` in `{text}` (use ms, s, m or h)"
+        )),
+    }
+}
+
+/// A duration that is not zero.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err("must be longer than zero".to_owned()),
+        d => Ok(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("6h"), Ok(Duration::from_secs(21_600)));
+        assert!(parse_duration("6d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("h").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+    }
+}

@@ -1,0 +1,103 @@
+//! `msi-credential`: inspect an Azure managed-identity credential file, get a token with
+//! it, or watch it rotate. Built with the crate feature `cli`:
+//!
+//! ```text
+//! cargo install msi-dataplane --features cli     # or: cargo run --features cli -- ...
+//! msi-credential inspect /mnt/certs/my-identity
+//! msi-credential token /mnt/certs/my-identity --scope https://management.azure.com/.default
+//! msi-credential watch /mnt/certs/my-identity --json
+//! ```
+//!
+//! - `inspect FILE [--warn-days N]`: identity (client, object and resource ids), tenant,
+//!   authority and token URL, the effective validity window and days left, the file's
+//!   times, the leaf certificate (subject, issuer, validity, SHA-1 and SHA-256
+//!   thumbprints), chain length, key size, bundle format, and every problem found
+//!   (see `msi_dataplane::CredentialReport`).
+//! - `token FILE --scope S [--scope S2] [--show-token] [--ca-file PEM]
+//!   [--allow-http-loopback] [--timeout D] [--attempts N]`: get a token and print its
+//!   expiry and scopes; the token only with `--show-token`.
+//! - `watch FILE [--backstop D] [--debounce D] [--no-watch]`: build the reloading
+//!   credential and print one line per reload decision until SIGINT/SIGTERM.
+//! - `--json` (any command): one JSON object on stdout (for `watch`, one per line);
+//!   failures too are one JSON object `{"error": {"kind", "message", "file",
+//!   "transient"}}` on stdout. Without it, results go to stdout and failures to stderr.
+//! - `--log FILTER` / `MSI_CREDENTIAL_LOG`: the library's `tracing` events on stderr
+//!   (default `warn`; `error` for `watch`).
+//!
+//! No output ever holds the client secret, key material or a client assertion; the
+//! access token appears only with `token --show-token`.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success: inspect found no problem (info notes allowed), token got a token, watch was stopped by a signal |
+//! | 1 | inspect found warnings only: the credential works now but needs attention (rotation due, ends within `--warn-days`, file times disagreeing with the certificate, ...) |
+//! | 2 | usage: invalid command line, or an option value that cannot be used (e.g. an unreadable `--ca-file`) |
+//! | 3 | inspect found errors: the credential cannot get a token now (expired, not yet valid, unusable authority) |
+//! | 4 | the credential file cannot be loaded: unreadable, not JSON, missing keys, unusable certificate bundle (the message names the file and the field) |
+//! | 5 | token: the token request failed (credential outside its validity, transport or TLS failure, error answer from the token endpoint) |
+//! | 6 | internal failure: the async runtime, a signal handler, or writing the output |
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod args;
+mod exit;
+mod inspect;
+mod logging;
+mod output;
+mod render;
+mod signals;
+mod token;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+use crate::args::{Cli, Command};
+use crate::exit::Exit;
+use crate::render::Format;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version end here too, with 0; usage errors with 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(Exit::Usage.code()));
+        }
+    };
+    let format = if cli.json { Format::Json } else { Format::Text };
+    let default_filter = match cli.command {
+        Command::Watch(_) => "error",
+        _ => "warn",
+    };
+    if let Err(message) = logging::init(cli.log.as_deref().unwrap_or(default_filter)) {
+        output::failure(&render::plain_error("usage", &message, format), format);
+        return Exit::Usage.into();
+    }
+    let exit = match &cli.command {
+        Command::Inspect(args) => inspect::run(args, format),
+        Command::Token(args) => token::run(args, format),
+        Command::Watch(args) => watch::run(args, format),
+    };
+    exit.into()
+}
+
+/// The async runtime for `token` and `watch`: one thread is plenty (the library reads
+/// and parses files on blocking threads).
+fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            let message = format!("cannot start the async runtime: {e}");
+            output::failure(
+                &render::plain_error("internal", &message, Format::Text),
+                Format::Text,
+            );
+            Exit::Internal
+        })
+}

@@ -1,0 +1,435 @@
+//! Turning results into text for people or JSON for scripts. Pure: strings in, strings
+//! out; nothing here writes.
+//!
+//! Only public facts reach these functions (reports, expiry times, thumbprints, error
+//! messages that the library keeps secret-free); the access token is rendered only when
+//! the caller put it in the [`TokenOutput`].
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind, Severity};
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::token::TokenOutput;
+use crate::watch::WatchEvent;
+
+/// Text or JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned text for people.
+    Text,
+    /// One JSON object (per line, for `watch`).
+    Json,
+}
+
+/// The `inspect` JSON object: the report, the file and an overall status.
+#[derive(Serialize)]
+struct InspectJson<'a> {
+    file: &'a Path,
+    status: &'static str,
+    #[serde(flatten)]
+    report: &'a CredentialReport,
+}
+
+/// `"ok"`, `"warning"` or `"error"`: the worst problem that counts (info does not).
+pub fn status(report: &CredentialReport) -> &'static str {
+    match report.worst() {
+        Some(Severity::Error) => "error",
+        Some(Severity::Warning) => "warning",
+        _ => "ok",
+    }
+}
+
+/// The `inspect` output.
+pub fn inspect(file: &Path, report: &CredentialReport, format: Format) -> String {
+    if format == Format::Json {
+        return json(&InspectJson {
+            file,
+            status: status(report),
+            report,
+        });
+    }
+    let r = report;
+    let c = &r.certificate;
+    let f = &r.file_times;
+    let mut text = String::new();
+    let _ = writeln!(text, "credential file {}", file.display());
+    let _ = writeln!(text, "status          {}", summary(r));
+
+    let mut section = |title: &str, rows: &[(&str, String)]| {
+        let _ = writeln!(text, "\n{title}");
+        for (label, value) in rows {
+            let _ = writeln!(text, "  {label:<20}{value}");
+        }
+    };
+    section(
+        "identity",
+        &[
+            ("client_id", r.client_id.clone()),
+            ("object_id", or_dash(r.object_id.as_deref())),
+            ("resource_id", or_dash(r.resource_id.as_deref())),
+            ("tenant_id", r.tenant_id.clone()),
+            ("authority", r.authority.clone()),
+            ("token_url", or_dash(r.token_url.as_deref())),
+        ],
+    );
+    section(
+        "validity",
+        &[
+            ("not_before", rfc3339(r.validity.not_before)),
+            ("not_after", rfc3339(r.validity.not_after)),
+            ("days_left", r.validity.days_left.to_string()),
+        ],
+    );
+    section(
+        "file times",
+        &[
+            ("not_before", opt_time(f.not_before)),
+            ("not_after", opt_time(f.not_after)),
+            ("renew_after", opt_time(f.renew_after)),
+            ("cannot_renew_after", opt_time(f.cannot_renew_after)),
+        ],
+    );
+    section(
+        "certificate (leaf)",
+        &[
+            ("subject", c.subject.clone()),
+            ("issuer", c.issuer.clone()),
+            ("not_before", rfc3339(c.not_before)),
+            ("not_after", rfc3339(c.not_after)),
+            ("sha1", c.thumbprint_sha1.clone()),
+            ("sha256", c.thumbprint_sha256.clone()),
+            ("chain_length", c.chain_length.to_string()),
+            ("key", format!("RSA {} bits", c.key_bits)),
+            ("bundle", bundle_name(c.bundle_format).to_owned()),
+        ],
+    );
+    let _ = writeln!(text, "\nproblems");
+    if r.problems.is_empty() {
+        let _ = writeln!(text, "  none");
+    }
+    for p in &r.problems {
+        let _ = writeln!(
+            text,
+            "  {:<8} {}: {}",
+            name(&p.severity),
+            name(&p.kind),
+            p.message
+        );
+    }
+    text
+}
+
+/// "ok", or the problem counts ("1 error, 2 warnings, 1 info").
+fn summary(report: &CredentialReport) -> String {
+    let parts: Vec<String> = [
+        (Severity::Error, "error", "errors"),
+        (Severity::Warning, "warning", "warnings"),
+        (Severity::Info, "info", "info"),
+    ]
+    .iter()
+    .filter_map(|(severity, one, many)| match report.count(*severity) {
+        0 => None,
+        1 => Some(format!("1 {one}")),
+        n => Some(format!("{n} {many}")),
+    })
+    .collect();
+    let counts = parts.join(", ");
+    match status(report) {
+        "ok" if counts.is_empty() => "ok".to_owned(),
+        s => format!("{s} ({counts})"),
+    }
+}
+
+/// The `token` output.
+pub fn token(out: &TokenOutput, format: Format) -> String {
+    if format == Format::Json {
+        return json(out);
+    }
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "token issued for client_id {} (tenant {})",
+        out.client_id, out.tenant_id
+    );
+    let mut row = |label: &str, value: &str| {
+        let _ = writeln!(text, "  {label:<14}{value}");
+    };
+    row("scopes", &out.scopes.join(" "));
+    row("token_url", &out.token_url);
+    row(
+        "expires_on",
+        &format!(
+            "{} (in {})",
+            rfc3339(out.expires_on),
+            human(out.expires_in_seconds)
+        ),
+    );
+    if let Some(at) = out.refresh_on {
+        row("refresh_on", &rfc3339(at));
+    }
+    row("certificate", &format!("sha256 {}", out.thumbprint_sha256));
+    if let Some(token) = &out.access_token {
+        row("access_token", token);
+    }
+    text
+}
+
+/// One `watch` line.
+pub fn watch_event(event: &WatchEvent, format: Format) -> String {
+    if format == Format::Json {
+        return json(event);
+    }
+    match event {
+        WatchEvent::Loaded {
+            at,
+            path,
+            active,
+            watching,
+        } => format!(
+            "{} loaded {}: serving sha256 {}, valid {} to {}; {}",
+            rfc3339(*at),
+            path.display(),
+            active.thumbprint_sha256,
+            rfc3339(active.not_before),
+            rfc3339(active.not_after),
+            if *watching {
+                "watching its directory"
+            } else {
+                "not watching its directory (backstop re-reads only)"
+            }
+        ),
+        WatchEvent::Decision {
+            at,
+            outcome,
+            reloads,
+            active,
+            error,
+        } => {
+            let at = rfc3339(*at);
+            let tp = &active.thumbprint_sha256;
+            match (*outcome, error) {
+                ("swapped", _) => format!(
+                    "{at} swapped: serving sha256 {tp}, valid {} to {} (reload #{reloads})",
+                    rfc3339(active.not_before),
+                    rfc3339(active.not_after)
+                ),
+                ("unchanged", _) => {
+                    format!("{at} unchanged: the file holds the active credential")
+                }
+                ("not_newer", _) => format!(
+                    "{at} not_newer: the file's not_before is not later than the active {}; \
+                     keeping sha256 {tp}",
+                    rfc3339(active.not_before)
+                ),
+                (outcome, Some(error)) => {
+                    format!("{at} {outcome}: {error}; keeping sha256 {tp}")
+                }
+                (outcome, None) => format!("{at} {outcome}: keeping sha256 {tp}"),
+            }
+        }
+        WatchEvent::Watching { at, watching } => format!(
+            "{} watching: {}",
+            rfc3339(*at),
+            if *watching {
+                "the directory watch is in place"
+            } else {
+                "the directory watch is lost; backstop re-reads only until it is re-armed"
+            }
+        ),
+        WatchEvent::Stopped { at, signal } => format!("{} stopped by {signal}", rfc3339(*at)),
+    }
+}
+
+/// The JSON form of an error.
+#[derive(Serialize)]
+struct ErrorJson<'a> {
+    error: ErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    kind: &'static str,
+    message: &'a str,
+    file: Option<&'a Path>,
+    transient: bool,
+}
+
+/// An error that ends a command: text for stderr, or the JSON object for stdout. When
+/// the error is about the credential file `file` and does not name it yet, the message
+/// names it.
+pub fn error(err: &Error, file: Option<&Path>, format: Format) -> String {
+    let file = err.path().or(file);
+    let message = match (err.path(), file) {
+        (None, Some(file)) if is_file_error(err.kind()) => {
+            format!("credential file {}: {err}", file.display())
+        }
+        _ => err.to_string(),
+    };
+    match format {
+        Format::Text => format!("msi-credential: {message}"),
+        Format::Json => json(&ErrorJson {
+            error: ErrorBody {
+                kind: kind_name(err.kind()),
+                message: &message,
+                file: if is_file_error(err.kind()) {
+                    file
+                } else {
+                    None
+                },
+                transient: err.is_transient(),
+            },
+        }),
+    }
+}
+
+/// A failure that is not a library [`Error`] (text or JSON, like [`error`]); `kind` is
+/// `"usage"` for the command line, `"internal"` for the tool itself.
+pub fn plain_error(kind: &'static str, message: &str, format: Format) -> String {
+    match format {
+        Format::Text => format!("msi-credential: {message}"),
+        Format::Json => json(&ErrorJson {
+            error: ErrorBody {
+                kind,
+                message,
+                file: None,
+                transient: false,
+            },
+        }),
+    }
+}
+
+/// Whether an error is about the credential file's content (as opposed to the network).
+fn is_file_error(kind: &ErrorKind) -> bool {
+    !matches!(
+        kind,
+        ErrorKind::Transport { .. }
+            | ErrorKind::TokenEndpoint(_)
+            | ErrorKind::RequestAbandoned { .. }
+            | ErrorKind::InvalidTokenResponse { .. }
+            | ErrorKind::InvalidScopes { .. }
+            | ErrorKind::HttpClient { .. }
+            | ErrorKind::Signing
+    )
+}
+
+/// A stable snake_case name for each error kind, for scripts.
+pub fn kind_name(kind: &ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Io { .. } => "io",
+        ErrorKind::FileTooLarge { .. } => "file_too_large",
+        ErrorKind::Json { .. } => "json",
+        ErrorKind::MissingFields { .. } => "missing_fields",
+        ErrorKind::CamelCaseKeys { .. } => "camel_case_keys",
+        ErrorKind::InvalidField { .. } => "invalid_field",
+        ErrorKind::SecretNotBase64 { .. } => "secret_not_base64",
+        ErrorKind::UnknownBundleFormat { .. } => "unknown_bundle_format",
+        ErrorKind::Pkcs12 { .. } => "pkcs12",
+        ErrorKind::NoPrivateKey => "no_private_key",
+        ErrorKind::MultiplePrivateKeys { .. } => "multiple_private_keys",
+        ErrorKind::EncryptedPrivateKey { .. } => "encrypted_private_key",
+        ErrorKind::UnsupportedKeyType { .. } => "unsupported_key_type",
+        ErrorKind::KeyTooSmall { .. } => "key_too_small",
+        ErrorKind::InvalidPrivateKey { .. } => "invalid_private_key",
+        ErrorKind::NoCertificate => "no_certificate",
+        ErrorKind::InvalidCertificate { .. } => "invalid_certificate",
+        ErrorKind::NoMatchingCertificate { .. } => "no_matching_certificate",
+        ErrorKind::TooManyCertificates { .. } => "too_many_certificates",
+        ErrorKind::CredentialExpired { .. } => "credential_expired",
+        ErrorKind::InvalidAuthority { .. } => "invalid_authority",
+        ErrorKind::InvalidScopes { .. } => "invalid_scopes",
+        ErrorKind::Signing => "signing",
+        ErrorKind::HttpClient { .. } => "http_client",
+        ErrorKind::Transport { .. } => "transport",
+        ErrorKind::TokenEndpoint(_) => "token_endpoint",
+        ErrorKind::RequestAbandoned { .. } => "request_abandoned",
+        ErrorKind::InvalidTokenResponse { .. } => "invalid_token_response",
+        _ => "other",
+    }
+}
+
+/// RFC 3339 (falls back to `time`'s own format for years RFC 3339 cannot hold).
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+fn bundle_name(format: BundleFormat) -> &'static str {
+    match format {
+        BundleFormat::Pem => "PEM",
+        BundleFormat::Pkcs12 => "PKCS#12",
+        _ => "other",
+    }
+}
+
+fn opt_time(t: Option<OffsetDateTime>) -> String {
+    t.map_or_else(|| "-".to_owned(), rfc3339)
+}
+
+fn or_dash(value: Option<&str>) -> String {
+    value.unwrap_or("-").to_owned()
+}
+
+/// `"1h 0m"`, `"59m 59s"`, `"2d 3h"`; negative durations as `"-5s"`.
+fn human(seconds: i64) -> String {
+    let sign = if seconds < 0 { "-" } else { "" };
+    let s = seconds.unsigned_abs();
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{sign}{s}s"),
+        (0, 0, _) => format!("{sign}{m}m {s}s"),
+        (0, _, _) => format!("{sign}{h}h {m}m"),
+        _ => format!("{sign}{d}d {h}h"),
+    }
+}
+
+/// The serde name of a unit enum value (`Severity::Warning` -> `"warning"`).
+fn name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::from("?"),
+    }
+}
+
+/// Compact JSON (one line). Serializing these plain structs cannot fail; if it ever did,
+/// the output says so as JSON rather than panicking.
+fn json<T: Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| {
+        format!(
+            "{{\"error\":{{\"kind\":\"internal\",\"message\":{}}}}}",
+            serde_json::Value::String(e.to_string())
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(3599), "59m 59s");
+        assert_eq!(human(3600), "1h 0m");
+        assert_eq!(human(59), "59s");
+        assert_eq!(human(-5), "-5s");
+        assert_eq!(human(2 * 86_400 + 3 * 3600 + 7), "2d 3h");
+    }
+
+    #[test]
+    fn file_errors_name_the_file_once() {
+        let err = Error::from(ErrorKind::NoPrivateKey);
+        let text = error(&err, Some(Path::new("/mnt/certs/x")), Format::Text);
+        assert_eq!(
+            text,
+            "msi-credential: credential file /mnt/certs/x: the certificate bundle holds no private key"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&error(&err, Some(Path::new("/mnt/certs/x")), Format::Json))
+                .unwrap();
+        assert_eq!(json["error"]["kind"], "no_private_key");
+        assert_eq!(json["error"]["file"], "/mnt/certs/x");
+        assert_eq!(json["error"]["transient"], false);
+    }
+}

@@ -1,0 +1,122 @@
+//! `msi-credential token FILE --scope S`: get one access token and print its expiry.
+//!
+//! The token itself is put in the output only with `--show-token`: [`TokenOutput`] holds
+//! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
+
+use std::path::PathBuf;
+
+use msi_dataplane::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, RetryPolicy,
+    UserAssignedIdentityCredentials,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::args::TokenArgs;
+use crate::exit::Exit;
+use crate::output;
+use crate::render::{self, Format};
+
+/// What `token` prints.
+#[derive(Debug, Serialize)]
+pub struct TokenOutput {
+    /// The application (client) id.
+    pub client_id: String,
+    /// The tenant id.
+    pub tenant_id: String,
+    /// Where the token was requested.
+    pub token_url: String,
+    /// The scopes requested.
+    pub scopes: Vec<String>,
+    /// When the token expires.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_on: OffsetDateTime,
+    /// Seconds from now to `expires_on`.
+    pub expires_in_seconds: i64,
+    /// When the server asked the token to be refreshed, if it did.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub refresh_on: Option<OffsetDateTime>,
+    /// SHA-256 thumbprint of the certificate that signed the request.
+    pub thumbprint_sha256: String,
+    /// The access token: only with `--show-token`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
+}
+
+/// Run the command.
+pub fn run(args: &TokenArgs, format: Format) -> Exit {
+    let fail = |err: &Error, exit: Exit| {
+        output::failure(&render::error(err, Some(&args.file), format), format);
+        exit
+    };
+    let creds = match UserAssignedIdentityCredentials::from_path(&args.file) {
+        Ok(creds) => creds,
+        Err(err) => return fail(&err, Exit::InvalidCredential),
+    };
+    let options = match client_options(args) {
+        Ok(options) => options,
+        Err(message) => {
+            output::failure(&render::plain_error("usage", &message, format), format);
+            return Exit::Usage;
+        }
+    };
+    let credential = match ClientCertificateCredential::new(&creds, options) {
+        Ok(credential) => credential,
+        Err(err) if matches!(err.kind(), ErrorKind::HttpClient { .. }) => {
+            return fail(&err, Exit::Internal);
+        }
+        Err(err) => return fail(&err, Exit::InvalidCredential),
+    };
+    let runtime = match crate::runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let scopes: Vec<&str> = args.scopes.iter().map(String::as_str).collect();
+    let token = match runtime.block_on(credential.get_token(&scopes)) {
+        Ok(token) => token,
+        Err(err) => return fail(&err, Exit::TokenFailed),
+    };
+    let now = OffsetDateTime::now_utc();
+    let out = TokenOutput {
+        client_id: credential.client_id().to_owned(),
+        tenant_id: credential.tenant_id().to_owned(),
+        token_url: credential.token_url().to_owned(),
+        scopes: args.scopes.clone(),
+        expires_on: token.expires_on(),
+        expires_in_seconds: (token.expires_on() - now).whole_seconds(),
+        refresh_on: token.refresh_on(),
+        thumbprint_sha256: credential.certificate().thumbprint_sha256_hex(),
+        access_token: args.show_token.then(|| token.token().to_owned()),
+    };
+    match output::stdout(&render::token(&out, format)) {
+        Ok(()) => Exit::Success,
+        Err(exit) => exit,
+    }
+}
+
+/// The credential's options from the command line; an error names the option.
+fn client_options(args: &TokenArgs) -> Result<ClientCertificateCredentialOptions, String> {
+    let mut options = ClientCertificateCredentialOptions::default()
+        .allow_http_loopback(args.allow_http_loopback)
+        .with_request_timeout(args.timeout)
+        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts));
+    if let Some(path) = &args.ca_file {
+        let pem = read_ca_file(path)?;
+        options = options
+            .with_extra_root_certificates_pem(&pem)
+            .map_err(|e| format!("--ca-file {}: {}", path.display(), e.kind()))?;
+    }
+    Ok(options)
+}
+
+fn read_ca_file(path: &PathBuf) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("--ca-file {}: cannot be read: {e}", path.display()))?;
+    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+        return Err(format!(
+            "--ca-file {}: holds no PEM CERTIFICATE block",
+            path.display()
+        ));
+    }
+    Ok(pem)
+}

@@ -1,0 +1,192 @@
+//! `msi-credential watch FILE`: follow a credential file through rotations and print
+//! every reload decision as it happens, until SIGINT or SIGTERM.
+//!
+//! The decisions come from [`UserAssignedIdentityCredential::subscribe`]: each re-read
+//! updates the status (`last_check`, `last_outcome`, ...), and each update with a new
+//! `last_check` is one line. The status channel keeps only the latest value, so two
+//! re-reads finishing before this loop wakes would show as one line; the `reloads`
+//! counter in every line stays exact.
+
+use std::path::PathBuf;
+
+use msi_dataplane::{
+    ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::args::WatchArgs;
+use crate::exit::Exit;
+use crate::output;
+use crate::render::{self, Format};
+use crate::signals::StopSignals;
+
+/// The credential being served, as a watch line shows it.
+#[derive(Debug, Serialize)]
+pub struct Active {
+    /// Its effective `not_before`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_before: OffsetDateTime,
+    /// Its end.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_after: OffsetDateTime,
+    /// Its leaf's SHA-256 thumbprint.
+    pub thumbprint_sha256: String,
+}
+
+/// One line of `watch` output (`"event"` is the JSON tag).
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// The first load succeeded.
+    Loaded {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The file.
+        path: PathBuf,
+        /// What is served.
+        active: Active,
+        /// Whether the directory is watched.
+        watching: bool,
+    },
+    /// A re-read ended in a decision.
+    Decision {
+        /// When the file was re-read.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// `swapped`, `unchanged`, `not_newer` or `invalid`.
+        outcome: &'static str,
+        /// How many swaps so far.
+        reloads: u64,
+        /// What is served after the decision.
+        active: Active,
+        /// Why the file was refused, for `invalid`.
+        error: Option<String>,
+    },
+    /// The directory watch was lost or re-armed.
+    Watching {
+        /// When this was seen.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// Whether the directory is watched now.
+        watching: bool,
+    },
+    /// A signal stopped the command.
+    Stopped {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// `SIGTERM`, `SIGINT` or `Ctrl-C`.
+        signal: &'static str,
+    },
+}
+
+/// Run the command.
+pub fn run(args: &WatchArgs, format: Format) -> Exit {
+    match crate::runtime() {
+        Ok(runtime) => runtime.block_on(watch(args, format)),
+        Err(exit) => exit,
+    }
+}
+
+async fn watch(args: &WatchArgs, format: Format) -> Exit {
+    let mut signals = match StopSignals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            let message = format!("cannot install the signal handlers: {e}");
+            output::failure(&render::plain_error("internal", &message, format), format);
+            return Exit::Internal;
+        }
+    };
+    let options = UserAssignedIdentityCredentialOptions::default()
+        .with_backstop_interval(args.backstop)
+        .with_debounce(args.debounce)
+        .with_watch(!args.no_watch);
+    let credential = match UserAssignedIdentityCredential::new(&args.file, options).await {
+        Ok(credential) => credential,
+        Err(err) => {
+            output::failure(&render::error(&err, Some(&args.file), format), format);
+            return Exit::InvalidCredential;
+        }
+    };
+    let mut updates = credential.subscribe();
+    let mut seen = updates.borrow_and_update().clone();
+    let emit = |event: WatchEvent| output::stdout(&render::watch_event(&event, format));
+    let loaded = WatchEvent::Loaded {
+        at: seen.loaded_at,
+        path: seen.path.clone(),
+        active: active(&seen),
+        watching: seen.watching,
+    };
+    if let Err(exit) = emit(loaded) {
+        return exit;
+    }
+    let exit = loop {
+        tokio::select! {
+            changed = updates.changed() => {
+                if changed.is_err() {
+                    break Exit::Internal;
+                }
+                let next = updates.borrow_and_update().clone();
+                let written = events(&seen, &next).into_iter().try_for_each(emit);
+                seen = next;
+                if let Err(exit) = written {
+                    break exit;
+                }
+            }
+            signal = signals.recv() => {
+                let stopped = WatchEvent::Stopped { at: OffsetDateTime::now_utc(), signal };
+                break match emit(stopped) {
+                    Ok(()) => Exit::Success,
+                    Err(exit) => exit,
+                };
+            }
+        }
+    };
+    credential.cancel();
+    exit
+}
+
+/// Pure: the lines that one status update calls for.
+pub fn events(before: &ReloadStatus, after: &ReloadStatus) -> Vec<WatchEvent> {
+    let mut out = Vec::new();
+    if let Some(at) = after.last_check
+        && after.last_check != before.last_check
+    {
+        out.push(WatchEvent::Decision {
+            at,
+            outcome: outcome_name(after.last_outcome),
+            reloads: after.reloads,
+            active: active(after),
+            error: after.last_error.as_ref().map(ToString::to_string),
+        });
+    }
+    if after.watching != before.watching {
+        out.push(WatchEvent::Watching {
+            at: OffsetDateTime::now_utc(),
+            watching: after.watching,
+        });
+    }
+    out
+}
+
+fn active(status: &ReloadStatus) -> Active {
+    Active {
+        not_before: status.not_before,
+        not_after: status.not_after,
+        thumbprint_sha256: status.thumbprint_sha256.clone(),
+    }
+}
+
+fn outcome_name(outcome: Option<ReloadOutcome>) -> &'static str {
+    match outcome {
+        Some(ReloadOutcome::Swapped) => "swapped",
+        Some(ReloadOutcome::Unchanged) => "unchanged",
+        Some(ReloadOutcome::NotNewer) => "not_newer",
+        Some(ReloadOutcome::Invalid) => "invalid",
+        Some(_) => "other",
+        None => "none",
+    }
+}

@@ -1,0 +1,667 @@
+//! A health report of a credential file: who it is for, when it is valid, which
+//! certificate it carries, and every problem found — without any secret.
+//!
+//! [`CredentialReport::new`] is a pure function of a parsed file, its decoded certificate
+//! and `now`; [`CredentialReport::from_path`] does the reading. The report holds only
+//! public facts (identifiers, times, the certificate's subject, issuer and thumbprints,
+//! sizes): nothing derived from the private key or the `client_secret` text can be put in
+//! it, so printing or serializing it never leaks a secret. It is what the
+//! `msi-credential inspect` command prints.
+
+use std::path::Path;
+
+use serde::{Serialize, Serializer};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::bundle::BundleFormat;
+use crate::certificate::ClientCertificate;
+use crate::clock::saturating_add;
+use crate::credential::NOT_BEFORE_SKEW;
+use crate::endpoint;
+use crate::error::Result;
+use crate::model::UserAssignedIdentityCredentials;
+
+/// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
+/// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
+/// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
+pub const EXPIRES_SOON_MARGIN: time::Duration = time::Duration::days(7);
+
+/// What a credential file holds and what is wrong with it, at one instant.
+///
+/// Serializes (serde) to the JSON object `msi-credential inspect --json` prints; times are
+/// RFC 3339 strings.
+///
+/// ```
+/// # fn main() -> Result<(), msi_dataplane::Error> {
+/// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/credentials/expired.json");
+/// use msi_dataplane::{CredentialReport, EXPIRES_SOON_MARGIN, ProblemKind, Severity};
+///
+/// let now = time::OffsetDateTime::now_utc();
+/// let report = CredentialReport::from_path(path, now, EXPIRES_SOON_MARGIN)?;
+/// assert_eq!(report.worst(), Some(Severity::Error));
+/// assert!(report.problems.iter().any(|p| p.kind == ProblemKind::Expired));
+/// assert!(report.validity.days_left < 0);
+/// assert_eq!(report.certificate.thumbprint_sha256.len(), 64);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CredentialReport {
+    /// The application (client) id.
+    pub client_id: String,
+    /// The identity's object (principal) id, if the file has one.
+    pub object_id: Option<String>,
+    /// The identity's ARM resource id, if the file has one.
+    pub resource_id: Option<String>,
+    /// The tenant id.
+    pub tenant_id: String,
+    /// The authority (`authentication_endpoint`), as the file holds it.
+    pub authority: String,
+    /// Where token requests go; `None` when the authority is not usable (see `problems`).
+    pub token_url: Option<String>,
+    /// The window in which the credential can be used.
+    pub validity: Validity,
+    /// The times the file states.
+    pub file_times: FileTimes,
+    /// The leaf certificate and its bundle.
+    pub certificate: CertificateSummary,
+    /// The instant the report is about.
+    #[serde(with = "time::serde::rfc3339")]
+    pub checked_at: OffsetDateTime,
+    /// Every problem found, errors first.
+    pub problems: Vec<Problem>,
+}
+
+/// The effective validity window: what the credential itself enforces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Validity {
+    /// The file's `not_before`, or the leaf's `notBefore` when the file has none: what a
+    /// reloading credential compares to decide whether a file is newer.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_before: OffsetDateTime,
+    /// The earlier of the file's `not_after` and the leaf's `notAfter`: after it no token
+    /// is requested.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_after: OffsetDateTime,
+    /// Whole days from `checked_at` to `not_after`, rounded down (negative once expired).
+    pub days_left: i64,
+}
+
+/// The times a credential file states (each optional in the schema).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FileTimes {
+    /// `not_before`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_before: Option<OffsetDateTime>,
+    /// `not_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_after: Option<OffsetDateTime>,
+    /// `renew_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub renew_after: Option<OffsetDateTime>,
+    /// `cannot_renew_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub cannot_renew_after: Option<OffsetDateTime>,
+}
+
+/// Public facts about the leaf certificate and the bundle it came in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CertificateSummary {
+    /// The leaf's subject (RFC 4514).
+    pub subject: String,
+    /// The leaf's issuer (RFC 4514).
+    pub issuer: String,
+    /// The leaf's `notBefore`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_before: OffsetDateTime,
+    /// The leaf's `notAfter`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_after: OffsetDateTime,
+    /// Upper-case hex SHA-1 of the leaf DER (`x5t`; what the Azure portal shows).
+    pub thumbprint_sha1: String,
+    /// Upper-case hex SHA-256 of the leaf DER (`x5t#S256`).
+    pub thumbprint_sha256: String,
+    /// Certificates in the bundle, the leaf included.
+    pub chain_length: usize,
+    /// RSA modulus size, in bits.
+    pub key_bits: usize,
+    /// PEM or PKCS#12; serialized as `"pem"` or `"pkcs12"`.
+    #[serde(serialize_with = "serialize_format")]
+    pub bundle_format: BundleFormat,
+}
+
+/// How serious a [`Problem`] is. Ordered: `Info < Warning < Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Severity {
+    /// Worth knowing; nothing to fix.
+    Info,
+    /// The credential works now, but needs attention (rotation due, times inconsistent).
+    Warning,
+    /// The credential cannot get a token now.
+    Error,
+}
+
+/// What kind of [`Problem`] was found. Serialized in snake_case (`"expires_soon"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// Past the leaf's `notAfter` or the file's `not_after`.
+    Expired,
+    /// Before the leaf's `notBefore` (an error beyond the clock-skew allowance) or the
+    /// file's `not_before` (a warning).
+    NotYetValid,
+    /// The credential ends within the margin.
+    ExpiresSoon,
+    /// Past the file's `renew_after`: the file should have been rotated.
+    PastRenewAfter,
+    /// Past the file's `cannot_renew_after`: the credential can no longer be renewed.
+    PastCannotRenewAfter,
+    /// A time in the file differs from the certificate's.
+    FileTimeMismatch,
+    /// The file's times are out of order (e.g. `renew_after` after `not_after`).
+    TimesOutOfOrder,
+    /// An optional time is absent from the file.
+    MissingTime,
+    /// The authority cannot be used as it is.
+    Authority,
+}
+
+/// One problem found in a credential file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Problem {
+    /// How serious it is.
+    pub severity: Severity,
+    /// What kind it is.
+    pub kind: ProblemKind,
+    /// A sentence for people, naming the fields and times concerned.
+    pub message: String,
+}
+
+impl CredentialReport {
+    /// Inspect `creds` and its decoded certificate at `now`. `expiry_margin` is how close
+    /// to its end a credential gets a [`ProblemKind::ExpiresSoon`] warning (usually
+    /// [`EXPIRES_SOON_MARGIN`]). Fails only when `creds` does not
+    /// [`validate`](UserAssignedIdentityCredentials::validate) or the leaf cannot be
+    /// re-parsed.
+    pub fn new(
+        creds: &UserAssignedIdentityCredentials,
+        cert: &ClientCertificate,
+        now: OffsetDateTime,
+        expiry_margin: time::Duration,
+    ) -> Result<Self> {
+        creds.validate()?;
+        let file_times = FileTimes {
+            not_before: creds.not_before()?,
+            not_after: creds.not_after()?,
+            renew_after: creds.renew_after()?,
+            cannot_renew_after: creds.cannot_renew_after()?,
+        };
+        let certificate = CertificateSummary {
+            subject: cert.subject()?,
+            issuer: cert.issuer()?,
+            not_before: cert.not_before(),
+            not_after: cert.not_after(),
+            thumbprint_sha1: cert.thumbprint_sha1_hex(),
+            thumbprint_sha256: cert.thumbprint_sha256_hex(),
+            chain_length: cert.chain().len(),
+            key_bits: cert.key_bits(),
+            bundle_format: cert.format(),
+        };
+        let end = match file_times.not_after {
+            Some(file_end) if file_end < certificate.not_after => file_end,
+            _ => certificate.not_after,
+        };
+        let validity = Validity {
+            not_before: file_times.not_before.unwrap_or(certificate.not_before),
+            not_after: end,
+            days_left: (end - now).whole_seconds().div_euclid(86_400),
+        };
+        let authority = creds.authentication_endpoint.clone().unwrap_or_default();
+        let tenant_id = creds.tenant_id.clone().unwrap_or_default();
+        let (token_url, authority_problem) = check_authority(&authority, tenant_id.trim());
+        let mut problems = time_problems(&file_times, &certificate, now, expiry_margin);
+        problems.extend(authority_problem);
+        // Stable: within a severity, the order of the checks.
+        problems.sort_by_key(|p| std::cmp::Reverse(p.severity));
+        Ok(CredentialReport {
+            client_id: creds.client_id.clone().unwrap_or_default(),
+            object_id: creds.object_id.clone(),
+            resource_id: creds.resource_id.clone(),
+            tenant_id,
+            authority,
+            token_url,
+            validity,
+            file_times,
+            certificate,
+            checked_at: now,
+            problems,
+        })
+    }
+
+    /// Read the credential file at `path`, decode its bundle and inspect it at `now`.
+    /// Errors (unreadable file, bad JSON, missing keys, unusable bundle) name the file.
+    pub fn from_path(
+        path: impl AsRef<Path>,
+        now: OffsetDateTime,
+        expiry_margin: time::Duration,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let creds = UserAssignedIdentityCredentials::from_path(path)?;
+        let cert = ClientCertificate::from_credentials(&creds).map_err(|e| e.with_path(path))?;
+        Self::new(&creds, &cert, now, expiry_margin).map_err(|e| e.with_path(path))
+    }
+
+    /// The most serious problem's severity; `None` when there is no problem.
+    pub fn worst(&self) -> Option<Severity> {
+        self.problems.iter().map(|p| p.severity).max()
+    }
+
+    /// How many problems have this severity.
+    pub fn count(&self, severity: Severity) -> usize {
+        self.problems
+            .iter()
+            .filter(|p| p.severity == severity)
+            .count()
+    }
+}
+
+/// The token URL, or the problem with the authority.
+fn check_authority(authority: &str, tenant: &str) -> (Option<String>, Option<Problem>) {
+    match endpoint::token_url(authority, tenant, false) {
+        Ok(url) => (Some(url.to_string()), None),
+        Err(strict) => match endpoint::token_url(authority, tenant, true) {
+            Ok(url) => (
+                Some(url.to_string()),
+                Some(problem(
+                    Severity::Warning,
+                    ProblemKind::Authority,
+                    "the authority is plain http on a loopback host: usable only with \
+                     `allow_http_loopback` (tests and local emulators)"
+                        .to_owned(),
+                )),
+            ),
+            Err(_) => (
+                None,
+                Some(problem(
+                    Severity::Error,
+                    ProblemKind::Authority,
+                    strict.kind().to_string(),
+                )),
+            ),
+        },
+    }
+}
+
+/// Pure: every problem with the credential's times at `now`.
+fn time_problems(
+    file: &FileTimes,
+    cert: &CertificateSummary,
+    now: OffsetDateTime,
+    margin: time::Duration,
+) -> Vec<Problem> {
+    use ProblemKind as K;
+    use Severity::{Error, Info, Warning};
+    let mut out = Vec::new();
+    let mut push = |severity, kind, message: String| out.push(problem(severity, kind, message));
+
+    // Validity now, as the credential enforces it.
+    let expired = if now > cert.not_after {
+        push(
+            Error,
+            K::Expired,
+            format!("the certificate expired at {}", rfc3339(cert.not_after)),
+        );
+        true
+    } else if let Some(end) = file.not_after.filter(|end| now > *end) {
+        push(
+            Error,
+            K::Expired,
+            format!(
+                "the file's not_after {} has passed (the certificate is valid until {})",
+                rfc3339(end),
+                rfc3339(cert.not_after)
+            ),
+        );
+        true
+    } else {
+        false
+    };
+    if saturating_add(now, NOT_BEFORE_SKEW) < cert.not_before {
+        push(
+            Error,
+            K::NotYetValid,
+            format!(
+                "the certificate is not valid until {}",
+                rfc3339(cert.not_before)
+            ),
+        );
+    } else if now < cert.not_before {
+        push(
+            Warning,
+            K::NotYetValid,
+            format!(
+                "the certificate is valid from {}, within the {}-minute clock-skew allowance",
+                rfc3339(cert.not_before),
+                NOT_BEFORE_SKEW.whole_minutes()
+            ),
+        );
+    }
+    if let Some(start) = file.not_before.filter(|start| now < *start) {
+        push(
+            Warning,
+            K::NotYetValid,
+            format!("the file's not_before {} is in the future", rfc3339(start)),
+        );
+    }
+
+    // Rotation.
+    let end = match file.not_after {
+        Some(file_end) if file_end < cert.not_after => file_end,
+        _ => cert.not_after,
+    };
+    if !expired && now >= saturating_add(end, -margin) {
+        push(
+            Warning,
+            K::ExpiresSoon,
+            format!(
+                "the credential ends at {}, in less than {} days",
+                rfc3339(end),
+                margin.whole_days()
+            ),
+        );
+    }
+    if let Some(at) = file.renew_after.filter(|at| now >= *at) {
+        push(
+            Warning,
+            K::PastRenewAfter,
+            format!(
+                "past renew_after ({}): the file should have been rotated",
+                rfc3339(at)
+            ),
+        );
+    }
+    if let Some(at) = file.cannot_renew_after.filter(|at| now >= *at) {
+        push(
+            Warning,
+            K::PastCannotRenewAfter,
+            format!(
+                "past cannot_renew_after ({}): this credential can no longer be renewed",
+                rfc3339(at)
+            ),
+        );
+    }
+
+    // The file against the certificate, and against itself.
+    for (field, file_time, cert_field, cert_time) in [
+        ("not_before", file.not_before, "notBefore", cert.not_before),
+        ("not_after", file.not_after, "notAfter", cert.not_after),
+    ] {
+        if let Some(t) = file_time
+            && (t - cert_time).abs() >= time::Duration::SECOND
+        {
+            push(
+                Warning,
+                K::FileTimeMismatch,
+                format!(
+                    "the file's {field} {} differs from the certificate's {cert_field} {}",
+                    rfc3339(t),
+                    rfc3339(cert_time)
+                ),
+            );
+        }
+    }
+    let ordered = [
+        ("not_before", file.not_before, "not_after", file.not_after),
+        ("renew_after", file.renew_after, "not_after", file.not_after),
+        (
+            "not_before",
+            file.not_before,
+            "renew_after",
+            file.renew_after,
+        ),
+        (
+            "renew_after",
+            file.renew_after,
+            "cannot_renew_after",
+            file.cannot_renew_after,
+        ),
+    ];
+    for (early, a, late, b) in ordered {
+        if let (Some(a), Some(b)) = (a, b)
+            && a > b
+        {
+            push(
+                Warning,
+                K::TimesOutOfOrder,
+                format!("{early} ({}) is after {late} ({})", rfc3339(a), rfc3339(b)),
+            );
+        }
+    }
+    for (field, value, consequence) in [
+        (
+            "not_before",
+            file.not_before,
+            "rotation compares the certificate's notBefore instead",
+        ),
+        (
+            "not_after",
+            file.not_after,
+            "the certificate's notAfter is the only end",
+        ),
+        (
+            "renew_after",
+            file.renew_after,
+            "no rotation deadline is known",
+        ),
+        (
+            "cannot_renew_after",
+            file.cannot_renew_after,
+            "no renewal deadline is known",
+        ),
+    ] {
+        if value.is_none() {
+            push(
+                Info,
+                K::MissingTime,
+                format!("the file has no {field}: {consequence}"),
+            );
+        }
+    }
+    out
+}
+
+fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
+    Problem {
+        severity,
+        kind,
+        message,
+    }
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+fn serialize_format<S: Serializer>(format: &BundleFormat, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match format {
+        BundleFormat::Pem => "pem",
+        BundleFormat::Pkcs12 => "pkcs12",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    fn cert(not_before: OffsetDateTime, not_after: OffsetDateTime) -> CertificateSummary {
+        CertificateSummary {
+            subject: "CN=leaf".into(),
+            issuer: "CN=ca".into(),
+            not_before,
+            not_after,
+            thumbprint_sha1: String::new(),
+            thumbprint_sha256: String::new(),
+            chain_length: 1,
+            key_bits: 2048,
+            bundle_format: BundleFormat::Pem,
+        }
+    }
+
+    fn kinds(problems: &[Problem]) -> Vec<(Severity, ProblemKind)> {
+        problems.iter().map(|p| (p.severity, p.kind)).collect()
+    }
+
+    const JAN: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
+    const DEC: OffsetDateTime = datetime!(2026-12-01 00:00 UTC);
+
+    fn matching() -> FileTimes {
+        FileTimes {
+            not_before: Some(JAN),
+            not_after: Some(DEC),
+            renew_after: Some(datetime!(2026-06-01 00:00 UTC)),
+            cannot_renew_after: Some(DEC),
+        }
+    }
+
+    #[test]
+    fn a_healthy_credential_has_no_problem() {
+        let p = time_problems(
+            &matching(),
+            &cert(JAN, DEC),
+            datetime!(2026-03-01 00:00 UTC),
+            EXPIRES_SOON_MARGIN,
+        );
+        assert_eq!(kinds(&p), []);
+    }
+
+    #[test]
+    fn expiry_is_an_error_and_the_deadlines_are_warnings() {
+        let now = datetime!(2026-12-02 00:00 UTC);
+        let p = time_problems(&matching(), &cert(JAN, DEC), now, EXPIRES_SOON_MARGIN);
+        assert_eq!(
+            kinds(&p),
+            [
+                (Severity::Error, ProblemKind::Expired),
+                (Severity::Warning, ProblemKind::PastRenewAfter),
+                (Severity::Warning, ProblemKind::PastCannotRenewAfter),
+            ]
+        );
+        assert!(p[0].message.contains("2026-12-01T00:00:00Z"), "{p:?}");
+    }
+
+    #[test]
+    fn the_file_end_counts_when_earlier() {
+        let mut file = matching();
+        file.not_after = Some(datetime!(2026-04-01 00:00 UTC));
+        file.cannot_renew_after = None;
+        file.renew_after = None;
+        let p = time_problems(
+            &file,
+            &cert(JAN, DEC),
+            datetime!(2026-03-28 00:00 UTC),
+            EXPIRES_SOON_MARGIN,
+        );
+        assert_eq!(
+            kinds(&p),
+            [
+                (Severity::Warning, ProblemKind::ExpiresSoon),
+                (Severity::Warning, ProblemKind::FileTimeMismatch),
+                (Severity::Info, ProblemKind::MissingTime),
+                (Severity::Info, ProblemKind::MissingTime),
+            ]
+        );
+        let p = time_problems(
+            &file,
+            &cert(JAN, DEC),
+            datetime!(2026-04-02 00:00 UTC),
+            EXPIRES_SOON_MARGIN,
+        );
+        assert_eq!(p[0].kind, ProblemKind::Expired);
+        assert!(p[0].message.contains("not_after"), "{p:?}");
+    }
+
+    #[test]
+    fn not_yet_valid_honours_the_skew_allowance() {
+        let file = FileTimes::default();
+        let within = time_problems(
+            &file,
+            &cert(JAN, DEC),
+            JAN - time::Duration::minutes(4),
+            EXPIRES_SOON_MARGIN,
+        );
+        assert_eq!(
+            within[0].severity,
+            Severity::Warning,
+            "4 minutes early: {within:?}"
+        );
+        let beyond = time_problems(
+            &file,
+            &cert(JAN, DEC),
+            JAN - time::Duration::minutes(6),
+            EXPIRES_SOON_MARGIN,
+        );
+        assert_eq!(
+            kinds(&beyond)[0],
+            (Severity::Error, ProblemKind::NotYetValid)
+        );
+        assert_eq!(
+            beyond
+                .iter()
+                .filter(|p| p.kind == ProblemKind::MissingTime)
+                .count(),
+            4
+        );
+    }
+
+    #[test]
+    fn out_of_order_times_are_named() {
+        let mut file = matching();
+        file.renew_after = Some(datetime!(2027-01-01 00:00 UTC));
+        let p = time_problems(
+            &file,
+            &cert(JAN, DEC),
+            datetime!(2026-03-01 00:00 UTC),
+            EXPIRES_SOON_MARGIN,
+        );
+        let messages: Vec<&str> = p
+            .iter()
+            .filter(|p| p.kind == ProblemKind::TimesOutOfOrder)
+            .map(|p| p.message.as_str())
+            .collect();
+        assert_eq!(messages.len(), 2, "{p:?}");
+        assert!(messages[0].starts_with("renew_after (2027-01-01T00:00:00Z) is after not_after"));
+        assert!(messages[1].contains("cannot_renew_after"));
+    }
+
+    #[test]
+    fn authority_problems() {
+        assert!(
+            check_authority("https://login.microsoftonline.com/", "t")
+                .1
+                .is_none()
+        );
+        let (url, p) = check_authority("http://127.0.0.1:8080/", "t");
+        assert_eq!(
+            url.as_deref(),
+            Some("http://127.0.0.1:8080/t/oauth2/v2.0/token")
+        );
+        assert_eq!(p.map(|p| p.severity), Some(Severity::Warning));
+        let (url, p) = check_authority("http://login.example/", "t");
+        assert!(url.is_none());
+        assert_eq!(p.map(|p| p.severity), Some(Severity::Error));
+    }
+
+    #[test]
+    fn severities_are_ordered() {
+        assert!(Severity::Info < Severity::Warning && Severity::Warning < Severity::Error);
+    }
+}
