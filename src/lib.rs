@@ -75,6 +75,7 @@ mod clock;
 mod credential;
 mod endpoint;
 mod error;
+pub mod hypershift;
 mod key;
 mod model;
 mod published;
