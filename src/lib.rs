@@ -53,6 +53,8 @@
 //!
 //! - `azure_core` (default): `azure_core::credentials::TokenCredential` for
 //!   [`ClientCertificateCredential`] (azure_core 1.x).
+//! - `k8s`: the `k8s` module: HyperShift's CSI volume, mounts and environment variable
+//!   and a typed `SecretProviderClass`, as `k8s-openapi` 0.29 types.
 //!
 //! ## Errors
 //!
@@ -76,6 +78,8 @@ mod credential;
 mod endpoint;
 mod error;
 pub mod hypershift;
+#[cfg(feature = "k8s")]
+pub mod k8s;
 mod key;
 mod model;
 mod published;
