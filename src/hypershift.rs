@@ -242,8 +242,8 @@ pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
 }
 
 /// As [`resolve_credentials_path`], reading [`CREDENTIALS_FILE_PATH_ENV`] through
-/// `lookup` (called with the variable's name; `std::env::var_os` reads the process
-/// environment). Unset: [`ErrorKind::MissingEnvironmentVariable`]; not UTF-8:
+/// `lookup` (called with the variable's name; `|name| std::env::var_os(name)` reads the
+/// process environment). Unset: [`ErrorKind::MissingEnvironmentVariable`]; not UTF-8:
 /// [`ErrorKind::InvalidEnvironmentVariable`].
 ///
 /// ```

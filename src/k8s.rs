@@ -248,7 +248,7 @@ impl KeyVaultObject {
     }
 }
 
-/// The `objects` parameter for `objects`, byte for byte as HyperShift's
+/// The `objects` parameter listing `objects`, byte for byte as HyperShift's
 /// `formatSecretProviderClassObject` writes it for one object (a leading newline, then a
 /// YAML `array` of block-literal strings, each a YAML map):
 ///
