@@ -375,6 +375,32 @@ pub enum ErrorKind {
         /// Why it is refused.
         reason: &'static str,
     },
+
+    // ---- the environment and Kubernetes objects (`hypershift`, `k8s`) ----
+    /// A required environment variable is not set.
+    #[error("environment variable {name} is not set")]
+    MissingEnvironmentVariable {
+        /// The variable, e.g. `MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH`.
+        name: &'static str,
+    },
+    /// An environment variable is set to a value that cannot be used.
+    #[error("environment variable {name} is invalid: {reason}")]
+    InvalidEnvironmentVariable {
+        /// The variable.
+        name: &'static str,
+        /// Why the value is refused (it quotes the value: these variables hold names and
+        /// paths, never secrets).
+        reason: String,
+    },
+    /// A Kubernetes object cannot be built from the values given (an empty Key Vault
+    /// name, a volume name that is not a DNS-1123 label, ...).
+    #[error("invalid {field}: {reason}")]
+    InvalidKubernetesObject {
+        /// The field as spelled in the object, e.g. `keyvaultName` or `metadata.name`.
+        field: &'static str,
+        /// Why the value is refused.
+        reason: String,
+    },
 }
 
 impl ErrorKind {
@@ -548,5 +574,23 @@ mod tests {
             assert_eq!(e.is_transient(), transient, "status {status}");
         }
         assert!(!Error::from(ErrorKind::NoPrivateKey).is_transient());
+    }
+
+    #[test]
+    fn environment_and_kubernetes_errors_are_not_transient() {
+        // Setting the variable (or fixing the input) is a change on the caller's side.
+        for kind in [
+            ErrorKind::MissingEnvironmentVariable { name: "X" },
+            ErrorKind::InvalidEnvironmentVariable {
+                name: "X",
+                reason: "r".into(),
+            },
+            ErrorKind::InvalidKubernetesObject {
+                field: "f",
+                reason: "r".into(),
+            },
+        ] {
+            assert!(!Error::from(kind).is_transient());
+        }
     }
 }

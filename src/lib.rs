@@ -1,66 +1,4 @@
-//! # msi-dataplane
-//!
-//! Azure managed-identity certificate credentials for control-plane components of Azure
-//! Red Hat OpenShift with hosted control planes (ARO HCP): the Rust counterpart of Go's
-//! `github.com/Azure/msi-dataplane`.
-//!
-//! A component's identity arrives as a JSON file that the Secrets Store CSI driver mounts
-//! from Key Vault (`/mnt/certs/<name>`). It holds a base64 certificate bundle (PEM or
-//! PKCS#12). This crate parses the file ([`UserAssignedIdentityCredentials`]), decodes the
-//! bundle and loads the RSA key ([`ClientCertificate`]), signs an RFC 7523 client assertion
-//! (PS256 with `x5t#S256` by default, RS256 with `x5t` on request) and exchanges it with
-//! Entra ID for access tokens ([`ClientCertificateCredential`]).
-//!
-//! ## Quick start
-//!
-//! ```no_run
-//! use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
-//!
-//! # async fn run() -> Result<(), msi_dataplane::Error> {
-//! let creds = UserAssignedIdentityCredentials::from_path("/mnt/certs/my-identity")?;
-//! let credential = ClientCertificateCredential::new(&creds, Default::default())?;
-//! let token = credential
-//!     .get_token(&["https://management.azure.com/.default"])
-//!     .await?;
-//! println!("expires on {}", token.expires_on());
-//! # Ok(()) }
-//! ```
-//!
-//! ## Go to Rust
-//!
-//! | Go (`github.com/Azure/msi-dataplane/pkg/dataplane`) | Rust (`msi_dataplane`) |
-//! |---|---|
-//! | `UserAssignedIdentityCredentials` | [`UserAssignedIdentityCredentials`] |
-//! | `GetCredential(clientOpts, uaIdentity)` | [`get_credential`] / [`ClientCertificateCredential::new`] |
-//! | `*azidentity.ClientCertificateCredential` | [`ClientCertificateCredential`] |
-//! | `cred.GetToken(ctx, policy.TokenRequestOptions{Scopes})` | [`ClientCertificateCredential::get_token`] |
-//! | `azcore.AccessToken{Token, ExpiresOn}` | [`AccessToken`] (`token()`, `expires_on()`) |
-//! | `azidentity.ParseCertificates(data, nil)` | [`ClientCertificate::from_bundle`] |
-//! | `NewUserAssignedIdentityCredential(ctx, path, opts...)` | [`UserAssignedIdentityCredential::new`] / [`new_user_assigned_identity_credential`] |
-//! | `WithBackstopRefresh(d)` | [`UserAssignedIdentityCredentialOptions::with_backstop_interval`] |
-//!
-//! ## Caching, refresh and rotation
-//!
-//! [`ClientCertificateCredential::get_token`] answers from a per-scope cache without locks
-//! or allocation, shares one request among concurrent callers, refreshes ahead of expiry
-//! and keeps serving a valid token through failed refreshes; requests are retried per
-//! [`RetryPolicy`]. [`UserAssignedIdentityCredential`] follows the credential file through
-//! every Secrets Store CSI rotation (it watches the directory, where the atomic `..data`
-//! swap is visible), swaps only a valid file with a later `not_before`, and keeps the last
-//! good credential otherwise; [`ReloadStatus`] says what it serves.
-//!
-//! ## Crate features
-//!
-//! - `azure_core` (default): `azure_core::credentials::TokenCredential` for
-//!   [`ClientCertificateCredential`] (azure_core 1.x).
-//!
-//! ## Errors
-//!
-//! Every failure is an [`Error`] whose [`kind`](Error::kind) says what failed (a missing
-//! key, an EC key, an `AADSTS` answer, ...), whose [`path`](Error::path) names the file
-//! when there is one, and whose [`is_transient`](Error::is_transient) says whether trying
-//! again can help. No error, `Debug` or log line contains the client secret, key
-//! material, an assertion or an access token.
+#![doc = include_str!("guide.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -77,7 +15,10 @@ mod cloud_config;
 mod credential;
 mod endpoint;
 mod error;
+pub mod hypershift;
 mod inspect;
+#[cfg(feature = "k8s")]
+pub mod k8s;
 mod key;
 pub mod keyvault;
 mod model;

@@ -1,0 +1,703 @@
+//! Kubernetes objects for a managed identity, as HyperShift builds them (feature `k8s`).
+//!
+//! The counterparts of HyperShift's `support/azureutil` helpers and of its
+//! `ReconcileManagedAzureSecretProviderClass`, as [`k8s_openapi`] types with the same
+//! shapes, so a Rust operator writes what the Go one writes:
+//!
+//! | HyperShift (Go) | here |
+//! |---|---|
+//! | `CreateVolumeForAzureSecretStoreProviderClass(volume, spc)` | [`csi_volume`] |
+//! | `CreateVolumeMountForAzureSecretStoreProviderClass(volume)` | [`certs_volume_mount`] |
+//! | `CreateVolumeMountForKMSAzureSecretStoreProviderClass(volume)` | [`kms_volume_mount`] |
+//! | `CreateEnvVarsForAzureManagedIdentity(secretName)` | [`credentials_env_var`] |
+//! | `ReconcileManagedAzureSecretProviderClass(spc, hcp, identity)` | [`SecretProviderClass::builder`] |
+//! | `formatSecretProviderClassObject(name, encoding)` | [`objects_parameter`] |
+//!
+//! Names and values are checked before anything is built (DNS-1123 names, Key Vault
+//! naming rules, GUIDs); bad input is an [`ErrorKind::InvalidKubernetesObject`] naming the
+//! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
+//! expects; write them with the serializer of your choice (`kubectl apply` takes JSON and
+//! YAML alike). This crate ships no YAML serializer of its own.
+//!
+//! `k8s-openapi` needs exactly one Kubernetes version feature in the final build; like
+//! every library on it, this crate enables none, so an application using `k8s` selects
+//! one itself, e.g. `k8s-openapi = { version = "0.29", features = ["latest"] }`. The
+//! matching `k8s_openapi` is re-exported here.
+//!
+//! ```
+//! use msi_dataplane::hypershift::Component;
+//! use msi_dataplane::k8s::{self, KeyVaultObject, ObjectEncoding, SecretProviderClass};
+//!
+//! let component = Component::ControlPlaneOperator;
+//! let volume_name = component.volume_name().unwrap_or("cpo-cert");
+//!
+//! // The pod: the CSI volume, its read-only mount at /mnt/certs, and the variable that
+//! // tells the component where its file is.
+//! let volume = k8s::csi_volume(volume_name, component.secret_provider_class_name())?;
+//! let mount = k8s::certs_volume_mount(volume_name)?;
+//! let env = k8s::credentials_env_var("cpo-credentials")?;
+//! assert_eq!(env.value.as_deref(), Some("/mnt/certs/cpo-credentials"));
+//!
+//! // The SecretProviderClass the volume names.
+//! let spc = SecretProviderClass::for_component(component)
+//!     .namespace("clusters-demo")
+//!     .key_vault_name("demo-mi-kv")
+//!     .tenant_id("72f988bf-86f1-41af-91ab-2d7cd011db47")
+//!     .user_assigned_identity_id("0e2d7c3a-5d6e-4f3a-9b1c-2a4d6e8f0a1b")
+//!     .object(KeyVaultObject::secret("cpo-credentials", ObjectEncoding::Utf8))
+//!     .build()?;
+//! println!("{}", serde_json::to_string_pretty(&spc)?);
+//! # let _ = (volume, mount);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{CSIVolumeSource, EnvVar, Volume, VolumeMount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorKind, Result};
+use crate::hypershift::{
+    CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
+    SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER, bare_name_problem,
+};
+
+/// The `k8s-openapi` this module's types come from.
+pub use k8s_openapi;
+
+/// `apiVersion` of a SecretProviderClass (the Secrets Store CSI driver's `v1` API).
+pub const SECRET_PROVIDER_CLASS_API_VERSION: &str = "secrets-store.csi.x-k8s.io/v1";
+
+/// `kind` of a SecretProviderClass.
+pub const SECRET_PROVIDER_CLASS_KIND: &str = "SecretProviderClass";
+
+/// `spec.provider` for Azure Key Vault.
+pub const AZURE_PROVIDER: &str = "azure";
+
+/// The CSI volume that mounts a SecretProviderClass's objects: `driver`
+/// `secrets-store.csi.k8s.io`, `readOnly: true`, and the `secretProviderClass` attribute
+/// (HyperShift's `CreateVolumeForAzureSecretStoreProviderClass`).
+///
+/// `volume_name` must be a DNS-1123 label and `secret_provider_class` a DNS-1123
+/// subdomain.
+///
+/// ```
+/// use msi_dataplane::k8s::csi_volume;
+///
+/// let volume = csi_volume("cpo-cert", "managed-azure-cpo")?;
+/// let json = serde_json::to_value(&volume).expect("serializes");
+/// assert_eq!(json, serde_json::json!({
+///     "name": "cpo-cert",
+///     "csi": {
+///         "driver": "secrets-store.csi.k8s.io",
+///         "readOnly": true,
+///         "volumeAttributes": { "secretProviderClass": "managed-azure-cpo" }
+///     }
+/// }));
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+pub fn csi_volume(volume_name: &str, secret_provider_class: &str) -> Result<Volume> {
+    check("Volume.name", dns1123_label_problem(volume_name))?;
+    check(
+        "volumeAttributes.secretProviderClass",
+        dns1123_subdomain_problem(secret_provider_class),
+    )?;
+    Ok(Volume {
+        name: volume_name.to_owned(),
+        csi: Some(CSIVolumeSource {
+            driver: SECRETS_STORE_CSI_DRIVER.to_owned(),
+            read_only: Some(true),
+            volume_attributes: Some(BTreeMap::from([(
+                SECRET_PROVIDER_CLASS_ATTRIBUTE.to_owned(),
+                secret_provider_class.to_owned(),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The read-only mount of `volume_name` at `/mnt/certs` (HyperShift's
+/// `CreateVolumeMountForAzureSecretStoreProviderClass`).
+///
+/// ```
+/// let mount = msi_dataplane::k8s::certs_volume_mount("cpo-cert")?;
+/// assert_eq!(mount.mount_path, "/mnt/certs");
+/// assert_eq!(mount.read_only, Some(true));
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+pub fn certs_volume_mount(volume_name: &str) -> Result<VolumeMount> {
+    read_only_mount(volume_name, CERTS_MOUNT_PATH)
+}
+
+/// The read-only mount of `volume_name` at `/mnt/kms`, for the KMS identity next to
+/// another one at `/mnt/certs` (HyperShift's
+/// `CreateVolumeMountForKMSAzureSecretStoreProviderClass`).
+pub fn kms_volume_mount(volume_name: &str) -> Result<VolumeMount> {
+    read_only_mount(volume_name, KMS_MOUNT_PATH)
+}
+
+/// `MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<credentials_secret_name>`
+/// (HyperShift's `CreateEnvVarsForAzureManagedIdentity`, which returns this one variable
+/// in a list). The name is the Key Vault object's file name in the mount, so it must be a
+/// plain file name (no `/`, not empty, no whitespace around it).
+///
+/// ```
+/// let env = msi_dataplane::k8s::credentials_env_var("cpo-credentials")?;
+/// assert_eq!(env.name, "MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH");
+/// assert_eq!(env.value.as_deref(), Some("/mnt/certs/cpo-credentials"));
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+pub fn credentials_env_var(credentials_secret_name: &str) -> Result<EnvVar> {
+    check("EnvVar.value", bare_name_problem(credentials_secret_name))?;
+    Ok(EnvVar {
+        name: CREDENTIALS_FILE_PATH_ENV.to_owned(),
+        value: Some(format!("{CERTS_MOUNT_PATH}/{credentials_secret_name}")),
+        ..Default::default()
+    })
+}
+
+fn read_only_mount(volume_name: &str, mount_path: &str) -> Result<VolumeMount> {
+    check("VolumeMount.name", dns1123_label_problem(volume_name))?;
+    Ok(VolumeMount {
+        name: volume_name.to_owned(),
+        mount_path: mount_path.to_owned(),
+        read_only: Some(true),
+        ..Default::default()
+    })
+}
+
+/// How a Key Vault secret's value is written to its file (`objectEncoding`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ObjectEncoding {
+    /// `utf-8`: the value as it is (the provider's default; the credential JSON).
+    #[default]
+    #[serde(rename = "utf-8")]
+    Utf8,
+    /// `hex`: the value is hex-decoded before it is written.
+    #[serde(rename = "hex")]
+    Hex,
+    /// `base64`: the value is base64-decoded before it is written.
+    #[serde(rename = "base64")]
+    Base64,
+}
+
+impl ObjectEncoding {
+    /// The value as written in `objectEncoding`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ObjectEncoding::Utf8 => "utf-8",
+            ObjectEncoding::Hex => "hex",
+            ObjectEncoding::Base64 => "base64",
+        }
+    }
+}
+
+impl fmt::Display for ObjectEncoding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kind of Key Vault object (`objectType`). A managed-identity credential is stored
+/// as a secret, and that is the only kind this module writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ObjectType {
+    /// `secret`.
+    #[default]
+    #[serde(rename = "secret")]
+    Secret,
+}
+
+impl ObjectType {
+    /// The value as written in `objectType`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ObjectType::Secret => "secret",
+        }
+    }
+}
+
+/// One entry of a SecretProviderClass's `objects` parameter: which Key Vault object to
+/// mount (its file is named after it) and how. Serialized, it is the YAML map inside one
+/// `array` item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct KeyVaultObject {
+    /// The Key Vault object's name (1 to 127 of `0-9`, `a-z`, `A-Z`, `-`).
+    pub object_name: String,
+    /// How its value is decoded into the file.
+    pub object_encoding: ObjectEncoding,
+    /// Its kind (always a secret).
+    pub object_type: ObjectType,
+}
+
+impl KeyVaultObject {
+    /// The Key Vault secret `name`, decoded with `encoding`.
+    pub fn secret(name: impl Into<String>, encoding: ObjectEncoding) -> Self {
+        KeyVaultObject {
+            object_name: name.into(),
+            object_encoding: encoding,
+            object_type: ObjectType::Secret,
+        }
+    }
+}
+
+/// The `objects` parameter listing `objects`, byte for byte as HyperShift's
+/// `formatSecretProviderClassObject` writes it for one object (a leading newline, then a
+/// YAML `array` of block-literal strings, each a YAML map):
+///
+/// ```
+/// use msi_dataplane::k8s::{objects_parameter, KeyVaultObject, ObjectEncoding};
+///
+/// let objects = objects_parameter(&[KeyVaultObject::secret("cpo-credentials", ObjectEncoding::Utf8)])?;
+/// assert_eq!(
+///     objects,
+///     "\narray:\n  - |\n    objectName: cpo-credentials\n    objectEncoding: utf-8\n    objectType: secret\n"
+/// );
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+///
+/// At least one object is required, names must follow Key Vault's rules (so each one is a
+/// plain YAML scalar: nothing can escape its line), and no name may repeat (the files
+/// would collide).
+pub fn objects_parameter(objects: &[KeyVaultObject]) -> Result<String> {
+    if objects.is_empty() {
+        return Err(invalid(
+            "spec.parameters.objects",
+            "no Key Vault object is listed".to_owned(),
+        ));
+    }
+    let mut out = String::from("\narray:\n");
+    for (i, object) in objects.iter().enumerate() {
+        check(
+            "objectName",
+            key_vault_object_name_problem(&object.object_name),
+        )?;
+        if objects[..i]
+            .iter()
+            .any(|o| o.object_name == object.object_name)
+        {
+            return Err(invalid(
+                "objectName",
+                format!("{:?} is listed twice", object.object_name),
+            ));
+        }
+        out.push_str("  - |\n    objectName: ");
+        out.push_str(&object.object_name);
+        out.push_str("\n    objectEncoding: ");
+        out.push_str(object.object_encoding.as_str());
+        out.push_str("\n    objectType: ");
+        out.push_str(object.object_type.as_str());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// A Secrets Store CSI driver `SecretProviderClass` (`secrets-store.csi.x-k8s.io/v1`).
+///
+/// `apiVersion` and `kind` are fixed: they are written on serialization and checked on
+/// deserialization (another kind is an error). `spec` keeps any field it does not model
+/// (such as `secretObjects`) in [`SecretProviderClassSpec::other`]; a `status` is
+/// ignored. It implements `k8s_openapi`'s `Resource`, `ListableResource` and `Metadata`
+/// traits, so clients built on them (kube's `Api<K>`, for one) can work with it.
+///
+/// Build the Azure Key Vault one HyperShift writes with [`builder`](Self::builder) or
+/// [`for_component`](Self::for_component).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SecretProviderClass {
+    api_version: ApiVersion,
+    kind: Kind,
+    /// Standard object metadata (name, namespace, labels, ...).
+    pub metadata: ObjectMeta,
+    /// The provider and its parameters.
+    pub spec: SecretProviderClassSpec,
+}
+
+/// The `spec` of a [`SecretProviderClass`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SecretProviderClassSpec {
+    /// The provider, e.g. [`AZURE_PROVIDER`].
+    pub provider: String,
+    /// The provider's parameters (all strings; for Azure, `objects` is itself YAML).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+    /// Any other `spec` field (e.g. `secretObjects`), kept as it was read.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+/// The one `apiVersion` a [`SecretProviderClass`] has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+enum ApiVersion {
+    #[default]
+    #[serde(rename = "secrets-store.csi.x-k8s.io/v1")]
+    V1,
+}
+
+/// The one `kind` a [`SecretProviderClass`] has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+enum Kind {
+    #[default]
+    SecretProviderClass,
+}
+
+impl SecretProviderClass {
+    /// A SecretProviderClass with this metadata and spec, as given (no checks).
+    pub fn new(metadata: ObjectMeta, spec: SecretProviderClassSpec) -> Self {
+        SecretProviderClass {
+            api_version: ApiVersion::V1,
+            kind: Kind::SecretProviderClass,
+            metadata,
+            spec,
+        }
+    }
+
+    /// `apiVersion`: [`SECRET_PROVIDER_CLASS_API_VERSION`].
+    pub fn api_version(&self) -> &'static str {
+        SECRET_PROVIDER_CLASS_API_VERSION
+    }
+
+    /// `kind`: [`SECRET_PROVIDER_CLASS_KIND`].
+    pub fn kind(&self) -> &'static str {
+        SECRET_PROVIDER_CLASS_KIND
+    }
+
+    /// A builder for the Azure Key Vault SecretProviderClass named `name`, with the
+    /// parameters HyperShift's `ReconcileManagedAzureSecretProviderClass` sets:
+    /// `usePodIdentity: "false"`, `useVMManagedIdentity: "true"`,
+    /// `userAssignedIdentityID`, `keyvaultName`, `tenantId` and `objects`.
+    ///
+    /// ```
+    /// use msi_dataplane::k8s::{KeyVaultObject, ObjectEncoding, SecretProviderClass};
+    ///
+    /// let spc = SecretProviderClass::builder("managed-azure-ingress")
+    ///     .namespace("clusters-demo")
+    ///     .key_vault_name("demo-mi-kv")
+    ///     .tenant_id("72f988bf-86f1-41af-91ab-2d7cd011db47")
+    ///     .user_assigned_identity_id("0e2d7c3a-5d6e-4f3a-9b1c-2a4d6e8f0a1b")
+    ///     .object(KeyVaultObject::secret("ingress-credentials", ObjectEncoding::Utf8))
+    ///     .build()?;
+    /// assert_eq!(spc.spec.provider, "azure");
+    /// assert_eq!(spc.spec.parameters["useVMManagedIdentity"], "true");
+    /// assert_eq!(spc.spec.parameters["keyvaultName"], "demo-mi-kv");
+    /// # Ok::<(), msi_dataplane::Error>(())
+    /// ```
+    pub fn builder(name: impl Into<String>) -> SecretProviderClassBuilder {
+        SecretProviderClassBuilder {
+            name: name.into(),
+            ..SecretProviderClassBuilder::default()
+        }
+    }
+
+    /// [`builder`](Self::builder) with HyperShift's name for `component`'s
+    /// SecretProviderClass (e.g. `managed-azure-cpo`).
+    pub fn for_component(component: Component) -> SecretProviderClassBuilder {
+        Self::builder(component.secret_provider_class_name())
+    }
+}
+
+impl k8s_openapi::Resource for SecretProviderClass {
+    const API_VERSION: &'static str = SECRET_PROVIDER_CLASS_API_VERSION;
+    const GROUP: &'static str = "secrets-store.csi.x-k8s.io";
+    const KIND: &'static str = SECRET_PROVIDER_CLASS_KIND;
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "secretproviderclasses";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::ListableResource for SecretProviderClass {
+    const LIST_KIND: &'static str = "SecretProviderClassList";
+}
+
+impl k8s_openapi::Metadata for SecretProviderClass {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Builds the Azure Key Vault [`SecretProviderClass`] HyperShift writes for a managed
+/// identity; see [`SecretProviderClass::builder`]. Every setter takes the value as it
+/// will appear; [`build`](Self::build) checks them all.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct SecretProviderClassBuilder {
+    name: String,
+    namespace: Option<String>,
+    key_vault_name: Option<String>,
+    tenant_id: Option<String>,
+    user_assigned_identity_id: Option<String>,
+    objects: Vec<KeyVaultObject>,
+}
+
+impl SecretProviderClassBuilder {
+    /// `metadata.namespace` (a DNS-1123 label). Unset: the namespace it is applied in.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// `keyvaultName`: the Key Vault holding the credentials (3 to 24 of `0-9`, `a-z`,
+    /// `A-Z`, `-`; starts with a letter, ends with a letter or digit, no `--`).
+    pub fn key_vault_name(mut self, name: impl Into<String>) -> Self {
+        self.key_vault_name = Some(name.into());
+        self
+    }
+
+    /// `tenantId`: the Key Vault's tenant (a GUID).
+    pub fn tenant_id(mut self, tenant_id: impl Into<String>) -> Self {
+        self.tenant_id = Some(tenant_id.into());
+        self
+    }
+
+    /// `userAssignedIdentityID`: the client ID (a GUID) of the identity the CSI driver
+    /// reads Key Vault with; HyperShift takes it from `ARO_HCP_KEY_VAULT_USER_CLIENT_ID`
+    /// (see [`crate::hypershift::key_vault_user_client_id`]).
+    pub fn user_assigned_identity_id(mut self, client_id: impl Into<String>) -> Self {
+        self.user_assigned_identity_id = Some(client_id.into());
+        self
+    }
+
+    /// Add a Key Vault object to `objects` (HyperShift lists one: the credentials secret).
+    pub fn object(mut self, object: KeyVaultObject) -> Self {
+        self.objects.push(object);
+        self
+    }
+
+    /// The SecretProviderClass, or an [`ErrorKind::InvalidKubernetesObject`] naming the
+    /// first field that is missing or invalid.
+    pub fn build(self) -> Result<SecretProviderClass> {
+        check("metadata.name", dns1123_subdomain_problem(&self.name))?;
+        if let Some(namespace) = &self.namespace {
+            check("metadata.namespace", dns1123_label_problem(namespace))?;
+        }
+        let key_vault_name = required("spec.parameters.keyvaultName", self.key_vault_name)?;
+        check(
+            "spec.parameters.keyvaultName",
+            key_vault_name_problem(&key_vault_name),
+        )?;
+        let tenant_id = required("spec.parameters.tenantId", self.tenant_id)?;
+        check("spec.parameters.tenantId", guid_problem(&tenant_id))?;
+        let client_id = required(
+            "spec.parameters.userAssignedIdentityID",
+            self.user_assigned_identity_id,
+        )?;
+        check(
+            "spec.parameters.userAssignedIdentityID",
+            guid_problem(&client_id),
+        )?;
+        let objects = objects_parameter(&self.objects)?;
+
+        let parameters = BTreeMap::from([
+            ("usePodIdentity".to_owned(), "false".to_owned()),
+            ("useVMManagedIdentity".to_owned(), "true".to_owned()),
+            ("userAssignedIdentityID".to_owned(), client_id),
+            ("keyvaultName".to_owned(), key_vault_name),
+            ("tenantId".to_owned(), tenant_id),
+            ("objects".to_owned(), objects),
+        ]);
+        let metadata = ObjectMeta {
+            name: Some(self.name),
+            namespace: self.namespace,
+            ..Default::default()
+        };
+        let spec = SecretProviderClassSpec {
+            provider: AZURE_PROVIDER.to_owned(),
+            parameters,
+            other: BTreeMap::new(),
+        };
+        Ok(SecretProviderClass::new(metadata, spec))
+    }
+}
+
+// ---- checks (pure) ----
+
+fn invalid(field: &'static str, reason: String) -> crate::Error {
+    ErrorKind::InvalidKubernetesObject { field, reason }.into()
+}
+
+fn check(field: &'static str, problem: Option<String>) -> Result<()> {
+    match problem {
+        Some(reason) => Err(invalid(field, reason)),
+        None => Ok(()),
+    }
+}
+
+fn required(field: &'static str, value: Option<String>) -> Result<String> {
+    value.ok_or_else(|| invalid(field, "is not set".to_owned()))
+}
+
+/// Kubernetes' DNS-1123 label (volume names, namespaces): 1 to 63 of `a-z`, `0-9`, `-`,
+/// starting and ending with a letter or digit.
+fn dns1123_label_problem(value: &str) -> Option<String> {
+    if value.len() > 63 {
+        return Some(format!(
+            "{value:?} is {} characters; at most 63 are allowed",
+            value.len()
+        ));
+    }
+    dns1123_part_problem(value, "a DNS-1123 label")
+}
+
+/// Kubernetes' DNS-1123 subdomain (object names): at most 253 characters, dot-separated
+/// parts of `a-z`, `0-9`, `-`, each starting and ending with a letter or digit.
+fn dns1123_subdomain_problem(value: &str) -> Option<String> {
+    if value.len() > 253 {
+        return Some(format!(
+            "{value:?} is {} characters; at most 253 are allowed",
+            value.len()
+        ));
+    }
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let bad = value
+        .split('.')
+        .any(|part| dns1123_part_problem(part, "").is_some());
+    bad.then(|| {
+        format!(
+            "{value:?} is not a DNS-1123 subdomain (lower-case letters, digits, `-` and `.`, \
+             each part starting and ending with a letter or digit)"
+        )
+    })
+}
+
+fn dns1123_part_problem(value: &str, what: &str) -> Option<String> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let ok = value.chars().all(|c| alnum(c) || c == '-')
+        && value.starts_with(alnum)
+        && value.ends_with(alnum);
+    (!ok).then(|| {
+        format!(
+            "{value:?} is not {what} (lower-case letters, digits and `-`, starting and ending \
+             with a letter or digit)"
+        )
+    })
+}
+
+/// Azure Key Vault's vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`, starting with a
+/// letter, ending with a letter or digit, without `--`.
+fn key_vault_name_problem(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let ok = (3..=24).contains(&value.len())
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && value.starts_with(|c: char| c.is_ascii_alphabetic())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && !value.contains("--");
+    (!ok).then(|| {
+        format!(
+            "{value:?} is not a Key Vault name (3 to 24 letters, digits and `-`, starting with \
+             a letter, ending with a letter or digit, no `--`)"
+        )
+    })
+}
+
+/// Azure Key Vault's object names: 1 to 127 of `0-9`, `a-z`, `A-Z`, `-`.
+fn key_vault_object_name_problem(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let ok = value.len() <= 127 && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    (!ok).then(|| {
+        format!("{value:?} is not a Key Vault object name (1 to 127 letters, digits and `-`)")
+    })
+}
+
+/// A GUID in its usual form: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+fn guid_problem(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    let ok = value.len() == 36
+        && value.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    (!ok).then(|| {
+        format!("{value:?} is not a GUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns1123_labels() {
+        for ok in ["a", "cpo-cert", "a1", "0a", &"a".repeat(63)] {
+            assert_eq!(dns1123_label_problem(ok), None, "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "é"] {
+            assert!(dns1123_label_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dns1123_subdomains() {
+        for ok in ["managed-azure-cpo", "a.b-c.d", &"a".repeat(253)] {
+            assert_eq!(dns1123_subdomain_problem(ok), None, "{ok}");
+        }
+        for bad in ["", ".", "a.", ".a", "a..b", "A", "a.-b", &"a".repeat(254)] {
+            assert!(dns1123_subdomain_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn key_vault_names() {
+        for ok in [
+            "abc",
+            "demo-mi-kv",
+            "A1-b2",
+            &format!("a{}", "b".repeat(23)),
+        ] {
+            assert_eq!(key_vault_name_problem(ok), None, "{ok}");
+        }
+        for bad in [
+            "",
+            "ab",
+            "1abc",
+            "abc-",
+            "ab--c",
+            "ab_c",
+            &format!("a{}", "b".repeat(24)),
+        ] {
+            assert!(key_vault_name_problem(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn guids() {
+        assert_eq!(guid_problem("72f988bf-86f1-41af-91ab-2d7cd011db47"), None);
+        assert_eq!(guid_problem("72F988BF-86F1-41AF-91AB-2D7CD011DB47"), None);
+        for bad in [
+            "",
+            "tenant-id",
+            "72f988bf86f141af91ab2d7cd011db47",
+            "{72f988bf-86f1-41af-91ab-2d7cd011db47}",
+            "72f988bf-86f1-41af-91ab-2d7cd011db4g",
+            "72f988bf-86f1-41af-91ab-2d7cd011db47 ",
+        ] {
+            assert!(guid_problem(bad).is_some(), "{bad}");
+        }
+    }
+}
