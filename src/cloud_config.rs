@@ -9,8 +9,11 @@
 //!
 //! When `useManagedIdentityExtension` is `true`, cloud-provider-azure authenticates with
 //! the VM's managed identity through the instance metadata service and never reads
-//! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so it is refused
-//! with [`ErrorKind::ConflictingIdentitySources`] instead of either being silently chosen.
+//! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so
+//! [`CloudConfig::identity_path`] (and [`UserAssignedIdentityCredential::from_cloud_config`])
+//! refuse it with [`ErrorKind::ConflictingIdentitySources`] instead of silently choosing.
+//! HyperShift's generated config for ARO HCP does set both; a component that knows it runs
+//! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
 //!
 //! ```
 //! use msi_dataplane::{CloudConfig, Cloud, ErrorKind};
@@ -169,6 +172,40 @@ impl CloudConfig {
                 uses_managed_identity_extension,
             }
             .into()),
+        }
+    }
+}
+
+impl CloudConfig {
+    /// `aadMSIDataPlaneIdentityPath`, chosen explicitly by the caller whatever
+    /// `useManagedIdentityExtension` says.
+    ///
+    /// HyperShift's generated `azure.json` for ARO HCP sets both
+    /// `useManagedIdentityExtension: true` and `aadMSIDataPlaneIdentityPath`, and a
+    /// component that knows it runs there (see
+    /// [`hypershift::is_aro_hcp`](crate::hypershift::is_aro_hcp)) wants the file. This is
+    /// that choice made in code, where a reader sees it; it logs a `tracing` warning when
+    /// the config also selects the VM identity. [`identity_path`](Self::identity_path)
+    /// stays the strict reading.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NoIdentityPath`] when the path is absent or blank.
+    pub fn credential_file_path(&self) -> Result<&Path> {
+        match self.identity_path() {
+            Err(e) if matches!(e.kind(), ErrorKind::ConflictingIdentitySources { .. }) => {
+                let path = self
+                    .aad_msi_data_plane_identity_path
+                    .as_deref()
+                    .unwrap_or("");
+                tracing::warn!(
+                    identity_path = path,
+                    "cloud config sets useManagedIdentityExtension and \
+                     aadMSIDataPlaneIdentityPath; using the credential file, as the caller chose"
+                );
+                Ok(Path::new(path))
+            }
+            other => other,
         }
     }
 }

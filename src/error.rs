@@ -40,9 +40,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Clone)]
 pub struct Error {
     kind: Box<ErrorKind>,
-    path: Option<Arc<Path>>,
-    /// What the file at `path` is, for messages: "credential file", "cloud config file".
+    /// The file concerned, shared (one pointer keeps `Error` two words).
+    file: Option<Arc<FileRef>>,
+}
+
+/// A file an error is about, and what kind of file it is.
+struct FileRef {
+    /// For messages: "credential file", "cloud config file".
     role: &'static str,
+    path: std::path::PathBuf,
 }
 
 impl Error {
@@ -54,7 +60,7 @@ impl Error {
     /// The file this error is about (a credential file, or a cloud config file), if it
     /// came from one.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.file.as_deref().map(|f| f.path.as_path())
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
@@ -72,9 +78,11 @@ impl Error {
     /// Attach the file this error concerns and what kind of file it is (kept if a file is
     /// already set).
     pub(crate) fn with_file(mut self, path: &Path, role: &'static str) -> Self {
-        if self.path.is_none() {
-            self.path = Some(Arc::from(path));
-            self.role = role;
+        if self.file.is_none() {
+            self.file = Some(Arc::new(FileRef {
+                role,
+                path: path.to_path_buf(),
+            }));
         }
         self
     }
@@ -84,16 +92,15 @@ impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error {
             kind: Box::new(kind),
-            path: None,
-            role: CREDENTIAL_FILE,
+            file: None,
         }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(path) => write!(f, "{} {}: {}", self.role, path.display(), self.kind),
+        match self.file.as_deref() {
+            Some(file) => write!(f, "{} {}: {}", file.role, file.path.display(), self.kind),
             None => fmt::Display::fmt(&self.kind, f),
         }
     }
@@ -103,7 +110,7 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
             .field("kind", &self.kind)
-            .field("path", &self.path)
+            .field("path", &self.path())
             .finish()
     }
 }
@@ -340,7 +347,8 @@ pub enum ErrorKind {
     #[error(
         "`useManagedIdentityExtension` is true and `aadMSIDataPlaneIdentityPath` is set \
          ({identity_path}): the config selects both the VM managed identity (IMDS) and a \
-         credential file; set `useManagedIdentityExtension` to false to use the file"
+         credential file; set `useManagedIdentityExtension` to false to use the file, or \
+         choose it explicitly in code (`CloudConfig::credential_file_path`)"
     )]
     ConflictingIdentitySources {
         /// The `aadMSIDataPlaneIdentityPath` value.
@@ -525,7 +533,7 @@ mod tests {
     fn error_is_send_sync_and_small() {
         fn check<T: Send + Sync + Clone + 'static>() {}
         check::<Error>();
-        assert!(std::mem::size_of::<Error>() <= 3 * std::mem::size_of::<usize>());
+        assert!(std::mem::size_of::<Error>() <= 2 * std::mem::size_of::<usize>());
     }
 
     #[test]

@@ -232,3 +232,30 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
     assert_eq!(err.path(), Some(identity.as_path()));
     assert!(err.to_string().starts_with("credential file"), "{err}");
 }
+
+#[test]
+fn the_file_can_be_chosen_explicitly_over_a_conflicting_config() {
+    // HyperShift's generated azure.json for ARO HCP sets both.
+    let config = CloudConfig::from_slice(
+        br#"{"useManagedIdentityExtension": true, "aadMSIDataPlaneIdentityPath": "/mnt/certs/cloud-provider"}"#,
+    )
+    .unwrap();
+    assert!(config.identity_path().is_err());
+    assert_eq!(
+        config.credential_file_path().unwrap(),
+        Path::new("/mnt/certs/cloud-provider")
+    );
+    let plain =
+        CloudConfig::from_slice(br#"{"aadMSIDataPlaneIdentityPath": "/mnt/certs/a"}"#).unwrap();
+    assert_eq!(
+        plain.credential_file_path().unwrap(),
+        Path::new("/mnt/certs/a")
+    );
+    let none = CloudConfig::from_slice(br#"{"useManagedIdentityExtension": true}"#).unwrap();
+    assert!(matches!(
+        none.credential_file_path().unwrap_err().kind(),
+        ErrorKind::NoIdentityPath {
+            uses_managed_identity_extension: true
+        }
+    ));
+}
