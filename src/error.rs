@@ -412,6 +412,57 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// A stable snake_case name for the failure class (`"missing_fields"`,
+    /// `"credential_expired"`, `"token_endpoint"`, ...), for metrics labels and
+    /// machine-readable output such as `msi-credential --json`. Never contains details.
+    ///
+    /// ```
+    /// # use msi_dataplane::UserAssignedIdentityCredentials;
+    /// let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+    /// assert_eq!(err.kind().code(), "missing_fields");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorKind::Io { .. } => "io",
+            ErrorKind::FileTooLarge { .. } => "file_too_large",
+            ErrorKind::Json { .. } => "json",
+            ErrorKind::MissingFields { .. } => "missing_fields",
+            ErrorKind::CamelCaseKeys { .. } => "camel_case_keys",
+            ErrorKind::InvalidField { .. } => "invalid_field",
+            ErrorKind::SecretNotBase64 { .. } => "secret_not_base64",
+            ErrorKind::UnknownBundleFormat { .. } => "unknown_bundle_format",
+            ErrorKind::Pkcs12 { .. } => "pkcs12",
+            ErrorKind::NoPrivateKey => "no_private_key",
+            ErrorKind::MultiplePrivateKeys { .. } => "multiple_private_keys",
+            ErrorKind::EncryptedPrivateKey { .. } => "encrypted_private_key",
+            ErrorKind::UnsupportedKeyType { .. } => "unsupported_key_type",
+            ErrorKind::KeyTooSmall { .. } => "key_too_small",
+            ErrorKind::InvalidPrivateKey { .. } => "invalid_private_key",
+            ErrorKind::NoCertificate => "no_certificate",
+            ErrorKind::InvalidCertificate { .. } => "invalid_certificate",
+            ErrorKind::NoMatchingCertificate { .. } => "no_matching_certificate",
+            ErrorKind::TooManyCertificates { .. } => "too_many_certificates",
+            ErrorKind::CredentialExpired { .. } => "credential_expired",
+            ErrorKind::InvalidAuthority { .. } => "invalid_authority",
+            ErrorKind::InvalidScopes { .. } => "invalid_scopes",
+            ErrorKind::Signing => "signing",
+            ErrorKind::HttpClient { .. } => "http_client",
+            ErrorKind::Transport { .. } => "transport",
+            ErrorKind::TokenEndpoint(_) => "token_endpoint",
+            ErrorKind::RequestAbandoned { .. } => "request_abandoned",
+            ErrorKind::InvalidTokenResponse { .. } => "invalid_token_response",
+            ErrorKind::UnknownCloud { .. } => "unknown_cloud",
+            ErrorKind::InvalidCloud { .. } => "invalid_cloud",
+            ErrorKind::ConflictingIdentitySources { .. } => "conflicting_identity_sources",
+            ErrorKind::NoIdentityPath { .. } => "no_identity_path",
+            ErrorKind::MissingStorageTime { .. } => "missing_storage_time",
+            ErrorKind::InvalidSecretName { .. } => "invalid_secret_name",
+            ErrorKind::MissingEnvironmentVariable { .. } => "missing_environment_variable",
+            ErrorKind::InvalidEnvironmentVariable { .. } => "invalid_environment_variable",
+            ErrorKind::InvalidKubernetesObject { .. } => "invalid_kubernetes_object",
+        }
+    }
+
     fn is_transient(&self) -> bool {
         match self {
             ErrorKind::Transport { .. } | ErrorKind::RequestAbandoned { .. } => true,

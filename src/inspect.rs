@@ -60,6 +60,10 @@ pub struct CredentialReport {
     pub authority: String,
     /// Where token requests go; `None` when the authority is not usable (see `problems`).
     pub token_url: Option<String>,
+    /// The well-known cloud whose authority host the authority is on
+    /// ([`Cloud::for_authority`](crate::Cloud::for_authority)), e.g. `AzurePublicCloud`;
+    /// `None` for any other host (a regional or custom authority, a local emulator).
+    pub cloud: Option<String>,
     /// The window in which the credential can be used.
     pub validity: Validity,
     /// The times the file states.
@@ -236,6 +240,7 @@ impl CredentialReport {
             object_id: creds.object_id.clone(),
             resource_id: creds.resource_id.clone(),
             tenant_id,
+            cloud: crate::Cloud::for_authority(&authority).map(|c| c.name().to_owned()),
             authority,
             token_url,
             validity,

@@ -177,6 +177,7 @@ fn inspect_json_matches_the_library_and_the_fixtures() {
                 creds.tenant_id.as_deref().unwrap()
             )
         );
+        assert_eq!(json["cloud"], "AzurePublicCloud");
         let c = &json["certificate"];
         assert_eq!(c["thumbprint_sha1"], cert.thumbprint_sha1_hex());
         assert_eq!(c["thumbprint_sha256"], cert.thumbprint_sha256_hex());

@@ -74,6 +74,7 @@ pub fn inspect(file: &Path, report: &CredentialReport, format: Format) -> String
             ("tenant_id", r.tenant_id.clone()),
             ("authority", r.authority.clone()),
             ("token_url", or_dash(r.token_url.as_deref())),
+            ("cloud", or_dash(r.cloud.as_deref())),
         ],
     );
     section(
@@ -273,7 +274,7 @@ pub fn error(err: &Error, file: Option<&Path>, format: Format) -> String {
         Format::Text => format!("msi-credential: {message}"),
         Format::Json => json(&ErrorJson {
             error: ErrorBody {
-                kind: kind_name(err.kind()),
+                kind: err.kind().code(),
                 message: &message,
                 file: if is_file_error(err.kind()) {
                     file
@@ -314,41 +315,6 @@ fn is_file_error(kind: &ErrorKind) -> bool {
             | ErrorKind::HttpClient { .. }
             | ErrorKind::Signing
     )
-}
-
-/// A stable snake_case name for each error kind, for scripts.
-pub fn kind_name(kind: &ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::Io { .. } => "io",
-        ErrorKind::FileTooLarge { .. } => "file_too_large",
-        ErrorKind::Json { .. } => "json",
-        ErrorKind::MissingFields { .. } => "missing_fields",
-        ErrorKind::CamelCaseKeys { .. } => "camel_case_keys",
-        ErrorKind::InvalidField { .. } => "invalid_field",
-        ErrorKind::SecretNotBase64 { .. } => "secret_not_base64",
-        ErrorKind::UnknownBundleFormat { .. } => "unknown_bundle_format",
-        ErrorKind::Pkcs12 { .. } => "pkcs12",
-        ErrorKind::NoPrivateKey => "no_private_key",
-        ErrorKind::MultiplePrivateKeys { .. } => "multiple_private_keys",
-        ErrorKind::EncryptedPrivateKey { .. } => "encrypted_private_key",
-        ErrorKind::UnsupportedKeyType { .. } => "unsupported_key_type",
-        ErrorKind::KeyTooSmall { .. } => "key_too_small",
-        ErrorKind::InvalidPrivateKey { .. } => "invalid_private_key",
-        ErrorKind::NoCertificate => "no_certificate",
-        ErrorKind::InvalidCertificate { .. } => "invalid_certificate",
-        ErrorKind::NoMatchingCertificate { .. } => "no_matching_certificate",
-        ErrorKind::TooManyCertificates { .. } => "too_many_certificates",
-        ErrorKind::CredentialExpired { .. } => "credential_expired",
-        ErrorKind::InvalidAuthority { .. } => "invalid_authority",
-        ErrorKind::InvalidScopes { .. } => "invalid_scopes",
-        ErrorKind::Signing => "signing",
-        ErrorKind::HttpClient { .. } => "http_client",
-        ErrorKind::Transport { .. } => "transport",
-        ErrorKind::TokenEndpoint(_) => "token_endpoint",
-        ErrorKind::RequestAbandoned { .. } => "request_abandoned",
-        ErrorKind::InvalidTokenResponse { .. } => "invalid_token_response",
-        _ => "other",
-    }
 }
 
 /// RFC 3339 (falls back to `time`'s own format for years RFC 3339 cannot hold).
