@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
 use crate::error::{ErrorKind, Result};
-use crate::model::{MAX_CREDENTIAL_FILE_BYTES, json_error, read_limited_as};
+use crate::model::{check_size, json_error, read_limited_as};
 use crate::user_assigned::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
 
 /// How errors name a cloud config file.
@@ -105,21 +105,15 @@ pub struct CloudConfig {
 }
 
 impl CloudConfig {
-    /// Parse a cloud config's bytes (at most [`MAX_CREDENTIAL_FILE_BYTES`]).
+    /// Parse a cloud config's bytes (at most
+    /// [`MAX_CREDENTIAL_FILE_BYTES`](crate::MAX_CREDENTIAL_FILE_BYTES)).
     ///
     /// # Errors
     ///
     /// [`ErrorKind::FileTooLarge`], or [`ErrorKind::Json`] with the line and column (quoted
     /// values in the message are redacted).
     pub fn from_slice(bytes: &[u8]) -> Result<CloudConfig> {
-        let size = bytes.len() as u64;
-        if size > MAX_CREDENTIAL_FILE_BYTES {
-            return Err(ErrorKind::FileTooLarge {
-                size,
-                limit: MAX_CREDENTIAL_FILE_BYTES,
-            }
-            .into());
-        }
+        check_size(bytes)?;
         serde_json::from_slice(bytes).map_err(json_error)
     }
 

@@ -125,14 +125,7 @@ impl UserAssignedIdentityCredentials {
     /// not decoded here; [`ClientCertificate::from_credentials`](crate::ClientCertificate::from_credentials)
     /// or building a credential does that.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let size = bytes.len() as u64;
-        if size > MAX_CREDENTIAL_FILE_BYTES {
-            return Err(ErrorKind::FileTooLarge {
-                size,
-                limit: MAX_CREDENTIAL_FILE_BYTES,
-            }
-            .into());
-        }
+        check_size(bytes)?;
         let creds: Self = serde_json::from_slice(bytes).map_err(json_error)?;
         if creds.any_key_absent() {
             check_camel_case(bytes)?;
@@ -241,6 +234,19 @@ impl UserAssignedIdentityCredentials {
             || self.resource_id.is_none()
             || self.tenant_id.is_none()
     }
+}
+
+/// Refuse input over [`MAX_CREDENTIAL_FILE_BYTES`] before parsing it.
+pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
+    let size = bytes.len() as u64;
+    if size > MAX_CREDENTIAL_FILE_BYTES {
+        return Err(ErrorKind::FileTooLarge {
+            size,
+            limit: MAX_CREDENTIAL_FILE_BYTES,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused
