@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod atomic_writer;
+pub mod counting;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
