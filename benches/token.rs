@@ -7,12 +7,14 @@
 //!
 //! - `cached/get_token/1thread`: one `get_token(&[ARM])` cache hit, polled once in place
 //!   with a no-op waker (no runtime hop): the hit path must be `Ready` on the first poll.
-//! - `cached/get_token/2threads`: two OS threads hitting the same credential and scope at
-//!   once. Each thread does `iters` hits; the reported time is the wall-clock window
-//!   covering both threads (earliest start to latest end) divided by `iters` (not by
-//!   `2 * iters`), so with `t1` = 1thread time and `t2` = 2threads time:
-//!   aggregate throughput = `2 / t2` hits/s, scaling = `2 * t1 / t2` (2.0 = perfect,
-//!   1.0 = fully serialised).
+//! - `cached/get_token/{2,4,8}threads`: N OS threads hitting the same credential and scope
+//!   at once. Each thread does `iters` hits; the reported time is the wall-clock window
+//!   covering all threads (earliest start to latest end) divided by `iters` (not by
+//!   `N * iters`): the time one call takes as each thread sees it. With `t1` = 1thread
+//!   time and `tN` = Nthreads time: aggregate throughput = `N / tN` hits/s, scaling =
+//!   `N * t1 / tN` (N = perfect, 1 = fully serialised). The issue 7 target is 2-thread
+//!   scaling ≥ 1.8; on a 2-core machine 4 and 8 threads show oversubscription (ideal:
+//!   `tN = N/2 * t1`).
 //! - `cached/get_token/100scopes`: hits rotating over 100 distinct warmed scopes.
 //! - `cold/get_token`: `request_token(&[ARM])`, always one fresh request: sign an assertion,
 //!   POST it over loopback HTTPS (pooled keep-alive connection), parse the answer.
@@ -97,6 +99,46 @@ fn server_runtime() -> Runtime {
         .expect("server runtime")
 }
 
+/// Thread counts of `cached/get_token/{n}threads` (the machine's cores and beyond, for
+/// the latency-vs-threads plot).
+const THREADS: [usize; 3] = [2, 4, 8];
+
+/// `threads` OS threads, each doing `iters` hits on one credential and scope at once.
+/// Returns the window covering them all (earliest start to latest end), so criterion's
+/// time/iter `tN` = window / iters is the time a call takes as each thread sees it, the
+/// aggregate throughput is `N / tN` hits/s, and with `t1` the `1thread` time, the
+/// scaling is `N * t1 / tN` (N = perfect, 1 = fully serialised).
+fn hits_on_threads(
+    cred: &ClientCertificateCredential,
+    fallback: &Handle,
+    threads: usize,
+    iters: u64,
+) -> Duration {
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let _entered = fallback.enter();
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(hit(cred, black_box(ARM), fallback));
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench thread"))
+            .collect()
+    });
+    let start = spans.iter().map(|s| s.0).min().expect("spans");
+    let end = spans.iter().map(|s| s.1).max().expect("spans");
+    end - start
+}
+
 fn bench_cached(c: &mut Criterion) {
     let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
@@ -132,37 +174,13 @@ fn bench_cached(c: &mut Criterion) {
     });
     report_fallbacks("cached/get_token/1thread");
 
-    // Each of 2 threads does `iters` hits; elapsed = latest end - earliest start, returned
-    // as is, so criterion's time/iter t2 = elapsed / iters and the throughput ratio to the
-    // 1thread time t1 is 2 * t1 / t2.
-    g.bench_function("2threads", |b| {
-        b.iter_custom(|iters| {
-            let barrier = Barrier::new(2);
-            let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-                let workers: Vec<_> = (0..2)
-                    .map(|_| {
-                        s.spawn(|| {
-                            let _entered = fallback.enter();
-                            barrier.wait();
-                            let start = Instant::now();
-                            for _ in 0..iters {
-                                black_box(hit(&cred, black_box(ARM), &fallback));
-                            }
-                            (start, Instant::now())
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("bench thread"))
-                    .collect()
-            });
-            let start = spans.iter().map(|s| s.0).min().expect("two spans");
-            let end = spans.iter().map(|s| s.1).max().expect("two spans");
-            end - start
-        })
-    });
-    report_fallbacks("cached/get_token/2threads");
+    for threads in THREADS {
+        let name = format!("{threads}threads");
+        g.bench_function(&name, |b| {
+            b.iter_custom(|iters| hits_on_threads(&cred, &fallback, threads, iters))
+        });
+        report_fallbacks(&format!("cached/get_token/{name}"));
+    }
 
     let scopes: Vec<String> = (0..100)
         .map(|i| format!("https://svc{i}.example.com/.default"))
