@@ -16,6 +16,9 @@
 //!   scaling ≥ 1.8; on a 2-core machine 4 and 8 threads show oversubscription (ideal:
 //!   `tN = N/2 * t1`).
 //! - `cached/get_token/100scopes`: hits rotating over 100 distinct warmed scopes.
+//! - `machine/hash/{1thread,2threads}`: the same harness on pure computation that shares
+//!   nothing (ten foldhash runs per call): the 2-thread scaling this machine gives at
+//!   the time of the run, the context for the `2threads` target.
 //! - `cold/get_token`: `request_token(&[ARM])`, always one fresh request: sign an assertion,
 //!   POST it over loopback HTTPS (pooled keep-alive connection), parse the answer.
 //! - `cold/raw_https_round_trip`: the baseline: a raw `reqwest` POST of the same form
@@ -103,27 +106,27 @@ fn server_runtime() -> Runtime {
 /// the latency-vs-threads plot).
 const THREADS: [usize; 3] = [2, 4, 8];
 
-/// `threads` OS threads, each doing `iters` hits on one credential and scope at once.
-/// Returns the window covering them all (earliest start to latest end), so criterion's
-/// time/iter `tN` = window / iters is the time a call takes as each thread sees it, the
-/// aggregate throughput is `N / tN` hits/s, and with `t1` the `1thread` time, the
-/// scaling is `N * t1 / tN` (N = perfect, 1 = fully serialised).
-fn hits_on_threads(
-    cred: &ClientCertificateCredential,
-    fallback: &Handle,
-    threads: usize,
-    iters: u64,
-) -> Duration {
+/// `threads` OS threads, each running `work` `iters` times, all at once. Returns the
+/// window covering them all (earliest start to latest end), so criterion's time/iter
+/// `tN` = window / iters is the time one call takes as each thread sees it, the
+/// aggregate throughput is `N / tN` calls/s, and with `t1` the one-thread time, the
+/// scaling is `N * t1 / tN` (N = perfect, 1 = fully serialised). `setup` runs first on
+/// each thread, outside the window; what it returns is kept until the thread's end.
+fn on_threads<G, S, W>(threads: usize, iters: u64, setup: S, work: W) -> Duration
+where
+    S: Fn() -> G + Sync,
+    W: Fn() + Sync,
+{
     let barrier = Barrier::new(threads);
     let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let _entered = fallback.enter();
+                    let _kept = setup();
                     barrier.wait();
                     let start = Instant::now();
                     for _ in 0..iters {
-                        black_box(hit(cred, black_box(ARM), fallback));
+                        work();
                     }
                     (start, Instant::now())
                 })
@@ -137,6 +140,32 @@ fn hits_on_threads(
     let start = spans.iter().map(|s| s.0).min().expect("spans");
     let end = spans.iter().map(|s| s.1).max().expect("spans");
     end - start
+}
+
+/// The machine's own scaling, as context for the 2-thread target: ten foldhash runs over
+/// a 38-byte scope per call (about as long as a cache hit), each thread with its own
+/// hasher, so nothing is shared and nothing is written to shared memory. Its `2 * t1 /
+/// t2` is what two threads of pure computation get on this machine at the time of the
+/// run (a VM's two vCPUs may share a physical core, or a busy host).
+fn bench_machine(c: &mut Criterion) {
+    use std::hash::{BuildHasher, Hasher};
+    let state = foldhash::fast::FixedState::with_seed(7);
+    let work = || {
+        let mut acc = 0u64;
+        for i in 0..10u8 {
+            let mut h = state.build_hasher();
+            h.write(black_box(ARM).as_bytes());
+            h.write_u8(i);
+            acc ^= h.finish();
+        }
+        black_box(acc);
+    };
+    let mut g = c.benchmark_group("machine/hash");
+    g.bench_function("1thread", |b| b.iter(work));
+    g.bench_function("2threads", |b| {
+        b.iter_custom(|iters| on_threads(2, iters, || (), work))
+    });
+    g.finish();
 }
 
 fn bench_cached(c: &mut Criterion) {
@@ -177,7 +206,14 @@ fn bench_cached(c: &mut Criterion) {
     for threads in THREADS {
         let name = format!("{threads}threads");
         g.bench_function(&name, |b| {
-            b.iter_custom(|iters| hits_on_threads(&cred, &fallback, threads, iters))
+            b.iter_custom(|iters| {
+                on_threads(
+                    threads,
+                    iters,
+                    || fallback.enter(),
+                    || drop(black_box(hit(&cred, black_box(ARM), &fallback))),
+                )
+            })
         });
         report_fallbacks(&format!("cached/get_token/{name}"));
     }
@@ -304,6 +340,6 @@ criterion_group! {
     config = Criterion::default()
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
-    targets = bench_cached, bench_cold
+    targets = bench_cached, bench_machine, bench_cold
 }
 criterion_main!(benches);
