@@ -15,7 +15,11 @@
 //!   for `x5t#S256`, serialize header and claims, sign PS256 with AWS-LC, build the same
 //!   `reqwest::Client`, POST the same form with the same headers, parse the JSON answer.
 //! - `first_token/part/load`: the by-hand steps up to the loaded key and encoded header.
-//! - `first_token/part/sign`: the by-hand claims + PS256 signature + encoding.
+//! - `first_token/part/first_sign`: the by-hand claims + PS256 signature + encoding with a
+//!   key loaded just before (untimed): AWS-LC finishes a key's precomputation (Montgomery
+//!   constants, blinding) on its first private-key operation, so a new credential's first
+//!   signature costs about twice a later one.
+//! - `first_token/part/sign`: the same with a key that has signed before.
 //! - `first_token/part/client_build`: building the `reqwest::Client` (rustls config,
 //!   the test CA as the only root).
 //! - `first_token/part/connect_post`: a fresh client + TCP connect + TLS handshake + the
@@ -41,7 +45,7 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{RSA_PSS_SHA256, RsaKeyPair};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions,
     UserAssignedIdentityCredentials,
@@ -279,6 +283,13 @@ fn bench_first_token(c: &mut Criterion) {
 
     g.bench_function("part/load", |b| {
         b.iter(|| load_by_hand(black_box(&file.path)))
+    });
+    g.bench_function("part/first_sign", |b| {
+        b.iter_batched_ref(
+            || load_by_hand(&file.path),
+            |fresh| sign_by_hand(fresh, &rng),
+            BatchSize::SmallInput,
+        )
     });
     let loaded = load_by_hand(&file.path);
     g.bench_function("part/sign", |b| b.iter(|| sign_by_hand(&loaded, &rng)));

@@ -21,6 +21,9 @@
 //!   the time of the run, the context for the `2threads` target.
 //! - `cold/get_token`: `request_token(&[ARM])`, always one fresh request: sign an assertion,
 //!   POST it over loopback HTTPS (pooled keep-alive connection), parse the answer.
+//! - `cold/get_token_miss`: `clear_cache()` + `get_token(&[ARM])`: the same request made
+//!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
+//!   channel).
 //! - `cold/raw_https_round_trip`: the baseline: a raw `reqwest` POST of the same form
 //!   (same fields and sizes, same headers, a pre-signed valid assertion) with the same
 //!   client to the same server URL, reading the whole body.
@@ -314,6 +317,14 @@ fn bench_cold(c: &mut Criterion) {
     g.bench_function("get_token", |b| {
         b.to_async(&client_rt)
             .iter(|| async { black_box(cred.request_token(&[ARM]).await.expect("request_token")) })
+    });
+    server.clear_requests();
+
+    g.bench_function("get_token_miss", |b| {
+        b.to_async(&client_rt).iter(|| async {
+            cred.clear_cache();
+            black_box(cred.get_token(&[ARM]).await.expect("get_token"))
+        })
     });
     server.clear_requests();
 
