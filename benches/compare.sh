@@ -60,7 +60,9 @@ out="$target_dir/compare"
 mkdir -p "$out"
 since=$(date +%s)
 
-echo "== machine"
+echo "== machine (now)"
+machine_log=/dev/null
+((run_benches)) && machine_log="$out/machine.txt"
 {
     uname -srm
     grep -m1 'model name' /proc/cpuinfo 2>/dev/null || true
@@ -68,7 +70,7 @@ echo "== machine"
     echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
     rustc --version
     command -v openssl >/dev/null && openssl version
-} | tee "$out/machine.txt"
+} | tee "$machine_log"
 
 if ((run_benches)); then
     for bench in "${benches[@]}"; do

@@ -656,6 +656,25 @@ def main():
             "(stale) = estimates older than this run (not re-measured): "
             + ", ".join(sorted(rep.stale)),
         ]
+    m = machine_scaling(rep)
+    t1, t2 = rep.get("cached/get_token/1thread"), rep.get("cached/get_token/2threads")
+    hit_scaling = 2 * t1 / t2 if (t1 and t2) else None
+    if any(x is not None and x > 2.1 for x in (m, hit_scaling)):
+        sections += [
+            "",
+            "**Unsteady run**: a 2-thread scaling above 2× (get_token "
+            f"{fmt_ratio(hit_scaling)}, machine/hash {fmt_ratio(m)}) means a one-thread sample "
+            "was slowed by other work (another VM on the host, or a process here): the "
+            "thread rows and the ns-scale rows of this run are not trustworthy; rerun.",
+        ]
+    elif m is not None and m < 1.8:
+        sections += [
+            "",
+            f"Note: two threads of ALU-bound work that share nothing (`machine/hash`) got "
+            f"{m:.2f}× of one thread in this run, not 2×: this machine's two CPUs do not "
+            "deliver two full cores' worth of computation now (shared physical cores, or a "
+            "busy host). That bounds what any 2-thread scaling can show here.",
+        ]
     text = "\n".join(sections)
     print(text)
     if args.markdown:
