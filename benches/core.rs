@@ -81,6 +81,12 @@ fn bench_parse(c: &mut Criterion) {
     g.bench_function("pem/part/key_load", |b| {
         b.iter(|| RsaKeyPair::from_pkcs8(black_box(&key_der)).unwrap())
     });
+    // The backend choice for the key load (BENCHMARKS.md): the pure-Rust `rsa` crate
+    // parsing and checking the same key.
+    g.bench_function("keyload/rsa-crate", |b| {
+        use rsa::pkcs8::DecodePrivateKey;
+        b.iter(|| rsa::RsaPrivateKey::from_pkcs8_der(black_box(&key_der)).unwrap())
+    });
 
     // PKCS#12 fixtures, and the key derivations each must do, done with AWS-LC digests.
     let aes_json = fixture("pfx-aes");
@@ -231,7 +237,78 @@ fn bench_sign(c: &mut Criterion) {
             b.iter(|| signer.sign(black_box(&message)))
         });
     }
+    bench_jsonwebtoken(&mut g, &creds, &key_der);
     g.finish();
+}
+
+/// The claims the crate signs (src/assertion.rs), for the jsonwebtoken comparison.
+#[derive(serde::Serialize)]
+struct Claims<'a> {
+    aud: &'a str,
+    iss: &'a str,
+    sub: &'a str,
+    jti: &'a str,
+    nbf: i64,
+    iat: i64,
+    exp: i64,
+}
+
+/// The same assertion (same header fields, same claims, same key) through `jsonwebtoken`
+/// with its AWS-LC backend: `sign/jsonwebtoken/{ps256,rs256}` beside
+/// `sign/assertion/{ps256,rs256}`. Built as a user of jsonwebtoken would: one
+/// `EncodingKey` and one `Header` made up front, `encode` per assertion (with a fresh
+/// `jti` and time, as the crate does).
+fn bench_jsonwebtoken(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    creds: &UserAssignedIdentityCredentials,
+    key_der: &[u8],
+) {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    use sha2::Digest;
+
+    let cert = ClientCertificate::from_credentials(creds).unwrap();
+    let key_pem = pem::encode(&pem::Pem::new("PRIVATE KEY", key_der.to_vec()));
+    let key = EncodingKey::from_rsa_pem(key_pem.as_bytes()).unwrap();
+    let x5c: Vec<String> = cert
+        .chain()
+        .iter()
+        .map(|der| STANDARD.encode(der))
+        .collect();
+    let url_b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let client_id = creds.client_id.clone().unwrap();
+    let aud = format!(
+        "https://login.microsoftonline.com/{}/oauth2/v2.0/token",
+        creds.tenant_id.as_deref().unwrap()
+    );
+    for (name, alg) in [
+        ("jsonwebtoken/ps256", Algorithm::PS256),
+        ("jsonwebtoken/rs256", Algorithm::RS256),
+    ] {
+        let mut header = Header::new(alg);
+        header.x5c = Some(x5c.clone());
+        match alg {
+            Algorithm::PS256 => {
+                header.x5t_s256 = Some(url_b64.encode(sha2::Sha256::digest(cert.leaf_der())))
+            }
+            _ => header.x5t = Some(url_b64.encode(sha1::Sha1::digest(cert.leaf_der()))),
+        }
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let now = time::OffsetDateTime::now_utc().unix_timestamp();
+                let jti = uuid::Uuid::new_v4().to_string();
+                let claims = Claims {
+                    aud: &aud,
+                    iss: &client_id,
+                    sub: &client_id,
+                    jti: &jti,
+                    nbf: now,
+                    iat: now,
+                    exp: now + 600,
+                };
+                encode(&header, &claims, &key).unwrap()
+            })
+        });
+    }
 }
 
 criterion_group!(benches, bench_parse, bench_sign);

@@ -7,15 +7,23 @@
 //!
 //! - `cached/get_token/1thread`: one `get_token(&[ARM])` cache hit, polled once in place
 //!   with a no-op waker (no runtime hop): the hit path must be `Ready` on the first poll.
-//! - `cached/get_token/2threads`: two OS threads hitting the same credential and scope at
-//!   once. Each thread does `iters` hits; the reported time is the wall-clock window
-//!   covering both threads (earliest start to latest end) divided by `iters` (not by
-//!   `2 * iters`), so with `t1` = 1thread time and `t2` = 2threads time:
-//!   aggregate throughput = `2 / t2` hits/s, scaling = `2 * t1 / t2` (2.0 = perfect,
-//!   1.0 = fully serialised).
+//! - `cached/get_token/{2,4,8}threads`: N OS threads hitting the same credential and scope
+//!   at once. Each thread does `iters` hits; the reported time is the wall-clock window
+//!   covering all threads (earliest start to latest end) divided by `iters` (not by
+//!   `N * iters`): the time one call takes as each thread sees it. With `t1` = 1thread
+//!   time and `tN` = Nthreads time: aggregate throughput = `N / tN` hits/s, scaling =
+//!   `N * t1 / tN` (N = perfect, 1 = fully serialised). The issue 7 target is 2-thread
+//!   scaling ≥ 1.8; on a 2-core machine 4 and 8 threads show oversubscription (ideal:
+//!   `tN = N/2 * t1`).
 //! - `cached/get_token/100scopes`: hits rotating over 100 distinct warmed scopes.
+//! - `machine/hash/{1thread,2threads}`: the same harness on pure computation that shares
+//!   nothing (ten foldhash runs per call): the 2-thread scaling this machine gives at
+//!   the time of the run, the context for the `2threads` target.
 //! - `cold/get_token`: `request_token(&[ARM])`, always one fresh request: sign an assertion,
 //!   POST it over loopback HTTPS (pooled keep-alive connection), parse the answer.
+//! - `cold/get_token_miss`: `clear_cache()` + `get_token(&[ARM])`: the same request made
+//!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
+//!   channel).
 //! - `cold/raw_https_round_trip`: the baseline: a raw `reqwest` POST of the same form
 //!   (same fields and sizes, same headers, a pre-signed valid assertion) with the same
 //!   client to the same server URL, reading the whole body.
@@ -97,6 +105,72 @@ fn server_runtime() -> Runtime {
         .expect("server runtime")
 }
 
+/// Thread counts of `cached/get_token/{n}threads` (the machine's cores and beyond, for
+/// the latency-vs-threads plot).
+const THREADS: [usize; 3] = [2, 4, 8];
+
+/// `threads` OS threads, each running `work` `iters` times, all at once. Returns the
+/// window covering them all (earliest start to latest end), so criterion's time/iter
+/// `tN` = window / iters is the time one call takes as each thread sees it, the
+/// aggregate throughput is `N / tN` calls/s, and with `t1` the one-thread time, the
+/// scaling is `N * t1 / tN` (N = perfect, 1 = fully serialised). `setup` runs first on
+/// each thread, outside the window; what it returns is kept until the thread's end.
+fn on_threads<G, S, W>(threads: usize, iters: u64, setup: S, work: W) -> Duration
+where
+    S: Fn() -> G + Sync,
+    W: Fn() + Sync,
+{
+    let barrier = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let _kept = setup();
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        work();
+                    }
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench thread"))
+            .collect()
+    });
+    let start = spans.iter().map(|s| s.0).min().expect("spans");
+    let end = spans.iter().map(|s| s.1).max().expect("spans");
+    end - start
+}
+
+/// The machine's own scaling, as context for the 2-thread target: ten foldhash runs over
+/// a 38-byte scope per call (about as long as a cache hit), each thread with its own
+/// hasher, so nothing is shared and nothing is written to shared memory. Its `2 * t1 /
+/// t2` is what two threads of pure computation get on this machine at the time of the
+/// run (a VM's two vCPUs may share a physical core, or a busy host).
+fn bench_machine(c: &mut Criterion) {
+    use std::hash::{BuildHasher, Hasher};
+    let state = foldhash::fast::FixedState::with_seed(7);
+    let work = || {
+        let mut acc = 0u64;
+        for i in 0..10u8 {
+            let mut h = state.build_hasher();
+            h.write(black_box(ARM).as_bytes());
+            h.write_u8(i);
+            acc ^= h.finish();
+        }
+        black_box(acc);
+    };
+    let mut g = c.benchmark_group("machine/hash");
+    g.bench_function("1thread", |b| b.iter(work));
+    g.bench_function("2threads", |b| {
+        b.iter_custom(|iters| on_threads(2, iters, || (), work))
+    });
+    g.finish();
+}
+
 fn bench_cached(c: &mut Criterion) {
     let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
@@ -132,37 +206,20 @@ fn bench_cached(c: &mut Criterion) {
     });
     report_fallbacks("cached/get_token/1thread");
 
-    // Each of 2 threads does `iters` hits; elapsed = latest end - earliest start, returned
-    // as is, so criterion's time/iter t2 = elapsed / iters and the throughput ratio to the
-    // 1thread time t1 is 2 * t1 / t2.
-    g.bench_function("2threads", |b| {
-        b.iter_custom(|iters| {
-            let barrier = Barrier::new(2);
-            let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-                let workers: Vec<_> = (0..2)
-                    .map(|_| {
-                        s.spawn(|| {
-                            let _entered = fallback.enter();
-                            barrier.wait();
-                            let start = Instant::now();
-                            for _ in 0..iters {
-                                black_box(hit(&cred, black_box(ARM), &fallback));
-                            }
-                            (start, Instant::now())
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("bench thread"))
-                    .collect()
-            });
-            let start = spans.iter().map(|s| s.0).min().expect("two spans");
-            let end = spans.iter().map(|s| s.1).max().expect("two spans");
-            end - start
-        })
-    });
-    report_fallbacks("cached/get_token/2threads");
+    for threads in THREADS {
+        let name = format!("{threads}threads");
+        g.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                on_threads(
+                    threads,
+                    iters,
+                    || fallback.enter(),
+                    || drop(black_box(hit(&cred, black_box(ARM), &fallback))),
+                )
+            })
+        });
+        report_fallbacks(&format!("cached/get_token/{name}"));
+    }
 
     let scopes: Vec<String> = (0..100)
         .map(|i| format!("https://svc{i}.example.com/.default"))
@@ -263,6 +320,14 @@ fn bench_cold(c: &mut Criterion) {
     });
     server.clear_requests();
 
+    g.bench_function("get_token_miss", |b| {
+        b.to_async(&client_rt).iter(|| async {
+            cred.clear_cache();
+            black_box(cred.get_token(&[ARM]).await.expect("get_token"))
+        })
+    });
+    server.clear_requests();
+
     g.bench_function("raw_https_round_trip", |b| {
         b.to_async(&client_rt).iter(|| async {
             let (status, body) = raw().await;
@@ -286,6 +351,6 @@ criterion_group! {
     config = Criterion::default()
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
-    targets = bench_cached, bench_cold
+    targets = bench_cached, bench_machine, bench_cold
 }
 criterion_main!(benches);

@@ -1,78 +1,89 @@
-//! The cache hit path allocates nothing: a counting global allocator watches
-//! `get_token` on a warm cache.
+//! The cache hit path allocates nothing and does not grow the heap: a counting global
+//! allocator (tests/support/counting.rs) watches 10⁶ `get_token` calls on a warm cache,
+//! on one scope and one thread, then on ten scopes and two threads at once.
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::{Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use msi_dataplane::{AccessToken, ClientCertificateCredential};
+use support::counting::{Counting, count_this_thread, live_bytes, thread_allocations};
 use support::entra::EntraServer;
 use support::harness::{ARM, credential};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-    static LIVE_BYTES: Cell<i64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; only counts on the side. The counters are
-// const-initialised thread-locals without destructors, so touching them never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        let _ = LIVE_BYTES.try_with(|c| c.set(c.get() + layout.size() as i64));
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let _ = LIVE_BYTES.try_with(|c| c.set(c.get() - layout.size() as i64));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use tokio::runtime::Runtime;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn counters() -> (u64, i64) {
-    (ALLOCATIONS.with(Cell::get), LIVE_BYTES.with(Cell::get))
+/// `live_bytes` is process-wide: one measurement at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The server on its own runtime, whose threads are not counted.
+fn server() -> (Runtime, EntraServer) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(EntraServer::start());
+    (rt, server)
+}
+
+/// The client side's runtime: current-thread, so a `block_on` that returns has also
+/// finished (and freed) the request task it waited on. Its blocking threads are counted.
+fn client_runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .on_thread_start(count_this_thread)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One `get_token` polled once in place: a hit must be `Ready` at once.
+fn hit(cred: &ClientCertificateCredential, scope: &str) -> AccessToken {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(cred.get_token(&[scope])).poll(&mut cx) {
+        Poll::Ready(Ok(token)) => token,
+        other => panic!("not a ready hit: {:?}", other.map(|r| r.map(|_| ()))),
+    }
+}
+
+/// The counters see allocations (so a zero below means something).
+fn assert_counters_see_an_allocation() {
+    let (a0, b0) = (thread_allocations(), live_bytes());
+    let probe = std::hint::black_box(vec![0u8; 64]);
+    assert_eq!(thread_allocations(), a0 + 1);
+    assert_eq!(live_bytes(), b0 + 64);
+    drop(probe);
+    assert_eq!(live_bytes(), b0);
 }
 
 #[test]
 fn cached_get_token_allocates_nothing_and_the_heap_does_not_grow() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(EntraServer::start());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    count_this_thread();
+    let (_server_rt, server) = server();
+    let rt = client_runtime();
     let cred = {
         let _guard = rt.enter();
         credential(&server, "pem-pkcs8")
     };
     let first = rt.block_on(cred.get_token(&[ARM])).unwrap();
-
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut hit = || match pin!(cred.get_token(&[ARM])).poll(&mut cx) {
-        Poll::Ready(Ok(token)) => token,
-        other => panic!("not a ready hit: {:?}", other.map(|r| r.map(|_| ()))),
-    };
     // Warm the thread's first use of the lock-free structures.
     for _ in 0..10 {
-        drop(hit());
+        drop(hit(&cred, ARM));
     }
+    assert_counters_see_an_allocation();
 
-    // The counter sees allocations (so a zero below means something).
-    let (a0, _) = counters();
-    let probe = std::hint::black_box(vec![0u8; 64]);
-    assert_eq!(counters().0, a0 + 1);
-    drop(probe);
-
-    let (allocs_before, bytes_before) = counters();
+    let (allocs_before, bytes_before) = (thread_allocations(), live_bytes());
     for _ in 0..1_000_000 {
-        let token = hit();
+        let token = hit(&cred, ARM);
         assert_eq!(token.expires_on(), first.expires_on());
     }
-    let (allocs_after, bytes_after) = counters();
+    let (allocs_after, bytes_after) = (thread_allocations(), live_bytes());
     assert_eq!(
         allocs_after - allocs_before,
         0,
@@ -81,4 +92,60 @@ fn cached_get_token_allocates_nothing_and_the_heap_does_not_grow() {
     );
     assert_eq!(bytes_after, bytes_before, "the heap grew on the hit path");
     assert_eq!(server.token_requests(), 1);
+}
+
+#[test]
+fn hits_on_ten_scopes_from_two_threads_allocate_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    count_this_thread();
+    let (_server_rt, server) = server();
+    let rt = client_runtime();
+    let cred = {
+        let _guard = rt.enter();
+        credential(&server, "pem-pkcs8")
+    };
+    let scopes: Vec<String> = (0..10)
+        .map(|i| format!("https://svc{i}.example.com/.default"))
+        .collect();
+    for scope in &scopes {
+        rt.block_on(cred.get_token(&[scope.as_str()])).unwrap();
+    }
+    assert_eq!(server.token_requests(), 10);
+
+    const PER_THREAD: usize = 500_000;
+    let barrier = Barrier::new(2);
+    let bytes_before = live_bytes();
+    let work = || {
+        count_this_thread();
+        // Warm this thread's copies, then wait for the other thread.
+        for scope in &scopes {
+            drop(hit(&cred, scope));
+        }
+        barrier.wait();
+        let before = thread_allocations();
+        for i in 0..PER_THREAD {
+            let token = hit(&cred, &scopes[i % scopes.len()]);
+            assert!(!token.token().is_empty());
+        }
+        thread_allocations() - before
+    };
+    // A plain array for the results: the heap figure below is taken while it is alive.
+    let allocations: [u64; 2] = std::thread::scope(|s| {
+        let a = s.spawn(work);
+        let b = s.spawn(work);
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    // Both threads ended: their thread-local copies of the cache are gone, and with them
+    // everything the warm-up allocated; what is left must be what there was before.
+    assert_eq!(
+        allocations,
+        [0, 0],
+        "allocations per thread in {PER_THREAD} hits"
+    );
+    assert_eq!(
+        live_bytes(),
+        bytes_before,
+        "2 x {PER_THREAD} hits over ten scopes left the heap changed"
+    );
+    assert_eq!(server.token_requests(), 10, "every call was a hit");
 }

@@ -417,6 +417,13 @@ impl EntraServer {
         self.state.lock().shape = s;
     }
 
+    /// Issue access tokens of `len` bytes (padded with `x`) instead of the short default
+    /// (`test-at.` and 32 hex digits), e.g. Entra-sized ones for memory measurements.
+    /// Tokens stay unique; lengths below the default's are ignored.
+    pub fn set_access_token_length(&self, len: usize) {
+        self.state.lock().access_token_length = len;
+    }
+
     /// Every request received on a token path, in order of arrival.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.lock().requests.clone()
@@ -486,6 +493,8 @@ struct Inner {
     seen_jti: HashSet<(String, String)>,
     /// Set by [`EntraServer::set_replay_check`]`(false)`.
     replay_check_disabled: bool,
+    /// Set by [`EntraServer::set_access_token_length`].
+    access_token_length: usize,
 }
 
 struct RegisteredCert {
@@ -1332,7 +1341,9 @@ fn verify(
 
     // Issue.
     let shape = inner.shape.clone();
-    let access_token = format!("test-at.{}", uuid::Uuid::new_v4().simple());
+    let mut access_token = format!("test-at.{}", uuid::Uuid::new_v4().simple());
+    let pad = inner.access_token_length.saturating_sub(access_token.len());
+    access_token.extend(std::iter::repeat_n('x', pad));
     let mut body = Map::new();
     if let Some(token_type) = &shape.token_type {
         body.insert("token_type".to_owned(), json!(token_type));
