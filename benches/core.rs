@@ -3,6 +3,10 @@
 //!
 //! `cargo bench --bench core` (BENCHMARKS.md records the results and the OpenSSL baseline).
 
+#[path = "../tests/support/by_hand.rs"]
+#[allow(dead_code)]
+mod by_hand;
+
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -241,18 +245,6 @@ fn bench_sign(c: &mut Criterion) {
     g.finish();
 }
 
-/// The claims the crate signs (src/assertion.rs), for the jsonwebtoken comparison.
-#[derive(serde::Serialize)]
-struct Claims<'a> {
-    aud: &'a str,
-    iss: &'a str,
-    sub: &'a str,
-    jti: &'a str,
-    nbf: i64,
-    iat: i64,
-    exp: i64,
-}
-
 /// The same assertion (same header fields, same claims, same key) through `jsonwebtoken`
 /// with its AWS-LC backend: `sign/jsonwebtoken/{ps256,rs256}` beside
 /// `sign/assertion/{ps256,rs256}`. Built as a user of jsonwebtoken would: one
@@ -296,15 +288,7 @@ fn bench_jsonwebtoken(
             b.iter(|| {
                 let now = time::OffsetDateTime::now_utc().unix_timestamp();
                 let jti = uuid::Uuid::new_v4().to_string();
-                let claims = Claims {
-                    aud: &aud,
-                    iss: &client_id,
-                    sub: &client_id,
-                    jti: &jti,
-                    nbf: now,
-                    iat: now,
-                    exp: now + 600,
-                };
+                let claims = by_hand::Claims::new(&aud, &client_id, &jti, now);
                 encode(&header, &claims, &key).unwrap()
             })
         });

@@ -54,14 +54,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use support::entra::{EntraServer, JWT_BEARER};
+use support::by_hand::{Claims, post_token_request};
+use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, https_client, register};
 
-/// As in src/endpoint.rs, so the by-hand request carries the same bytes.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const SKU: &str = env!("CARGO_PKG_NAME");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
 const FIXTURE: &str = "pem-pkcs8";
 
 /// The fields of the credential file a token needs.
@@ -80,17 +77,6 @@ struct JwsHeader<'a> {
     #[serde(rename = "x5t#S256")]
     x5t_s256: String,
     x5c: [&'a str; 1],
-}
-
-#[derive(Serialize)]
-struct Claims<'a> {
-    aud: &'a str,
-    iss: &'a str,
-    sub: &'a str,
-    jti: &'a str,
-    nbf: i64,
-    iat: i64,
-    exp: i64,
 }
 
 #[derive(Deserialize)]
@@ -151,15 +137,7 @@ fn load_by_hand(path: &Path) -> Loaded {
 fn sign_by_hand(loaded: &Loaded, rng: &SystemRandom) -> String {
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let jti = uuid::Uuid::new_v4().to_string();
-    let claims = Claims {
-        aud: &loaded.token_url,
-        iss: &loaded.client_id,
-        sub: &loaded.client_id,
-        jti: &jti,
-        nbf: now,
-        iat: now,
-        exp: now + 600,
-    };
+    let claims = Claims::new(&loaded.token_url, &loaded.client_id, &jti, now);
     let mut jwt = loaded.header_prefix.clone();
     URL_SAFE_NO_PAD.encode_string(serde_json::to_vec(&claims).expect("claims"), &mut jwt);
     let mut signature = vec![0u8; loaded.key.public_modulus_len()];
@@ -173,29 +151,16 @@ fn sign_by_hand(loaded: &Loaded, rng: &SystemRandom) -> String {
 }
 
 async fn post_by_hand(client: &reqwest::Client, loaded: &Loaded, assertion: &str) -> String {
-    let form = [
-        ("grant_type", "client_credentials"),
-        ("client_id", loaded.client_id.as_str()),
-        ("scope", ARM),
-        ("client_assertion_type", JWT_BEARER),
-        ("client_assertion", assertion),
-    ];
     let client_request_id = uuid::Uuid::new_v4().to_string();
-    let response = client
-        .post(&loaded.token_url)
-        .timeout(REQUEST_TIMEOUT)
-        .header("accept", "application/json")
-        .header("client-request-id", client_request_id.as_str())
-        .header("return-client-request-id", "true")
-        .header("x-client-sku", SKU)
-        .header("x-client-ver", VERSION)
-        .header("x-ms-lib-capability", "retry-after, h429")
-        .form(&form)
-        .send()
-        .await
-        .expect("POST");
-    let status = response.status();
-    let body = response.bytes().await.expect("body");
+    let (status, body) = post_token_request(
+        client,
+        &loaded.token_url,
+        &loaded.client_id,
+        ARM,
+        assertion,
+        &client_request_id,
+    )
+    .await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let answer: TokenResponse = serde_json::from_slice(&body).expect("token response");
     assert!(answer.expires_in > 0);

@@ -57,14 +57,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::{AccessToken, ClientCertificateCredential};
 use tokio::runtime::{Handle, Runtime};
 
-use support::entra::{EntraServer, JWT_BEARER};
+use support::by_hand::post_token_request;
+use support::entra::EntraServer;
 use support::harness::{ARM, credential, https_client, options};
-
-/// The same as the crate's request timeout default and headers (src/endpoint.rs), so the
-/// raw baseline does the same transport work.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const SKU: &str = env!("CARGO_PKG_NAME");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Hits that were not `Ready` on the first poll and went through the fallback runtime.
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
@@ -265,30 +260,15 @@ fn bench_cold(c: &mut Criterion) {
     let client_id = cred.client_id().to_owned();
     let client_request_id = uuid::Uuid::new_v4().to_string();
     let assertion = cred.client_assertion().expect("client_assertion");
-    let form = [
-        ("grant_type", "client_credentials"),
-        ("client_id", client_id.as_str()),
-        ("scope", ARM),
-        ("client_assertion_type", JWT_BEARER),
-        ("client_assertion", assertion.expose_secret()),
-    ];
-    let raw = || async {
-        let response = client
-            .post(url.clone())
-            .timeout(REQUEST_TIMEOUT)
-            .header("accept", "application/json")
-            .header("client-request-id", client_request_id.as_str())
-            .header("return-client-request-id", "true")
-            .header("x-client-sku", SKU)
-            .header("x-client-ver", VERSION)
-            .header("x-ms-lib-capability", "retry-after, h429")
-            .form(&form)
-            .send()
-            .await
-            .expect("raw POST");
-        let status = response.status();
-        let body = response.bytes().await.expect("raw body");
-        (status, body)
+    let raw = || {
+        post_token_request(
+            &client,
+            url.as_str(),
+            &client_id,
+            ARM,
+            assertion.expose_secret(),
+            &client_request_id,
+        )
     };
     // Outside the timing: the replayed assertion is accepted (twice, so replay is really
     // off) and the crate's own path works against this server.

@@ -4,6 +4,7 @@
 pub mod atomic_writer;
 #[cfg(feature = "azure_core")]
 pub mod azure_sdk;
+pub mod by_hand;
 pub mod counting;
 pub mod entra;
 pub mod fixtures;
