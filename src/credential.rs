@@ -538,7 +538,7 @@ fn default_http_client() -> Result<reqwest::Client> {
 fn build_http_client(extra_roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .tls_certs_merge(extra_roots)
+        .tls_certs_merge(extra_roots.into_iter().chain(crate::roots::bundled()))
         .build()
         .map_err(|e| {
             Error::from(ErrorKind::HttpClient {

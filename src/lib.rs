@@ -1,4 +1,5 @@
 #![doc = include_str!("guide.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,6 +26,7 @@ mod model;
 mod published;
 mod reload;
 mod retry;
+mod roots;
 mod secret;
 mod token;
 mod user_assigned;
