@@ -16,6 +16,10 @@
 //!   scaling ≥ 1.8; on a 2-core machine 4 and 8 threads show oversubscription (ideal:
 //!   `tN = N/2 * t1`).
 //! - `cached/get_token/100scopes`: hits rotating over 100 distinct warmed scopes.
+//! - `cached/get_token/100creds/{1thread,2threads}`: hits rotating over 100 warmed
+//!   credentials (each its own cache), on one thread and on two at once (same harness and
+//!   arithmetic as `{2,4,8}threads`). A thread keeps one copy of each cache it reads; this
+//!   is the many-identities process (one credential per managed identity).
 //! - `machine/hash/{1thread,2threads}`: the same harness on pure computation that shares
 //!   nothing (ten foldhash runs per call): the 2-thread scaling this machine gives at
 //!   the time of the run, the context for the `2threads` target.
@@ -98,6 +102,14 @@ fn server_runtime() -> Runtime {
         .enable_all()
         .build()
         .expect("server runtime")
+}
+
+/// Credentials of `cached/get_token/100creds/*`.
+const CREDENTIALS: usize = 100;
+
+thread_local! {
+    /// The next credential a `100creds` thread hits.
+    static NEXT_CREDENTIAL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Thread counts of `cached/get_token/{n}threads` (the machine's cores and beyond, for
@@ -234,6 +246,32 @@ fn bench_cached(c: &mut Criterion) {
         })
     });
     report_fallbacks("cached/get_token/100scopes");
+
+    // 100 credentials (each its own cache), every one warmed; each call hits the next.
+    let shared = options();
+    let creds: Vec<ClientCertificateCredential> = (0..CREDENTIALS)
+        .map(|_| support::harness::credential_with(&server, "pem-pkcs8", shared.clone()))
+        .collect();
+    for cred in &creds {
+        fallback
+            .block_on(cred.get_token(&[ARM]))
+            .expect("warm-up get_token");
+    }
+    FALLBACKS.store(0, Ordering::Relaxed);
+    let rotate = || {
+        let i = NEXT_CREDENTIAL.with(|n| {
+            let i = n.get();
+            n.set(if i + 1 == CREDENTIALS { 0 } else { i + 1 });
+            i
+        });
+        drop(black_box(hit(&creds[i], black_box(ARM), &fallback)));
+    };
+    g.bench_function("100creds/1thread", |b| b.iter(rotate));
+    report_fallbacks("cached/get_token/100creds/1thread");
+    g.bench_function("100creds/2threads", |b| {
+        b.iter_custom(|iters| on_threads(2, iters, || fallback.enter(), rotate))
+    });
+    report_fallbacks("cached/get_token/100creds/2threads");
 
     g.finish();
     drop(_entered);

@@ -129,8 +129,8 @@ mod tests {
     #[test]
     fn error_is_credential_kind_with_our_error_as_source() {
         let ours = Error::from(ErrorKind::CredentialExpired {
-            what: "expired",
-            at: datetime!(2020-01-01 00:00 UTC),
+            expired_at: datetime!(2020-01-01 00:00 UTC),
+            now: datetime!(2020-01-02 00:00 UTC),
         });
         let message = ours.to_string();
         let theirs = to_azure_error(ours);

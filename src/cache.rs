@@ -130,7 +130,7 @@ pub(crate) struct TokenCache {
 type Shared = Published<Snapshot>;
 
 thread_local! {
-    static CACHE_COPIES: LocalCopies<Snapshot> = const { std::cell::RefCell::new(Vec::new()) };
+    static CACHE_COPIES: LocalCopies<Snapshot> = const { LocalCopies::new() };
 }
 
 #[derive(Clone, Default)]

@@ -446,16 +446,16 @@ impl Inner {
         let end = self.end();
         if now > end {
             return Err(ErrorKind::CredentialExpired {
-                what: "expired",
-                at: end,
+                expired_at: end,
+                now,
             }
             .into());
         }
         let start = self.certificate.not_before();
         if saturating_add(now, NOT_BEFORE_SKEW) < start {
-            return Err(ErrorKind::CredentialExpired {
-                what: "is not valid until",
-                at: start,
+            return Err(ErrorKind::CredentialNotYetValid {
+                valid_from: start,
+                now,
             }
             .into());
         }

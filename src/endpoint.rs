@@ -100,6 +100,7 @@ pub(crate) async fn send(
             url: req.url.to_string(),
             timeout: e.is_timeout(),
             message: error_chain(&e),
+            source: Some(std::sync::Arc::new(e)),
         }
         .into()
     };

@@ -64,8 +64,11 @@ impl Error {
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
-    /// the caller's side: transport failures, timeouts, and HTTP 408, 429 and 5xx answers.
-    /// Bad files, bad certificates and 400/401 answers are not transient.
+    /// the caller's side: transport failures, timeouts, and HTTP 408, 429, 500, 502, 503
+    /// and 504 answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries. Bad
+    /// files, bad certificates, a credential outside its validity, 400/401 answers and
+    /// [`ErrorKind::RequestAbandoned`] (no Tokio runtime, or one shutting down) are not
+    /// transient.
     pub fn is_transient(&self) -> bool {
         self.kind.is_transient()
     }
@@ -115,9 +118,19 @@ impl fmt::Debug for Error {
     }
 }
 
+/// The underlying error itself (not the `Arc` sharing it), so that a caller can
+/// `downcast_ref::<reqwest::Error>()` a transport failure's source, or
+/// `downcast_ref::<std::io::Error>()` an I/O failure's.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.kind)
+        match &*self.kind {
+            ErrorKind::Transport {
+                source: Some(source),
+                ..
+            } => Some(&**source),
+            ErrorKind::Io { source } => Some(&**source),
+            kind => std::error::Error::source(kind),
+        }
     }
 }
 
@@ -261,14 +274,30 @@ pub enum ErrorKind {
     },
 
     // ---- using the credential ----
-    /// The credential is outside its validity window (the leaf certificate, or the file's
-    /// `not_after`), checked before any network call.
-    #[error("the credential {what} at {at}")]
+    /// The credential's validity has ended: `now` is past the earlier of the leaf
+    /// certificate's `notAfter` and the file's `not_after`. Checked before any network
+    /// call. Not transient: the credential file must be renewed.
+    #[error("the credential expired at {} (now {})", rfc3339(*expired_at), rfc3339(*now))]
     CredentialExpired {
-        /// `"expired"` or `"is not valid until"`.
-        what: &'static str,
-        /// The boundary that was crossed.
-        at: OffsetDateTime,
+        /// The end of the validity that was passed.
+        expired_at: OffsetDateTime,
+        /// The time the credential was checked at (its clock's reading).
+        now: OffsetDateTime,
+    },
+    /// The credential is not valid yet: the leaf certificate's `notBefore` is more than the
+    /// allowed clock skew (5 minutes) after `now`. Checked before any network call. Not
+    /// transient in the retry sense (it can be hours): the credential becomes usable 5
+    /// minutes before `valid_from`, or a clock is wrong.
+    #[error(
+        "the credential is not valid until {} (now {})",
+        rfc3339(*valid_from),
+        rfc3339(*now)
+    )]
+    CredentialNotYetValid {
+        /// The start of the validity (the leaf certificate's `notBefore`).
+        valid_from: OffsetDateTime,
+        /// The time the credential was checked at (its clock's reading).
+        now: OffsetDateTime,
     },
     /// The authority URL is unusable (not a URL, not https, a query or fragment, ...).
     #[error("authority `{authority}` is not usable: {reason}")]
@@ -294,14 +323,22 @@ pub enum ErrorKind {
         reason: String,
     },
     /// The token request did not complete: connection, TLS, or I/O failure, or a timeout.
+    ///
+    /// `message` (in the `Display`) already spells out the HTTP client's error and its
+    /// causes; [`source`](std::error::Error::source) is that error itself, for matching
+    /// (`reqwest::Error::is_connect`, `is_timeout`, the I/O error below it, ...).
     #[error("token request to {url} failed{}: {message}", if *timeout { " (timeout)" } else { "" })]
     Transport {
         /// The token URL.
         url: String,
         /// Whether the failure was a timeout.
         timeout: bool,
-        /// What went wrong.
+        /// What went wrong: the HTTP client's error and each of its causes.
         message: String,
+        /// The HTTP client's error (shared, so the error stays cheap to clone). Its
+        /// `Display` and `Debug` name the token URL, never the request body.
+        #[source]
+        source: Option<Arc<reqwest::Error>>,
     },
     /// The token endpoint answered with an error (an Entra `AADSTS` error when the body
     /// had that shape).
@@ -443,6 +480,7 @@ impl ErrorKind {
             ErrorKind::NoMatchingCertificate { .. } => "no_matching_certificate",
             ErrorKind::TooManyCertificates { .. } => "too_many_certificates",
             ErrorKind::CredentialExpired { .. } => "credential_expired",
+            ErrorKind::CredentialNotYetValid { .. } => "credential_not_yet_valid",
             ErrorKind::InvalidAuthority { .. } => "invalid_authority",
             ErrorKind::InvalidScopes { .. } => "invalid_scopes",
             ErrorKind::Signing => "signing",
@@ -463,13 +501,22 @@ impl ErrorKind {
         }
     }
 
-    fn is_transient(&self) -> bool {
+    /// The one rule for both [`Error::is_transient`] and the retry policy.
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
-            ErrorKind::Transport { .. } | ErrorKind::RequestAbandoned { .. } => true,
+            // Not `RequestAbandoned`: no runtime, or one shutting down, is not fixed by
+            // waiting.
+            ErrorKind::Transport { .. } => true,
             ErrorKind::TokenEndpoint(e) => is_transient_status(e.status),
             _ => false,
         }
     }
+}
+
+/// RFC 3339 for messages (`time`'s own format for years RFC 3339 cannot hold).
+fn rfc3339(t: OffsetDateTime) -> String {
+    use time::format_description::well_known::Rfc3339;
+    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 
 /// Whether an HTTP status from a token endpoint is worth retrying (DESIGN §4).
@@ -633,6 +680,91 @@ mod tests {
             assert_eq!(e.is_transient(), transient, "status {status}");
         }
         assert!(!Error::from(ErrorKind::NoPrivateKey).is_transient());
+    }
+
+    #[test]
+    fn transient_is_exactly_what_the_retry_policy_retries() {
+        let endpoint = |status| {
+            ErrorKind::TokenEndpoint(Box::new(TokenEndpointError {
+                status,
+                ..Default::default()
+            }))
+        };
+        let at = time::macros::datetime!(2026-01-01 00:00 UTC);
+        let cases = [
+            (
+                ErrorKind::Transport {
+                    url: "https://login.example/t/oauth2/v2.0/token".into(),
+                    timeout: false,
+                    message: "connection refused".into(),
+                    source: None,
+                },
+                true,
+            ),
+            (endpoint(503), true),
+            (endpoint(429), true),
+            (endpoint(401), false),
+            (endpoint(501), false),
+            (
+                ErrorKind::RequestAbandoned {
+                    reason: "no Tokio runtime to run it on",
+                },
+                false,
+            ),
+            (
+                ErrorKind::CredentialExpired {
+                    expired_at: at,
+                    now: at,
+                },
+                false,
+            ),
+            (
+                ErrorKind::CredentialNotYetValid {
+                    valid_from: at,
+                    now: at,
+                },
+                false,
+            ),
+            (ErrorKind::Signing, false),
+            (ErrorKind::NoPrivateKey, false),
+        ];
+        for (kind, transient) in cases {
+            let code = kind.code();
+            let e = Error::from(kind);
+            assert_eq!(e.is_transient(), transient, "{code}");
+            assert_eq!(crate::retry::is_retryable(&e), transient, "{code}");
+        }
+    }
+
+    #[test]
+    fn validity_errors_are_two_kinds_with_their_instants() {
+        let expired = ErrorKind::CredentialExpired {
+            expired_at: time::macros::datetime!(2026-02-01 00:00 UTC),
+            now: time::macros::datetime!(2026-02-01 00:00:01 UTC),
+        };
+        assert_eq!(expired.code(), "credential_expired");
+        assert_eq!(
+            expired.to_string(),
+            "the credential expired at 2026-02-01T00:00:00Z (now 2026-02-01T00:00:01Z)"
+        );
+        let early = ErrorKind::CredentialNotYetValid {
+            valid_from: time::macros::datetime!(2026-02-01 12:00 UTC),
+            now: time::macros::datetime!(2026-02-01 11:00 UTC),
+        };
+        assert_eq!(early.code(), "credential_not_yet_valid");
+        assert_eq!(
+            early.to_string(),
+            "the credential is not valid until 2026-02-01T12:00:00Z (now 2026-02-01T11:00:00Z)"
+        );
+    }
+
+    #[test]
+    fn io_source_is_the_io_error_itself() {
+        let e = Error::from(ErrorKind::from(std::io::Error::from(
+            std::io::ErrorKind::NotFound,
+        )));
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(|s| s.kind()), Some(std::io::ErrorKind::NotFound));
     }
 
     #[test]

@@ -10,8 +10,9 @@ use crate::error::{Error, ErrorKind};
 /// How token requests are retried (DESIGN §4).
 ///
 /// Retried: transport failures (connection, TLS, timeouts) and HTTP 408, 429, 500, 502,
-/// 503 and 504. Never retried: 400, 401 and every other answer, and local failures (an
-/// expired credential, a bad scope).
+/// 503 and 504: the errors whose [`is_transient`](crate::Error::is_transient) is true.
+/// Never retried: 400, 401 and every other answer, and local failures (a credential
+/// outside its validity, a bad scope, a request abandoned for want of a runtime).
 ///
 /// The delay before retry *n* (1-based) is `initial_delay × 2^(n-1)`, capped at
 /// `max_delay`, times a jitter factor in `[0.5, 1.0)`. A `Retry-After` from the server
@@ -96,13 +97,10 @@ pub(crate) fn jitter() -> f64 {
     }
 }
 
-/// Whether an error is worth another request.
+/// Whether an error is worth another request: exactly when it is transient
+/// ([`Error::is_transient`]), so the two never disagree.
 pub(crate) fn is_retryable(error: &Error) -> bool {
-    match error.kind() {
-        ErrorKind::Transport { .. } => true,
-        ErrorKind::TokenEndpoint(e) => crate::error::is_transient_status(e.status),
-        _ => false,
-    }
+    error.is_transient()
 }
 
 /// The wait before the next attempt, or `None` to give up. `attempts` is how many
@@ -166,6 +164,7 @@ mod tests {
             url: "u".into(),
             timeout: true,
             message: "m".into(),
+            source: None,
         }
         .into();
         assert!(next_delay(&p, 1, &transport, Duration::ZERO, 0.0).is_some());

@@ -126,7 +126,7 @@ struct Active {
 }
 
 thread_local! {
-    static ACTIVE_COPIES: LocalCopies<Active> = const { std::cell::RefCell::new(Vec::new()) };
+    static ACTIVE_COPIES: LocalCopies<Active> = const { LocalCopies::new() };
 }
 
 /// Shared by the handles and (weakly) by the background task.

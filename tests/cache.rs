@@ -376,6 +376,8 @@ fn without_a_runtime_a_miss_is_an_error_not_a_panic() {
         matches!(err.kind(), ErrorKind::RequestAbandoned { .. }),
         "{err}"
     );
+    // Waiting does not bring a runtime: not transient, as the retry policy has it.
+    assert!(!err.is_transient());
 }
 
 trait NowForTest {

@@ -287,43 +287,57 @@ async fn expired_credential_fails_before_any_request() {
     let server = EntraServer::start().await;
     let cred = credential(&server, "expired");
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            ErrorKind::CredentialExpired {
-                what: "expired",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let ErrorKind::CredentialExpired { expired_at, now } = *err.kind() else {
+        panic!("{err:?}")
+    };
+    let file_end = load("expired").not_after().unwrap();
+    let cert_end = cred.certificate().not_after();
+    assert_eq!(expired_at, file_end.map_or(cert_end, |f| f.min(cert_end)));
+    assert!(now > expired_at, "{err}");
+    assert_eq!(err.kind().code(), "credential_expired");
+    assert!(!err.is_transient());
     assert_eq!(server.token_requests(), 0);
 
-    // A valid certificate with the clock past its end: the same, decided by the clock.
+    // A valid certificate with the clock past its end: the same, decided by the clock,
+    // naming the end (the file's `not_after`) and the clock's time.
     let creds = load("pem-pkcs8");
-    let clock = Arc::new(ManualClock::new(
-        creds.not_after().unwrap().unwrap() + time::Duration::seconds(1),
-    ));
+    let end = creds.not_after().unwrap().unwrap();
+    let clock = Arc::new(ManualClock::new(end + time::Duration::seconds(1)));
     let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::CredentialExpired { .. }),
-        "{err}"
-    );
-    // ... and before its start (beyond the 5 minute skew allowance).
-    clock.set(cred.certificate().not_before() - time::Duration::minutes(6));
-    let err = cred.get_token(&[ARM]).await.unwrap_err();
-    assert!(
         matches!(
-            err.kind(),
-            ErrorKind::CredentialExpired {
-                what: "is not valid until",
-                ..
-            }
+            *err.kind(),
+            ErrorKind::CredentialExpired { expired_at, now }
+                if expired_at == end.min(cred.certificate().not_after())
+                    && now == end + time::Duration::seconds(1)
         ),
-        "{err}"
+        "{err:?}"
     );
-    assert_eq!(server.token_requests(), 0);
+    // ... and before its start (beyond the 5 minute skew allowance): its own kind, with
+    // the start and the clock's time.
+    let early = cred.certificate().not_before() - time::Duration::minutes(6);
+    clock.set(early);
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    let ErrorKind::CredentialNotYetValid { valid_from, now } = *err.kind() else {
+        panic!("{err:?}")
+    };
+    assert_eq!(valid_from, cred.certificate().not_before());
+    assert_eq!(now, early);
+    assert_eq!(err.kind().code(), "credential_not_yet_valid");
+    assert!(!err.is_transient());
+    // Within the skew allowance it is usable.
+    clock.set(cred.certificate().not_before() - time::Duration::minutes(4));
+    assert!(
+        !matches!(
+            cred.request_token(&[ARM])
+                .await
+                .map_err(|e| e.kind().code()),
+            Err("credential_not_yet_valid" | "credential_expired")
+        ),
+        "4 minutes early is within the skew allowance"
+    );
+    assert_eq!(server.token_requests(), 1);
 }
 
 #[tokio::test]
@@ -395,6 +409,30 @@ async fn transport_failures_are_typed() {
     let cred = ClientCertificateCredential::new(&creds, no_retry()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    // The HTTP client's error is the source, down to the refused connection.
+    let source = std::error::Error::source(&err)
+        .and_then(|s| s.downcast_ref::<reqwest::Error>())
+        .unwrap_or_else(|| panic!("no reqwest::Error source: {err:?}"));
+    assert!(source.is_connect(), "{source:?}");
+    let mut chain = Vec::new();
+    let mut next: Option<&dyn std::error::Error> = Some(&err);
+    while let Some(e) = next {
+        chain.push(e);
+        next = e.source();
+    }
+    assert!(
+        chain.iter().any(|e| e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)),
+        "{err:?}"
+    );
+    // No secret anywhere in it: not the bundle, not an assertion (a JWS starts `eyJ`).
+    let secret = creds.client_secret.as_ref().unwrap().expose_secret();
+    for e in &chain {
+        for text in [e.to_string(), format!("{e:?}")] {
+            assert!(!text.contains(secret) && !text.contains("eyJ"), "{text}");
+        }
+    }
 
     // A server slower than the request timeout.
     let server = EntraServer::start().await;
@@ -410,6 +448,8 @@ async fn transport_failures_are_typed() {
         matches!(err.kind(), ErrorKind::Transport { timeout: true, .. }),
         "{err}"
     );
+    let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<reqwest::Error>());
+    assert!(source.is_some_and(reqwest::Error::is_timeout), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
 
     // The server closing the connection without answering.
