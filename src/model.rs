@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result, redact_quoted};
+use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
 use crate::secret::SecretString;
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
@@ -322,7 +322,7 @@ pub(crate) fn json_error(e: serde_json::Error) -> Error {
     ErrorKind::Json {
         line: e.line(),
         column: e.column(),
-        message: redact_quoted(&e.to_string()),
+        message: crate::parser_errors::json(&e),
     }
     .into()
 }
