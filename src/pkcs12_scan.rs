@@ -73,19 +73,18 @@ pub(crate) fn scan(archive: &[u8]) -> Result<(), ErrorKind> {
         }
     }
     let (safes, _) = Tlv::read(octets.bytes, octets.offset, SEQUENCE)?;
+    let containers = count(safes.contents())?;
+    if containers > MAX_PKCS12_CONTAINERS {
+        return Err(limit(
+            "containers",
+            containers as u64,
+            MAX_PKCS12_CONTAINERS as u64,
+        ));
+    }
     let mut containers = safes.contents();
     while !containers.is_empty() {
         let (info, rest) = containers.next(SEQUENCE)?;
         containers = rest;
-        scan.containers += 1;
-        if scan.containers > MAX_PKCS12_CONTAINERS {
-            let seen = scan.containers + count(rest)?;
-            return Err(limit(
-                "containers",
-                seen as u64,
-                MAX_PKCS12_CONTAINERS as u64,
-            ));
-        }
         let (oid, content) = info.contents().next(OID)?;
         let (explicit, _) = content.next(CONTEXT_0)?;
         if oid.bytes == OID_DATA {
@@ -107,7 +106,6 @@ pub(crate) fn scan(archive: &[u8]) -> Result<(), ErrorKind> {
 
 #[derive(Default)]
 struct Scan {
-    containers: usize,
     bags: usize,
 }
 
@@ -116,19 +114,15 @@ impl Scan {
         if depth > 2 {
             return Err(malformed(safe_contents.offset, "bags nested too deeply"));
         }
+        // Count first: the bound holds before any bag is looked into.
+        self.bags += count(safe_contents.contents())?;
+        if self.bags > MAX_PKCS12_BAGS {
+            return Err(limit("bags", self.bags as u64, MAX_PKCS12_BAGS as u64));
+        }
         let mut bags = safe_contents.contents();
         while !bags.is_empty() {
             let (bag, rest) = bags.next(SEQUENCE)?;
             bags = rest;
-            self.bags += 1;
-            if self.bags > MAX_PKCS12_BAGS {
-                let more = count(rest)?;
-                return Err(limit(
-                    "bags",
-                    (self.bags + more) as u64,
-                    MAX_PKCS12_BAGS as u64,
-                ));
-            }
             let (bag_id, after) = bag.contents().next(OID)?;
             let kind = bag_id
                 .bytes
