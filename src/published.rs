@@ -6,6 +6,12 @@
 //! memory that another thread writes (an `ArcSwap` load or a shared `Arc` clone does),
 //! which is what lets the token cache's hit path scale with threads.
 //!
+//! A thread's copy keeps its value alive: after a replacement, the old value (a rotated-out
+//! credential, with its key) lives on in each thread that copied it until that thread
+//! next takes the slow path on the same list (reads a value that moved, or a new one),
+//! which drops every outdated copy of the list, or until the thread exits. A thread that
+//! never reads the list again keeps its copy; SECURITY.md says so.
+//!
 //! Each use declares its own `thread_local!` list of copies ([`LocalCopies`]) and passes
 //! it to [`Published::new`]. A list is borrowed during a read, so a read nested in a read
 //! of the same list falls back to the mutex: nest only reads of different lists.
@@ -25,6 +31,15 @@ pub(crate) struct LocalCopy<T> {
     generation: u64,
     value: Arc<T>,
     owner: Weak<Inner<T>>,
+}
+
+impl<T> LocalCopy<T> {
+    /// Whether the value copied is still the published one (not replaced, not dropped).
+    fn is_current(&self) -> bool {
+        self.owner
+            .upgrade()
+            .is_some_and(|o| o.generation.load(Ordering::Acquire) == self.generation)
+    }
 }
 
 /// A thread keeps at most this many copies per list (those of dropped values go first).
@@ -88,12 +103,17 @@ impl<T: Send + Sync + 'static> Published<T> {
         let local = self.local.try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
             let index = match local.iter().position(|l| l.id == id) {
-                Some(index) => index,
-                None => {
-                    local.retain(|l| l.owner.strong_count() > 0);
+                Some(index) if local[index].generation == generation => index,
+                _ => {
+                    // The slow path (a new or outdated copy): drop this thread's copies of
+                    // every value in the list that was replaced or dropped, so that a
+                    // rotated-out credential is not kept alive here until the day this
+                    // thread reads that same value again.
+                    local.retain(|l| l.id != id && l.is_current());
                     if local.len() >= MAX_LOCAL_COPIES {
                         local.remove(0);
                     }
+                    // Read after the generation: at least as new as it.
                     local.push(LocalCopy {
                         id,
                         generation,
@@ -103,12 +123,7 @@ impl<T: Send + Sync + 'static> Published<T> {
                     local.len() - 1
                 }
             };
-            let copy = local.get_mut(index)?;
-            if copy.generation != generation {
-                // Read after the generation: at least as new as it.
-                copy.value = self.load_full();
-                copy.generation = generation;
-            }
+            let copy = local.get(index)?;
             Some(f(&copy.value))
         });
         match local {
@@ -151,6 +166,22 @@ mod tests {
         assert_eq!(a.read(|x| b.read(|y| x + y)), 3);
         b.store(5);
         assert_eq!(a.read(|x| b.read(|y| x + y)), 6);
+    }
+
+    #[test]
+    fn replaced_values_are_released_at_the_next_slow_read_of_the_list() {
+        let p = Published::new(vec![1u8; 8], &TEST_VEC_COPIES);
+        let q = Published::new(vec![2u8], &TEST_VEC_COPIES);
+        p.read(|v| v.len());
+        q.read(|v| v.len());
+        let old = Arc::downgrade(&p.load_full());
+        p.store(vec![3u8]);
+        assert!(old.upgrade().is_some(), "this thread's copy still holds it");
+        // Another value of the same list moves: its slow read prunes the outdated copy.
+        q.store(vec![4u8]);
+        assert_eq!(q.read(|v| v[0]), 4);
+        assert!(old.upgrade().is_none(), "the replaced value is still alive");
+        assert_eq!(p.read(|v| v[0]), 3);
     }
 
     #[test]
