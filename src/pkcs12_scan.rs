@@ -1,18 +1,24 @@
-//! A pre-scan of a PKCS#12 archive's DER that bounds the work of opening it, before any
-//! key derivation runs.
+//! A pre-scan of a PKCS#12 archive's DER that bounds the work of opening it, before the
+//! decoder (`p12-keystore`) derives any key.
 //!
 //! Opening an archive costs one key derivation for the MAC, one per encrypted container
 //! and one per shrouded key bag, each of as many iterations as the archive asks for. The
-//! scan walks the structure that is visible without decrypting (the PFX, its MAC data,
-//! the authenticated safe's containers, the bags of unencrypted containers) and refuses
-//! an archive that asks for more than [`MAX_PKCS12_ITERATIONS`] iterations anywhere, has
-//! more than [`MAX_PKCS12_CONTAINERS`] containers or more than [`MAX_PKCS12_BAGS`] bags,
-//! uses a key derivation other than PBKDF2 or the PKCS#12 KDF (scrypt is refused), or
-//! holds secret bags (which the decoder would try to decrypt). Bags inside an encrypted
-//! container are only visible after decryption; the decoder caps each of their
-//! derivations itself (see SECURITY.md).
+//! scan walks the PFX, its MAC data, the authenticated safe's containers and their bags,
+//! and refuses an archive that asks for more than [`MAX_PKCS12_ITERATIONS`] iterations
+//! anywhere, has more than [`MAX_PKCS12_CONTAINERS`] containers or more than
+//! [`MAX_PKCS12_BAGS`] bags in all, uses a key derivation other than PBKDF2 or the PKCS#12
+//! KDF (scrypt is refused), or holds secret bags (which the decoder would try to decrypt).
+//! Counts are checked before anything inside is looked at. An encrypted container is
+//! opened (one derivation, its iterations already checked; empty password; into a
+//! zeroized buffer) so that its bags are counted and checked too; a container that does
+//! not decrypt is left to the decoder, which fails on it the same way before it looks
+//! at any bag. So an archive within the bounds costs at most
+//! `1 + 2 × MAX_PKCS12_CONTAINERS + MAX_PKCS12_BAGS` derivations of at most
+//! `MAX_PKCS12_ITERATIONS` iterations each, and one outside them costs none.
 //!
 //! Azure, OpenSSL and .NET write 2,048 (or 2,000) iterations; Java's keytool 10,000.
+
+use zeroize::Zeroizing;
 
 use crate::error::ErrorKind;
 
@@ -47,9 +53,9 @@ const OID_PBES2: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0d]
 /// 1.2.840.113549.1.5.12: PBKDF2.
 const OID_PBKDF2: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0c];
 
-/// Check an archive's visible structure against the bounds (module docs). Errors say
-/// which bound and where (a byte offset), never bytes of the input.
-pub(crate) fn scan(archive: &[u8]) -> Result<(), ErrorKind> {
+/// Check an archive's structure against the bounds (module docs); return how many bags it
+/// holds. Errors say which bound and where (a byte offset), never bytes of the input.
+pub(crate) fn scan(archive: &[u8]) -> Result<usize, ErrorKind> {
     let mut scan = Scan::default();
     let (pfx, _) = Tlv::read(archive, 0, SEQUENCE)?;
     let (_version, rest) = pfx.contents().next(INTEGER)?;
@@ -96,12 +102,24 @@ pub(crate) fn scan(archive: &[u8]) -> Result<(), ErrorKind> {
             let (_version, after) = encrypted_data.contents().next(INTEGER)?;
             let (content_info, _) = after.next(SEQUENCE)?;
             let (_type, after) = content_info.contents().next(OID)?;
-            let (algorithm, _) = after.next(SEQUENCE)?;
+            let (algorithm, after) = after.next(SEQUENCE)?;
             check_encryption(&algorithm, "an encrypted container")?;
+            // Its bags are visible once decrypted (one key derivation, within the bound
+            // just checked). If it does not decrypt with the empty password, the decoder
+            // fails on it the same way before looking into any bag.
+            if !after.is_empty() {
+                let (ciphertext, _) = after.next(CONTEXT_0)?;
+                if let Some(plain) = decrypt(&algorithm, ciphertext.bytes) {
+                    let (bags, _) = Tlv::read(&plain, 0, SEQUENCE).map_err(|_| {
+                        malformed(info.offset, "a decrypted container that is not a SEQUENCE")
+                    })?;
+                    scan.bags(bags, 0).map_err(|e| inside(e, info.offset))?;
+                }
+            }
         }
         // Other content types: the decoder refuses them without deriving a key.
     }
-    Ok(())
+    Ok(scan.bags)
 }
 
 #[derive(Default)]
@@ -198,22 +216,90 @@ fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
     })
 }
 
-fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
+/// Decrypt an encrypted container with the empty password, into a zeroized buffer;
+/// `None` for a scheme this scan does not open or a decryption that fails.
+fn decrypt(algorithm: &Tlv<'_>, ciphertext: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+    use cbc::cipher::block_padding::Pkcs7;
+    use cbc::cipher::{BlockModeDecrypt, KeyIvInit};
+    use pkcs5::der::Decode;
+
+    let (oid, params) = algorithm.contents().next(OID).ok()?;
+    let mut buffer = Zeroizing::new(ciphertext.to_vec());
+    let len = if oid.bytes == OID_PBES2 {
+        let params = pkcs5::pbes2::Parameters::from_der(params.bytes).ok()?;
+        params.decrypt_in_place(b"", &mut buffer).ok()?.len()
+    } else {
+        let scheme = oid.bytes.strip_prefix(OID_PKCS12_PBE_PREFIX)?;
+        let (pbe, _) = params.next(SEQUENCE).ok()?;
+        let (salt, after) = pbe.contents().next(OCTET_STRING).ok()?;
+        let (iterations, _) = after.next(INTEGER).ok()?;
+        let iterations = i32::try_from(integer_value(&iterations)?).ok()?;
+        let derive = |kind, len| {
+            pkcs12::kdf::derive_key_utf8::<sha1_kdf::Sha1>("", salt.bytes, kind, iterations, len)
+                .ok()
+                .map(Zeroizing::new)
+        };
+        let (key_len, is_3des) = match scheme {
+            [3] => (24, true),
+            [6] => (5, false),
+            _ => return None,
+        };
+        let key = derive(pkcs12::kdf::Pkcs12KeyType::EncryptionKey, key_len)?;
+        let iv = derive(pkcs12::kdf::Pkcs12KeyType::Iv, 8)?;
+        if is_3des {
+            cbc::Decryptor::<des::TdesEde3>::new_from_slices(&key, &iv)
+                .ok()?
+                .decrypt_padded::<Pkcs7>(&mut buffer)
+                .ok()?
+                .len()
+        } else {
+            cbc::Decryptor::<rc2::Rc2>::new_from_slices(&key, &iv)
+                .ok()?
+                .decrypt_padded::<Pkcs7>(&mut buffer)
+                .ok()?
+                .len()
+        }
+    };
+    buffer.truncate(len);
+    Some(buffer)
+}
+
+/// Say that an error found in a decrypted container is about that container (its offsets
+/// are within the plaintext).
+fn inside(e: ErrorKind, container: usize) -> ErrorKind {
+    match e {
+        ErrorKind::Pkcs12Limit { what, value, limit } if what != "bags" => ErrorKind::Pkcs12Limit {
+            what: format!("{what} in the encrypted container at byte {container}"),
+            value,
+            limit,
+        },
+        ErrorKind::Pkcs12 { reason } => ErrorKind::Pkcs12 {
+            reason: format!("in the encrypted container at byte {container}: {reason}"),
+        },
+        other => other,
+    }
+}
+
+/// A non-negative INTEGER's value (saturating at `u64::MAX`); `None` if negative.
+fn integer_value(integer: &Tlv<'_>) -> Option<u64> {
     let bytes = integer.bytes;
     if bytes.is_empty() || bytes[0] & 0x80 != 0 {
-        return Err(malformed(
-            integer.offset,
-            "an iteration count that is not positive",
-        ));
+        return None;
     }
     let significant = &bytes[bytes.iter().take_while(|b| **b == 0).count()..];
-    let value = if significant.len() > 8 {
+    Some(if significant.len() > 8 {
         u64::MAX
     } else {
         significant
             .iter()
             .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
-    };
+    })
+}
+
+fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
+    let value = integer_value(integer)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| malformed(integer.offset, "an iteration count that is not positive"))?;
     if value > MAX_PKCS12_ITERATIONS {
         return Err(ErrorKind::Pkcs12Limit {
             what: format!("iterations of {what} (byte {})", integer.offset),
@@ -493,6 +579,66 @@ pub(crate) mod tests {
         let containers: Vec<Vec<u8>> = (0..20).map(|_| data_container(&[])).collect();
         let (what, value, _) = limit_of(&pfx(&containers, None));
         assert_eq!((what.as_str(), value), ("containers", 20));
+    }
+
+    /// A container encrypted with PBES2 (PBKDF2-SHA256, AES-256-CBC), empty password.
+    fn aes_container(bags: &[Vec<u8>]) -> Vec<u8> {
+        use pkcs5::der::Encode;
+        let params =
+            pkcs5::pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(2048, &[9; 16], [3; 16])
+                .unwrap();
+        let ciphertext = params.encrypt(b"", &seq(bags)).unwrap();
+        let algorithm = seq(&[der(OID, OID_PBES2), params.to_der().unwrap()]);
+        seq(&[
+            der(OID, OID_ENCRYPTED_DATA),
+            der(
+                CONTEXT_0,
+                &seq(&[
+                    int(0),
+                    seq(&[
+                        der(OID, OID_DATA),
+                        algorithm,
+                        der(CONTEXT_0_PRIMITIVE, &ciphertext),
+                    ]),
+                ]),
+            ),
+        ])
+    }
+
+    #[test]
+    fn bags_inside_encrypted_containers_are_counted_and_checked() {
+        let bag = shrouded_bag(&pbe(2048));
+        assert_eq!(
+            scan(&pfx(&[aes_container(&[bag.clone(), bag])], None)).ok(),
+            Some(2)
+        );
+        let many: Vec<Vec<u8>> = (0..40).map(|_| shrouded_bag(&pbe(2048))).collect();
+        let (what, value, _) = limit_of(&pfx(&[aes_container(&many)], None));
+        assert_eq!((what.as_str(), value), ("bags", 40));
+        let costly = shrouded_bag(&pbes2(1_000_000));
+        let (what, ..) = limit_of(&pfx(&[aes_container(&[costly])], None));
+        assert!(
+            what.contains("shrouded key bag") && what.contains("in the encrypted container"),
+            "{what}"
+        );
+    }
+
+    #[test]
+    fn fixture_archives_are_opened_whole() {
+        // Every writer's layout: the certificates in an encrypted container (RC2-40, 3DES
+        // or AES-256), the key in a shrouded bag; the scan sees every bag the decoder does.
+        for name in ["pfx-legacy", "pfx-3des", "pfx-aes"] {
+            let path = format!(
+                "{}/fixtures/credentials/{name}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let creds = crate::UserAssignedIdentityCredentials::from_path(&path).unwrap();
+            let secret = creds.client_secret.unwrap();
+            let archive = crate::bundle::decode_base64(secret.expose_secret()).unwrap();
+            let opened = p12_keystore::Pkcs12Archive::from_pkcs12(&archive, "").unwrap();
+            let expected = opened.certs.len() + opened.keys.len();
+            assert_eq!(scan(&archive).ok(), Some(expected), "{name}");
+        }
     }
 
     #[test]
