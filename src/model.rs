@@ -217,7 +217,7 @@ impl UserAssignedIdentityCredentials {
     /// not kept). Compact, so it is never larger than an accepted input and always parses
     /// back. The output contains `client_secret`: treat it as a secret.
     pub fn to_json(&self) -> Result<String> {
-        serde_json::to_string(self).map_err(json_error)
+        secret_json(self)
     }
 
     fn any_key_absent(&self) -> bool {
@@ -371,6 +371,33 @@ fn invalid(field: &'static str, reason: &str) -> Error {
         reason: reason.to_owned(),
     }
     .into()
+}
+
+/// Compact JSON of a value that holds a secret, written into a buffer sized by a first,
+/// counting pass: growing a buffer would free partial copies of the secret unzeroized.
+pub(crate) fn secret_json<T: Serialize>(value: &T) -> Result<String> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_err(json_error)?;
+    let mut out = Zeroizing::new(Vec::with_capacity(count.0));
+    serde_json::to_writer(&mut *out, value).map_err(json_error)?;
+    // serde_json writes UTF-8; the buffer moves into the String without a copy.
+    String::from_utf8(std::mem::take(&mut *out)).map_err(|_| {
+        Error::from(ErrorKind::Json {
+            line: 0,
+            column: 0,
+            message: "serialization produced invalid UTF-8".into(),
+        })
+    })
 }
 
 pub(crate) fn json_error(e: serde_json::Error) -> Error {

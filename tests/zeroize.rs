@@ -17,6 +17,11 @@ use support::fixtures::credential_path;
 use support::harness::options;
 use support::scanning::{Scanning, arm, disarm, set_needles};
 
+/// The test's own copy of a returned secret string, wiped as the caller is asked to.
+fn zeroizing(s: String) -> msi_dataplane::SecretString {
+    msi_dataplane::SecretString::from(s)
+}
+
 #[global_allocator]
 static GLOBAL: Scanning = Scanning;
 
@@ -66,6 +71,17 @@ fn loading_signing_and_dropping_a_pem_credential_leaves_no_key_material_in_freed
         )
         .unwrap();
         assert_eq!(report.certificate.key_bits, 2048);
+        // Writing the credential back (to_json, the Key Vault storage format and body).
+        let json = zeroizing(creds.to_json().unwrap());
+        assert!(json.expose_secret().contains("client_secret"));
+        let stored =
+            msi_dataplane::keyvault::format_user_assigned_identity_credentials_for_storage(
+                "uami-test",
+                &creds,
+            )
+            .unwrap();
+        let body = stored.set_secret_body().unwrap();
+        assert!(body.expose_secret().starts_with('{'));
     }
     let leaks = disarm();
     assert!(
