@@ -137,10 +137,17 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
 }
 
 fn decode_pkcs12(bytes: &[u8]) -> Result<RawBundle> {
-    pkcs12_scan::scan(bytes)?;
+    let scanned = pkcs12_scan::scan(bytes)?;
     #[cfg(test)]
     tests::PKCS12_OPENED.with(|n| n.set(n.get() + 1));
-    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(bytes, "").map_err(pkcs12_error)?;
+    tracing::debug!(
+        bags = scanned.bags,
+        opened = scanned.opened.is_some(),
+        "PKCS#12 archive within bounds"
+    );
+    // The archive as the scan opened it when it could (no key is derived twice).
+    let input = scanned.opened.as_deref().map_or(bytes, Vec::as_slice);
+    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(input, "").map_err(pkcs12_error)?;
     let certificates = archive
         .certs
         .iter()
