@@ -10,6 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::Serialize;
 use time::OffsetDateTime;
+use zeroize::Zeroizing;
 
 use crate::certificate::ClientCertificate;
 use crate::error::{ErrorKind, Result};
@@ -136,7 +137,13 @@ impl AssertionSigner {
             iat: now,
             exp: now + ASSERTION_LIFETIME_SECS,
         };
-        let claims_json = serde_json::to_vec(&claims).map_err(|_| ErrorKind::Signing)?;
+        // The claims and the signature are parts of the assertion: zeroized when dropped,
+        // and sized up front (JSON escapes a byte into at most 6) so that no reallocation
+        // frees a copy.
+        let mut claims_json = Zeroizing::new(Vec::with_capacity(
+            6 * (aud.len() + 2 * client_id.len() + jti.len()) + 128,
+        ));
+        serde_json::to_writer(&mut *claims_json, &claims).map_err(|_| ErrorKind::Signing)?;
         let key = cert.key_pair();
         let sig_len = key.public_modulus_len();
         // header '.' claims '.' signature, each base64url without padding.
@@ -144,8 +151,8 @@ impl AssertionSigner {
             self.header_prefix.len() + (claims_json.len() + sig_len) * 4 / 3 + 8,
         );
         jwt.push_str(&self.header_prefix);
-        URL_SAFE_NO_PAD.encode_string(&claims_json, &mut jwt);
-        let mut signature = vec![0u8; sig_len];
+        URL_SAFE_NO_PAD.encode_string(claims_json.as_slice(), &mut jwt);
+        let mut signature = Zeroizing::new(vec![0u8; sig_len]);
         key.sign(
             self.algorithm.encoding(),
             &self.rng,
@@ -154,7 +161,7 @@ impl AssertionSigner {
         )
         .map_err(|_| ErrorKind::Signing)?;
         jwt.push('.');
-        URL_SAFE_NO_PAD.encode_string(&signature, &mut jwt);
+        URL_SAFE_NO_PAD.encode_string(signature.as_slice(), &mut jwt);
         Ok(jwt)
     }
 }

@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
 use crate::error::{ErrorKind, Result};
+use crate::{pem_blocks, pkcs12_scan};
 
 /// At most this many certificates are accepted in one bundle.
 pub const MAX_CERTIFICATES: usize = 32;
@@ -92,44 +93,37 @@ fn looks_like_der_sequence(bytes: &[u8]) -> bool {
 }
 
 fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
-    let blocks = pem::parse_many(bytes).map_err(|e| ErrorKind::UnknownBundleFormat {
-        reason: format!("the PEM bundle is malformed: {e}"),
-    })?;
+    let malformed = |reason: String| ErrorKind::UnknownBundleFormat {
+        reason: format!("the PEM bundle is malformed: {reason}"),
+    };
+    let blocks = pem_blocks::parse(bytes).map_err(malformed)?;
     let mut certificates = Vec::new();
     let mut keys = Vec::new();
     for block in blocks {
-        match block.tag() {
-            "CERTIFICATE" => certificates.push(block.into_contents()),
-            "PRIVATE KEY" => keys.push(RawKey::Pkcs8(Zeroizing::new(block.into_contents()))),
-            "RSA PRIVATE KEY" => {
-                let encrypted = block
-                    .headers()
-                    .get("Proc-Type")
-                    .is_some_and(|v| v.contains("ENCRYPTED"));
-                let contents = Zeroizing::new(block.into_contents());
-                keys.push(if encrypted {
-                    RawKey::Refused(ErrorKind::EncryptedPrivateKey {
-                        format: "legacy PEM encryption (Proc-Type: 4,ENCRYPTED)",
-                    })
-                } else {
-                    RawKey::Pkcs1(contents)
-                });
+        match block.known_label() {
+            Some("CERTIFICATE") => {
+                certificates.push(block.decode().map_err(malformed)?.to_vec());
             }
-            "ENCRYPTED PRIVATE KEY" => {
-                drop(Zeroizing::new(block.into_contents()));
+            Some("PRIVATE KEY") => keys.push(RawKey::Pkcs8(block.decode().map_err(malformed)?)),
+            Some("RSA PRIVATE KEY") => keys.push(if block.encrypted {
+                RawKey::Refused(ErrorKind::EncryptedPrivateKey {
+                    format: "legacy PEM encryption (Proc-Type: 4,ENCRYPTED)",
+                })
+            } else {
+                RawKey::Pkcs1(block.decode().map_err(malformed)?)
+            }),
+            Some("ENCRYPTED PRIVATE KEY") => {
                 keys.push(RawKey::Refused(ErrorKind::EncryptedPrivateKey {
                     format: "PKCS#8 EncryptedPrivateKeyInfo",
                 }));
             }
-            "EC PRIVATE KEY" => {
-                drop(Zeroizing::new(block.into_contents()));
+            Some("EC PRIVATE KEY") => {
                 keys.push(RawKey::Refused(ErrorKind::UnsupportedKeyType {
                     algorithm: "EC (SEC1 `EC PRIVATE KEY`)".into(),
                 }));
             }
-            other => {
-                tracing::debug!(label = other, "ignoring PEM block with an unused label");
-                drop(Zeroizing::new(block.into_contents()));
+            _ => {
+                tracing::debug!(line = block.line, "ignoring PEM block with an unused label");
             }
         }
     }
@@ -143,7 +137,17 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
 }
 
 fn decode_pkcs12(bytes: &[u8]) -> Result<RawBundle> {
-    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(bytes, "").map_err(pkcs12_error)?;
+    let scanned = pkcs12_scan::scan(bytes)?;
+    #[cfg(test)]
+    tests::PKCS12_OPENED.with(|n| n.set(n.get() + 1));
+    tracing::debug!(
+        bags = scanned.bags,
+        opened = scanned.opened.is_some(),
+        "PKCS#12 archive within bounds"
+    );
+    // The archive as the scan opened it when it could (no key is derived twice).
+    let input = scanned.opened.as_deref().map_or(bytes, Vec::as_slice);
+    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(input, "").map_err(pkcs12_error)?;
     let certificates = archive
         .certs
         .iter()
@@ -185,20 +189,9 @@ fn finish(
 }
 
 fn pkcs12_error(e: p12_keystore::error::Error) -> ErrorKind {
-    use p12_keystore::error::Error as E;
-    let reason = match e {
-        E::MacError(_) => "the integrity MAC does not verify with an empty password: the archive \
-                           is password-protected or corrupt (only empty-password archives are supported)"
-            .to_owned(),
-        E::UnsupportedEncryptionScheme => "it uses an unsupported encryption scheme".to_owned(),
-        E::UnsupportedMacAlgorithm => "it uses an unsupported MAC algorithm".to_owned(),
-        other => redact_quoted_owned(other.to_string()),
-    };
-    ErrorKind::Pkcs12 { reason }
-}
-
-fn redact_quoted_owned(s: String) -> String {
-    crate::error::redact_quoted(&s)
+    ErrorKind::Pkcs12 {
+        reason: crate::parser_errors::pkcs12(&e),
+    }
 }
 
 fn describe_base64_error(e: &base64::DecodeError) -> String {
@@ -214,6 +207,39 @@ fn describe_base64_error(e: &base64::DecodeError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pkcs12_scan::tests as build;
+
+    thread_local! {
+        /// How many archives this thread handed to the PKCS#12 decoder (which derives keys).
+        pub(super) static PKCS12_OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn hostile_archives_are_refused_before_any_key_derivation() {
+        let bags: Vec<Vec<u8>> = (0..715)
+            .map(|_| build::shrouded_bag(&build::pbe(1_000_000)))
+            .collect();
+        let many_bags = build::pfx(&[build::data_container(&bags)], Some(1_000_000));
+        assert!(many_bags.len() > 64 * 1024);
+        let huge_mac = build::pfx(&[build::data_container(&[])], Some(i32::MAX as u32));
+        let huge_bag = build::pfx(
+            &[build::data_container(&[build::shrouded_bag(
+                &build::pbes2(1_000_000),
+            )])],
+            None,
+        );
+        for archive in [many_bags, huge_mac, huge_bag] {
+            let before = PKCS12_OPENED.with(|n| n.get());
+            let err = decode_bundle(&archive).err().expect("refused");
+            assert!(matches!(err.kind(), ErrorKind::Pkcs12Limit { .. }), "{err}");
+            assert_eq!(PKCS12_OPENED.with(|n| n.get()), before, "the decoder ran");
+        }
+        // An archive within the bounds does reach the decoder (which then refuses it).
+        let fine = build::pfx(&[build::data_container(&[])], None);
+        let before = PKCS12_OPENED.with(|n| n.get());
+        let _ = decode_bundle(&fine);
+        assert_eq!(PKCS12_OPENED.with(|n| n.get()), before + 1);
+    }
 
     #[test]
     fn der_sequence_detection() {

@@ -82,7 +82,7 @@ impl ClientCertificate {
             let (_, cert) =
                 X509Certificate::from_der(der).map_err(|e| ErrorKind::InvalidCertificate {
                     index,
-                    reason: e.to_string(),
+                    reason: crate::parser_errors::x509(&e),
                 })?;
             if leaf.is_none() && cert.public_key().subject_public_key.data.as_ref() == public {
                 let validity = cert.validity();
@@ -179,7 +179,7 @@ impl ClientCertificate {
         let (_, cert) = X509Certificate::from_der(&self.chain[0]).map_err(|e| {
             ErrorKind::InvalidCertificate {
                 index: 0,
-                reason: e.to_string(),
+                reason: crate::parser_errors::x509(&e),
             }
         })?;
         Ok(f(&cert))

@@ -71,6 +71,28 @@ impl Clock for SystemClock {
     }
 }
 
+/// A time as people read it, in messages and logs: RFC 3339 in UTC, to the second
+/// (`2026-11-23T05:25:12Z`), rather than `time`'s `Display`
+/// (`2026-11-23 5:25:12.938551692 +00:00:00`). Formats without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rfc3339(pub OffsetDateTime);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.0.to_offset(time::UtcOffset::UTC);
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )
+    }
+}
+
 /// `t + d`, saturating at the ends of the representable range instead of panicking.
 pub(crate) fn saturating_add(t: OffsetDateTime, d: time::Duration) -> OffsetDateTime {
     t.checked_add(d).unwrap_or(if d.is_negative() {
@@ -172,5 +194,18 @@ impl Clock for ManualClock {
                 moved.await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use time::macros::datetime;
+
+    #[test]
+    fn rfc3339_for_people_is_utc_to_the_second() {
+        let t = datetime!(2026-11-23 07:25:12.938551692 +02:00);
+        assert_eq!(super::Rfc3339(t).to_string(), "2026-11-23T05:25:12Z");
+        let t = datetime!(2026-01-05 00:00 UTC);
+        assert_eq!(super::Rfc3339(t).to_string(), "2026-01-05T00:00:00Z");
     }
 }

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, ErrorKind, Result, TokenEndpointError, redact_quoted};
 use crate::token::AccessToken;
+use zeroize::Zeroizing;
 
 /// Token (and error) response bodies larger than this are refused.
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -120,7 +121,11 @@ pub(crate) async fn send(
         .header("x-client-sku", SKU)
         .header("x-client-ver", VERSION)
         .header("x-ms-lib-capability", "retry-after, h429")
-        .form(&form)
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .body(form_body(&form))
         .send()
         .await
         .map_err(transport)?;
@@ -147,6 +152,30 @@ pub(crate) async fn send(
         retry_after,
         body,
     })
+}
+
+/// The url-encoded form, in a buffer this crate owns and zeroizes when the HTTP stack
+/// drops its last reference (the form carries the client assertion). Sized up front
+/// (percent-encoding turns a byte into at most 3) so that no reallocation frees a copy.
+fn form_body(fields: &[(&str, &str)]) -> bytes::Bytes {
+    let capacity = fields
+        .iter()
+        .map(|(k, v)| 3 * (k.len() + v.len()) + 2)
+        .sum();
+    let mut body = String::with_capacity(capacity);
+    url::form_urlencoded::Serializer::new(&mut body)
+        .extend_pairs(fields)
+        .finish();
+    bytes::Bytes::from_owner(ZeroizingBody(Zeroizing::new(body.into_bytes())))
+}
+
+/// Owner of a request body: zeroized on drop.
+struct ZeroizingBody(Zeroizing<Vec<u8>>);
+
+impl AsRef<[u8]> for ZeroizingBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 fn too_large(status: u16) -> Error {

@@ -210,6 +210,20 @@ pub enum ErrorKind {
         /// Why (for example a MAC that does not verify: the archive has a password).
         reason: String,
     },
+    /// The PKCS#12 archive asks for more work than is accepted (iterations, bags or
+    /// containers over the documented bounds); refused before any key derivation.
+    #[error(
+        "PKCS#12 archive refused before decryption: {what} is {value}, at most {limit} are accepted"
+    )]
+    Pkcs12Limit {
+        /// What is over the bound ("bags", "containers", or the iterations of an item
+        /// with its byte offset).
+        what: String,
+        /// The value seen.
+        value: u64,
+        /// The bound.
+        limit: u64,
+    },
     /// The bundle holds no private key.
     #[error("the certificate bundle holds no private key")]
     NoPrivateKey,
@@ -469,6 +483,7 @@ impl ErrorKind {
             ErrorKind::SecretNotBase64 { .. } => "secret_not_base64",
             ErrorKind::UnknownBundleFormat { .. } => "unknown_bundle_format",
             ErrorKind::Pkcs12 { .. } => "pkcs12",
+            ErrorKind::Pkcs12Limit { .. } => "pkcs12_limit",
             ErrorKind::NoPrivateKey => "no_private_key",
             ErrorKind::MultiplePrivateKeys { .. } => "multiple_private_keys",
             ErrorKind::EncryptedPrivateKey { .. } => "encrypted_private_key",
@@ -603,23 +618,36 @@ impl From<std::io::Error> for ErrorKind {
     }
 }
 
-/// Redact the double-quoted values that a parser echoes back (serde_json quotes the
-/// offending string in `invalid type: string "..."` messages); backtick-quoted names such
-/// as "missing field `access_token`" stay, they name schema keys, not values.
+/// Redact the values that a parser echoes back: double-quoted ones (serde_json quotes the
+/// offending string in `invalid type: string "..."` messages) always, and backtick-quoted
+/// ones unless they look like a schema key (up to 32 characters of `a-z`, `0-9`, `_`, `#`)
+/// or a token of the grammar (one or two punctuation characters), so "missing field
+/// `access_token`" and "expected `,` or `}`" stay whole and nothing long is ever echoed.
 pub(crate) fn redact_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
-    let mut in_quote = false;
-    for c in message.chars() {
-        if c == '"' {
-            if in_quote {
-                out.push('…');
-            }
-            out.push(c);
-            in_quote = !in_quote;
-        } else if !in_quote {
-            out.push(c);
-        }
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        let quote = &rest[at..at + 1];
+        out.push_str(&rest[..=at]);
+        let inner = &rest[at + 1..];
+        let Some(close) = inner.find(quote) else {
+            // An unterminated quote: drop what follows it.
+            out.push('…');
+            return out;
+        };
+        let value = &inner[..close];
+        let keep = quote == "`"
+            && ((value.len() <= 32
+                && !value.is_empty()
+                && value.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'#'
+                }))
+                || (value.len() <= 2 && value.bytes().all(|b| b.is_ascii_punctuation())));
+        out.push_str(if keep { value } else { "…" });
+        out.push_str(quote);
+        rest = &inner[close + 1..];
     }
+    out.push_str(rest);
     out
 }
 
@@ -644,6 +672,12 @@ mod tests {
             redact_quoted("missing field `access_token`"),
             "missing field `access_token`"
         );
+        assert_eq!(redact_quoted("expected `,` or `}`"), "expected `,` or `}`");
+        assert_eq!(
+            redact_quoted("unknown field `LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t`, expected `a`"),
+            "unknown field `…`, expected `a`"
+        );
+        assert_eq!(redact_quoted(r#"string "abc"#), r#"string "…"#);
     }
 
     #[test]

@@ -74,7 +74,10 @@ fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
 fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
     let key =
         pkcs1::RsaPrivateKey::from_der(pkcs1_der).map_err(|e| ErrorKind::InvalidPrivateKey {
-            reason: format!("neither PKCS#8 nor PKCS#1 RSA DER ({})", e.kind()),
+            reason: format!(
+                "neither PKCS#8 nor PKCS#1 RSA DER ({})",
+                crate::parser_errors::der(&e)
+            ),
         })?;
     let modulus = key.modulus.as_bytes();
     let leading = modulus.iter().take_while(|b| **b == 0).count();

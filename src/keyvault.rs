@@ -253,9 +253,7 @@ impl KeyVaultSecret {
             },
             tags: &self.tags,
         };
-        serde_json::to_string(&body)
-            .map(SecretString::from)
-            .map_err(crate::model::json_error)
+        crate::model::secret_json(&body).map(SecretString::from)
     }
 }
 

@@ -23,6 +23,9 @@ pub mod k8s;
 mod key;
 pub mod keyvault;
 mod model;
+mod parser_errors;
+mod pem_blocks;
+mod pkcs12_scan;
 mod published;
 mod reload;
 mod retry;
@@ -51,6 +54,7 @@ pub use inspect::{
 };
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+pub use pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
 pub use reload::ReloadOutcome;
 pub use retry::RetryPolicy;
 pub use secret::SecretString;

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result, redact_quoted};
+use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
 use crate::secret::SecretString;
+use zeroize::Zeroizing;
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
 pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 1024 * 1024;
@@ -216,7 +217,7 @@ impl UserAssignedIdentityCredentials {
     /// not kept). Compact, so it is never larger than an accepted input and always parses
     /// back. The output contains `client_secret`: treat it as a secret.
     pub fn to_json(&self) -> Result<String> {
-        serde_json::to_string(self).map_err(json_error)
+        secret_json(self)
     }
 
     fn any_key_absent(&self) -> bool {
@@ -250,14 +251,14 @@ pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
 }
 
 /// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused
-/// without being read whole.
-pub(crate) fn read_limited(path: &Path) -> Result<Vec<u8>> {
+/// without being read whole. The buffer holds `client_secret`: it is zeroized on drop.
+pub(crate) fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
     read_limited_as(path, CREDENTIAL_FILE)
 }
 
 /// [`read_limited`] for any kind of file; errors name the file as `role` (e.g.
 /// "cloud config file").
-pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Vec<u8>> {
+pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let too_large = |size: u64| {
         Error::from(ErrorKind::FileTooLarge {
@@ -271,7 +272,9 @@ pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Vec<u8>
     if hint > MAX_CREDENTIAL_FILE_BYTES {
         return Err(too_large(hint));
     }
-    let mut bytes = Vec::with_capacity(hint as usize);
+    // Sized from the metadata so that a regular file is read without reallocating (a
+    // reallocation would free a copy of the secret without zeroizing it).
+    let mut bytes = Zeroizing::new(Vec::with_capacity(hint as usize));
     file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(io)?;
@@ -282,22 +285,74 @@ pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Vec<u8>
 }
 
 /// When keys are absent, look for their camelCase spellings: a file written with
-/// camelCase keys should be told so, not just told that keys are missing.
+/// camelCase keys should be told so, not just told that keys are missing. Only the keys
+/// are kept; every value is skipped unread, so no copy of `client_secret` is made.
 fn check_camel_case(bytes: &[u8]) -> Result<()> {
-    #[derive(Deserialize)]
-    struct Keys(serde_json::Map<String, serde_json::Value>);
-    let Ok(Keys(map)) = serde_json::from_slice::<Keys>(bytes) else {
+    let Ok(TopLevelKeys(present)) = serde_json::from_slice::<TopLevelKeys>(bytes) else {
         return Ok(());
     };
     let (keys, expected): (Vec<String>, Vec<String>) = KEYS
         .iter()
-        .filter(|(snake, camel)| map.contains_key(*camel) && !map.contains_key(*snake))
+        .filter(|(snake, camel)| present.contains(camel) && !present.contains(snake))
         .map(|(snake, camel)| ((*camel).to_owned(), (*snake).to_owned()))
         .unzip();
     if keys.is_empty() {
         Ok(())
     } else {
         Err(ErrorKind::CamelCaseKeys { keys, expected }.into())
+    }
+}
+
+/// The schema's keys (snake_case or camelCase) present at the top level of a JSON object.
+struct TopLevelKeys(Vec<&'static str>);
+
+impl<'de> Deserialize<'de> for TopLevelKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = TopLevelKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TopLevelKeys, A::Error> {
+                let mut present = Vec::new();
+                while let Some(key) = map.next_key::<KnownKey>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if let KnownKey(Some(k)) = key {
+                        present.push(k);
+                    }
+                }
+                Ok(TopLevelKeys(present))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// A key, kept only when it is one of the schema's spellings (so the key text itself is
+/// never copied: JSON keys of any length are compared in place).
+struct KnownKey(Option<&'static str>);
+
+impl<'de> Deserialize<'de> for KnownKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = KnownKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<KnownKey, E> {
+                Ok(KnownKey(
+                    KEYS.iter()
+                        .flat_map(|(snake, camel)| [*snake, *camel])
+                        .find(|k| *k == key),
+                ))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -318,11 +373,38 @@ fn invalid(field: &'static str, reason: &str) -> Error {
     .into()
 }
 
+/// Compact JSON of a value that holds a secret, written into a buffer sized by a first,
+/// counting pass: growing a buffer would free partial copies of the secret unzeroized.
+pub(crate) fn secret_json<T: Serialize>(value: &T) -> Result<String> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_err(json_error)?;
+    let mut out = Zeroizing::new(Vec::with_capacity(count.0));
+    serde_json::to_writer(&mut *out, value).map_err(json_error)?;
+    // serde_json writes UTF-8; the buffer moves into the String without a copy.
+    String::from_utf8(std::mem::take(&mut *out)).map_err(|_| {
+        Error::from(ErrorKind::Json {
+            line: 0,
+            column: 0,
+            message: "serialization produced invalid UTF-8".into(),
+        })
+    })
+}
+
 pub(crate) fn json_error(e: serde_json::Error) -> Error {
     ErrorKind::Json {
         line: e.line(),
         column: e.column(),
-        message: redact_quoted(&e.to_string()),
+        message: crate::parser_errors::json(&e),
     }
     .into()
 }

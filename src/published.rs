@@ -6,6 +6,12 @@
 //! memory that another thread writes (an `ArcSwap` load or a shared `Arc` clone does),
 //! which is what lets the token cache's hit path scale with threads.
 //!
+//! A thread's copy keeps its value alive: after a replacement, the old value (a rotated-out
+//! credential, with its key) lives on in each thread that copied it until that thread
+//! next takes the slow path on the same list (reads a value that moved, or a new one),
+//! which drops every outdated copy of the list, or until the thread exits. A thread that
+//! never reads the list again keeps its copy; SECURITY.md says so.
+//!
 //! Each use declares its own `thread_local!` list of copies ([`LocalCopies`]) and passes
 //! it to [`Published::new`]. A list is borrowed during a read, so a read nested in a read
 //! of the same list falls back to the mutex: nest only reads of different lists.
@@ -15,11 +21,10 @@
 //! thread's list is a vector indexed by it: a read finds its copy in O(1) however many
 //! values exist, so the hit path takes no lock at any count. A list grows to the highest
 //! slot its thread has read (slots stay dense: at most the number of values alive at
-//! once). Copies of dropped values are released at the thread's next slow read (a first
-//! read, or a read after a replacement) once any value has been dropped, or when a new
-//! value reuses their slot, or when the thread ends.
+//! once). Copies of dropped or replaced values are released at the thread's next slow read
+//! (a first read, or a read after a replacement), or when the thread ends.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::LocalKey;
@@ -28,8 +33,6 @@ use std::thread::LocalKey;
 /// Declare one `thread_local!` of this per use (see the module docs).
 pub(crate) struct LocalCopies<T> {
     copies: RefCell<Vec<Option<LocalCopy<T>>>>,
-    /// [`DROPPED`] when this list last released the copies of dropped values.
-    pruned_at: Cell<u64>,
 }
 
 impl<T> LocalCopies<T> {
@@ -37,7 +40,6 @@ impl<T> LocalCopies<T> {
     pub(crate) const fn new() -> Self {
         LocalCopies {
             copies: RefCell::new(Vec::new()),
-            pruned_at: Cell::new(0),
         }
     }
 }
@@ -49,10 +51,6 @@ struct LocalCopy<T> {
     value: Arc<T>,
     owner: Weak<Inner<T>>,
 }
-
-/// How many `Published` values were dropped so far (any type): a list prunes the copies of
-/// dropped values only when this moved since its last pruning.
-static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Which slot numbers are taken, one bit each (a word is added when all are taken; freeing
 /// never allocates).
@@ -104,7 +102,6 @@ pub(crate) struct Inner<T> {
 impl<T> Drop for Inner<T> {
     fn drop(&mut self) {
         free_slot(self.slot);
-        DROPPED.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -159,7 +156,7 @@ impl<T: Send + Sync + 'static> Published<T> {
             {
                 return Some(f(&copy.value));
             }
-            Some(f(&self.refresh(local, &mut copies, generation)))
+            Some(f(&self.refresh(&mut copies, generation)))
         });
         match local {
             Ok(Some(result)) => result,
@@ -168,19 +165,16 @@ impl<T: Send + Sync + 'static> Published<T> {
     }
 
     /// The slow read: make or renew this thread's copy (first read, a replacement, or a
-    /// slot that held a dropped value's copy), releasing dropped values' copies first.
+    /// slot that held a dropped value's copy), releasing outdated copies first.
     #[cold]
     fn refresh(
         &self,
-        local: &LocalCopies<T>,
         copies: &mut Vec<Option<LocalCopy<T>>>,
         generation: u64,
     ) -> Arc<T> {
-        let dropped = DROPPED.load(Ordering::Acquire);
-        if dropped != local.pruned_at.get() {
-            local.pruned_at.set(dropped);
-            prune(copies);
-        }
+        // Release the copies of values dropped or replaced since (a rotated-out credential
+        // is then not kept alive here until the day this thread reads it again).
+        prune(copies);
         let slot = self.inner.slot;
         if copies.len() <= slot {
             copies.resize_with(slot + 1, || None);
@@ -199,10 +193,20 @@ impl<T: Send + Sync + 'static> Published<T> {
     }
 }
 
-/// Release the copies whose value was dropped; shorten the list past the last live one.
+impl<T> LocalCopy<T> {
+    /// Whether the value copied is still the published one (not replaced, not dropped).
+    fn is_current(&self) -> bool {
+        self.owner
+            .upgrade()
+            .is_some_and(|o| o.generation.load(Ordering::Acquire) == self.generation)
+    }
+}
+
+/// Release the copies whose value was dropped or replaced; shorten the list past the last
+/// live one.
 fn prune<T>(copies: &mut Vec<Option<LocalCopy<T>>>) {
     for entry in copies.iter_mut() {
-        if entry.as_ref().is_some_and(|c| c.owner.strong_count() == 0) {
+        if entry.as_ref().is_some_and(|c| !c.is_current()) {
             *entry = None;
         }
     }
@@ -249,6 +253,22 @@ mod tests {
         assert_eq!(a.read(|x| b.read(|y| x + y)), 3);
         b.store(5);
         assert_eq!(a.read(|x| b.read(|y| x + y)), 6);
+    }
+
+    #[test]
+    fn replaced_values_are_released_at_the_next_slow_read_of_the_list() {
+        let p = Published::new(vec![1u8; 8], &TEST_VEC_COPIES);
+        let q = Published::new(vec![2u8], &TEST_VEC_COPIES);
+        p.read(|v| v.len());
+        q.read(|v| v.len());
+        let old = Arc::downgrade(&p.load_full());
+        p.store(vec![3u8]);
+        assert!(old.upgrade().is_some(), "this thread's copy still holds it");
+        // Another value of the same list moves: its slow read prunes the outdated copy.
+        q.store(vec![4u8]);
+        assert_eq!(q.read(|v| v[0]), 4);
+        assert!(old.upgrade().is_none(), "the replaced value is still alive");
+        assert_eq!(p.read(|v| v[0]), 3);
     }
 
     #[test]

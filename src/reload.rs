@@ -58,7 +58,7 @@ pub(crate) fn digest_of(bytes: &[u8]) -> [u8; 32] {
 }
 
 /// Read the file through its visible path (following symlinks). Blocking.
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     read_limited(path)
 }
 

@@ -3,7 +3,9 @@
 
 mod support;
 
-use msi_dataplane::{BundleFormat, ClientCertificate, ErrorKind};
+use msi_dataplane::{
+    BundleFormat, ClientCertificate, ErrorKind, MAX_PKCS12_BAGS, MAX_PKCS12_ITERATIONS,
+};
 use support::fixtures::{GOOD, identity_pem_path, leaf_pem_path, load, pem_file_der};
 
 fn decode(name: &str) -> Result<ClientCertificate, msi_dataplane::Error> {
@@ -153,4 +155,122 @@ fn key_without_certificate_is_no_certificate() {
     let key_only = &text[key_start..];
     let err = ClientCertificate::from_bundle(key_only.as_bytes()).unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::NoCertificate), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Hostile PKCS#12 archives (issue 11, finding 3): refused by the pre-scan, before any key
+// derivation. (The unit test in src/bundle.rs also checks that the decoder never ran.)
+// ---------------------------------------------------------------------------------------
+
+fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
+    let len = contents.len() as u32;
+    let mut out = vec![tag];
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes = len.to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        out.push(0x80 | (4 - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+    out.extend_from_slice(contents);
+    out
+}
+
+fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
+    der(0x30, &parts.concat())
+}
+
+fn int(v: u32) -> Vec<u8> {
+    let mut bytes = vec![0];
+    bytes.extend_from_slice(&v.to_be_bytes());
+    der(0x02, &bytes)
+}
+
+const DATA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x01];
+const ENCRYPTED_DATA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x06];
+const SHROUDED_KEY_BAG: &[u8] = &[
+    0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x0a, 0x01, 0x02,
+];
+const PBE_SHA1_3DES: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x01, 0x03];
+
+/// pbeWithSHAAnd3-KeyTripleDES-CBC asking for `iterations`.
+fn pbe(iterations: u32) -> Vec<u8> {
+    seq(&[
+        der(0x06, PBE_SHA1_3DES),
+        seq(&[der(0x04, &[7; 8]), int(iterations)]),
+    ])
+}
+
+/// A PFX of `containers` with a SHA-1 MAC of `mac_iterations`.
+fn pfx(containers: &[Vec<u8>], mac_iterations: u32) -> Vec<u8> {
+    let sha1 = [0x2b, 0x0e, 0x03, 0x02, 0x1a];
+    seq(&[
+        int(3),
+        seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(containers)))]),
+        seq(&[
+            seq(&[seq(&[der(0x06, &sha1)]), der(0x04, &[0; 20])]),
+            der(0x04, &[1; 8]),
+            int(mac_iterations),
+        ]),
+    ])
+}
+
+fn refused(archive: &[u8]) -> (String, u64, u64) {
+    let err = ClientCertificate::from_bundle(archive).unwrap_err();
+    assert_eq!(err.kind().code(), "pkcs12_limit", "{err}");
+    match err.kind() {
+        ErrorKind::Pkcs12Limit { what, value, limit } => (what.clone(), *value, *limit),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hostile_pkcs12_archives_are_refused_before_decryption() {
+    // The reported archive: 1 MiB of 715 shrouded key bags, each asking for 10^6
+    // iterations, under a MAC asking for as many.
+    let bag = seq(&[
+        der(0x06, SHROUDED_KEY_BAG),
+        der(0xa0, &seq(&[pbe(1_000_000), der(0x04, &[0x55; 1400])])),
+    ]);
+    let bags: Vec<Vec<u8>> = (0..715).map(|_| bag.clone()).collect();
+    let data = seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(&bags)))]);
+    let archive = pfx(std::slice::from_ref(&data), 1_000_000);
+    assert!(archive.len() > 1_000_000 && archive.len() <= 1024 * 1024);
+    let (what, ..) = refused(&archive);
+    assert!(what.contains("MAC"), "{what}");
+    // The same with an ordinary MAC: refused on the bag count.
+    let (what, value, limit) = refused(&pfx(std::slice::from_ref(&data), 2048));
+    assert_eq!(
+        (what.as_str(), value, limit),
+        ("bags", 715, MAX_PKCS12_BAGS as u64)
+    );
+
+    // Within the bag bound, each iteration count is checked: the MAC's ...
+    let small = seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(&bags[..1])))]);
+    let (what, value, limit) = refused(&pfx(std::slice::from_ref(&small), 1_000_000));
+    assert!(what.contains("MAC"), "{what}");
+    assert_eq!((value, limit), (1_000_000, MAX_PKCS12_ITERATIONS));
+    // ... a shrouded key bag's ...
+    let (what, ..) = refused(&pfx(&[small], 2048));
+    assert!(what.contains("shrouded key bag"), "{what}");
+    // ... and an encrypted container's.
+    let encrypted = seq(&[
+        der(0x06, ENCRYPTED_DATA),
+        der(
+            0xa0,
+            &seq(&[
+                int(0),
+                seq(&[der(0x06, DATA), pbe(u32::MAX), der(0x80, &[0x55; 64])]),
+            ]),
+        ),
+    ]);
+    let (what, value, _) = refused(&pfx(&[encrypted], 2048));
+    assert!(what.contains("encrypted container"), "{what}");
+    assert_eq!(value, u64::from(u32::MAX));
+    // Too many containers.
+    let empty = seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(&[])))]);
+    let containers: Vec<Vec<u8>> = (0..100).map(|_| empty.clone()).collect();
+    let (what, value, _) = refused(&pfx(&containers, 2048));
+    assert_eq!((what.as_str(), value), ("containers", 100));
 }

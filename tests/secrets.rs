@@ -6,6 +6,9 @@ mod support;
 
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ManualClock, RetryPolicy,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
@@ -15,7 +18,7 @@ use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, load_with_endpoint};
 use support::harness::{ARM, options, register};
 use support::log_capture::captured;
-use support::secrets::Secrets;
+use support::secrets::{Runs, Secrets};
 
 #[test]
 fn debug_and_display_of_every_public_type_hold_no_secret() {
@@ -214,5 +217,430 @@ async fn logs_of_a_token_flow_and_a_reload_hold_no_secret() {
     );
     assert!(text.contains("retrying"), "no retry event in:\n{text}");
     secrets.assert_absent("tracing output", &text);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// Malformed bundles (issue 11, finding 1): every parser complaint about a bundle built
+// from a fixture key, through every surface that shows errors, holds no run of 40
+// characters of the secret, of the key's base64 or of its DER.
+// ---------------------------------------------------------------------------------------
+
+/// The blocks of a fixture's PEM bundle, as text: (BEGIN line, body lines, END line).
+fn blocks(name: &str) -> Vec<(String, Vec<String>, String)> {
+    let text = String::from_utf8(support::fixtures::bundle(name)).unwrap();
+    let mut out = Vec::new();
+    let mut current: Option<(String, Vec<String>)> = None;
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.starts_with("-----BEGIN ") {
+            current = Some((line.to_owned(), Vec::new()));
+        } else if line.starts_with("-----END ") {
+            let (begin, body) = current.take().unwrap();
+            out.push((begin, body, line.to_owned()));
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push(line.to_owned());
+        }
+    }
+    out
+}
+
+fn block(begin: &str, body: &[String], end: &str) -> String {
+    format!("{begin}\n{}\n{end}\n", body.join("\n"))
+}
+
+fn wrap(b64: &str) -> Vec<String> {
+    b64.as_bytes()
+        .chunks(64)
+        .map(|c| String::from_utf8(c.to_vec()).unwrap())
+        .collect()
+}
+
+/// Malformed bundles built from fixture keys, each with what it exercises. Covers every
+/// error kind of the `pem` crate (mismatched tags, malformed framing, missing BEGIN,
+/// missing END, missing data, invalid base64, invalid header, not UTF-8) and the DER,
+/// PKCS#1/#8, x509 and PKCS#12 errors behind them.
+fn malformed_bundles() -> Vec<(&'static str, Vec<u8>)> {
+    let pkcs8 = blocks("pem-pkcs8");
+    let (cert_begin, cert_body, cert_end) = pkcs8[0].clone();
+    let (key_begin, key_body, key_end) = pkcs8[1].clone();
+    assert!(key_begin.contains("PRIVATE KEY") && cert_begin.contains("CERTIFICATE"));
+    let cert = block(&cert_begin, &cert_body, &cert_end);
+    let key_b64: String = key_body.concat();
+    let der = STANDARD.decode(&key_b64).unwrap();
+    let body_with = |f: &dyn Fn(&mut Vec<String>)| {
+        let mut body = key_body.clone();
+        f(&mut body);
+        body
+    };
+    let mut cases: Vec<(&'static str, String)> =
+        vec![
+            (
+                "BEGIN one dash short, then a certificate",
+                format!(
+                    "{}\n{}\n{key_end}\n{cert}",
+                    &key_begin[..key_begin.len() - 1],
+                    key_body.join("\n")
+                ),
+            ),
+            (
+                "END with another label",
+                format!("{cert}{}", block(&key_begin, &key_body, &cert_end)),
+            ),
+            (
+                "no END line",
+                format!("{cert}{key_begin}\n{}\n", key_body.join("\n")),
+            ),
+            (
+                "no BEGIN line",
+                format!("{cert}{}\n{key_end}\n", key_body.join("\n")),
+            ),
+            (
+                "END one dash short",
+                format!(
+                    "{cert}{}",
+                    block(&key_begin, &key_body, &key_end[..key_end.len() - 1])
+                ),
+            ),
+            (
+                "BEGIN inside a block",
+                format!("{}{cert}", block(&key_begin, &key_body, "").trim_end()),
+            ),
+            (
+                "empty label",
+                format!(
+                    "{cert}-----BEGIN -----\n{}\n-----END -----\n",
+                    key_body.join("\n")
+                ),
+            ),
+            (
+                "a character outside base64",
+                format!(
+                    "{cert}{}",
+                    block(&key_begin, &body_with(&|b| b[3].insert(20, '$')), &key_end)
+                ),
+            ),
+            (
+                "a character dropped (base64 length)",
+                format!(
+                    "{cert}{}",
+                    block(
+                        &key_begin,
+                        &body_with(&|b| {
+                            b[3].remove(20);
+                        }),
+                        &key_end
+                    )
+                ),
+            ),
+            (
+                "padding in the middle",
+                format!(
+                    "{cert}{}",
+                    block(&key_begin, &body_with(&|b| b[3].insert(20, '=')), &key_end)
+                ),
+            ),
+            (
+                "a colon in the first body line (a 'header')",
+                format!(
+                    "{cert}{}",
+                    block(&key_begin, &body_with(&|b| b[0].insert(30, ':')), &key_end)
+                ),
+            ),
+            (
+                "one base64 line, a blank line, then a header-looking line",
+                format!("{cert}{key_begin}\n{key_b64}\n\nX: y\n{key_end}\n"),
+            ),
+            (
+                "truncated key DER",
+                format!(
+                    "{cert}{}",
+                    block(
+                        &key_begin,
+                        &wrap(&STANDARD.encode(&der[..der.len() / 2])),
+                        &key_end
+                    )
+                ),
+            ),
+            (
+                "key DER with a corrupt length",
+                format!(
+                    "{cert}{}",
+                    block(
+                        &key_begin,
+                        &wrap(&STANDARD.encode(
+                            [&der[..1], &[0x84, 0x7f, 0xff, 0xff, 0xff], &der[4..]].concat()
+                        )),
+                        &key_end
+                    )
+                ),
+            ),
+            (
+                "key DER with a corrupt modulus",
+                format!(
+                    "{cert}{}",
+                    block(
+                        &key_begin,
+                        &wrap(&STANDARD.encode({
+                            let mut d = der.clone();
+                            for b in &mut d[200..260] {
+                                *b ^= 0x5a;
+                            }
+                            d
+                        })),
+                        &key_end
+                    )
+                ),
+            ),
+            (
+                "key DER in a CERTIFICATE block",
+                format!(
+                    "{}{}",
+                    block(&cert_begin, &key_body, &cert_end),
+                    block(&key_begin, &key_body, &key_end)
+                ),
+            ),
+            (
+                "key DER in an RSA PRIVATE KEY block, trailing data",
+                format!(
+                    "{cert}{}",
+                    block(
+                        "-----BEGIN RSA PRIVATE KEY-----",
+                        &wrap(&STANDARD.encode([der.as_slice(), &der[..80]].concat())),
+                        "-----END RSA PRIVATE KEY-----"
+                    )
+                ),
+            ),
+        ];
+    // A header block whose body is the key.
+    cases.push((
+        "legacy encrypted header over the key",
+        format!(
+            "{cert}-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,{}\n\n{}\n-----END RSA PRIVATE KEY-----\n",
+            &key_b64[..32],
+            key_body.join("\n")
+        ),
+    ));
+    let mut out: Vec<(&'static str, Vec<u8>)> = cases
+        .into_iter()
+        .map(|(n, t)| (n, t.into_bytes()))
+        .collect();
+    // Not UTF-8 inside the key body.
+    let mut bytes = format!("{cert}{}", block(&key_begin, &key_body, &key_end)).into_bytes();
+    let at = bytes.len() - key_end.len() - 100;
+    bytes.splice(at..at, [0xff, 0xfe]);
+    out.push(("bytes that are not UTF-8 in the key body", bytes));
+    // A PKCS#12 archive with its middle damaged (DER errors, MAC failure).
+    let pfx = support::fixtures::bundle("pfx-legacy");
+    for (what, at) in [
+        ("damaged PKCS#12 (early)", 40),
+        ("damaged PKCS#12 (late)", pfx.len() - 60),
+    ] {
+        let mut damaged = pfx.clone();
+        for b in &mut damaged[at..at + 8] {
+            *b ^= 0xff;
+        }
+        out.push((what, damaged));
+    }
+    out
+}
+
+/// The runs that must not appear for a malformed bundle: the fixture's, the bundle's own
+/// base64, and the PKCS#12 fixture's.
+fn runs_for(bundle: &[u8]) -> Runs {
+    let mut runs = Runs::of("pem-pkcs8");
+    runs.add(
+        "malformed client_secret",
+        STANDARD.encode(bundle).as_bytes(),
+    );
+    runs.add(
+        "pfx client_secret",
+        support::fixtures::secret("pfx-legacy").as_bytes(),
+    );
+    runs
+}
+
+/// The fixture credential file with `bundle` as its `client_secret`.
+fn credential_json(bundle: &[u8], authority: Option<&str>) -> String {
+    let mut creds = load("pem-pkcs8");
+    creds.client_secret = Some(STANDARD.encode(bundle).into());
+    if let Some(authority) = authority {
+        creds.authentication_endpoint = Some(authority.to_owned());
+    }
+    creds.to_json().unwrap()
+}
+
+#[test]
+fn malformed_bundles_are_refused_without_quoting_them() {
+    for (what, bundle) in malformed_bundles() {
+        let runs = runs_for(&bundle);
+        let err = ClientCertificate::from_base64(&STANDARD.encode(&bundle))
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        let text = format!("{err}\n{err:?}\n{:?}\n{}", err.kind(), err.kind());
+        runs.assert_absent(what, &text);
+        // Through a file: the error names the file, the report lists the problem.
+        let dir = std::env::temp_dir().join(format!("msi-dp-malformed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("identity");
+        std::fs::write(&path, credential_json(&bundle, None)).unwrap();
+        let report = msi_dataplane::CredentialReport::from_path(
+            &path,
+            time::OffsetDateTime::now_utc(),
+            msi_dataplane::EXPIRES_SOON_MARGIN,
+        );
+        let report = report.err().unwrap_or_else(|| panic!("{what}: a report"));
+        assert_eq!(report.path(), Some(path.as_path()), "{what}");
+        runs.assert_absent(what, &format!("{report}\n{report:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn go_pem_layouts_are_accepted() {
+    // Go's encoding/pem accepts a body in one line, blank lines in it, and a blank line
+    // before END; so does the crate (the `pem` crate read the line as a "header").
+    let pkcs8 = blocks("pem-pkcs8");
+    let (cert_begin, cert_body, cert_end) = &pkcs8[0];
+    let (key_begin, key_body, key_end) = &pkcs8[1];
+    let cert = block(cert_begin, cert_body, cert_end);
+    let one_line = format!("{cert}{key_begin}\n{}\n\n{key_end}\n", key_body.concat());
+    let blank_lines = format!(
+        "{key_begin}\n\n{}\n\n{key_end}\n\n{cert}",
+        key_body.join("\n\n")
+    );
+    let expected = ClientCertificate::from_credentials(&load("pem-pkcs8")).unwrap();
+    for bundle in [one_line, blank_lines] {
+        let cert = ClientCertificate::from_bundle(bundle.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}:\n{bundle}"));
+        assert_eq!(cert.thumbprint_sha256(), expected.thumbprint_sha256());
+    }
+}
+
+#[test]
+fn malformed_json_around_the_secret_is_refused_without_quoting_it() {
+    let good = load("pem-pkcs8").to_json().unwrap();
+    let secret = support::fixtures::secret("pem-pkcs8");
+    let at = good.find(&secret).unwrap() + secret.len() / 2;
+    let mut runs = Runs::of("pem-pkcs8");
+    runs.add("client_secret", secret.as_bytes());
+    for (what, text) in [
+        ("truncated in the secret", good[..at].to_owned()),
+        (
+            "invalid escape in the secret",
+            format!("{}\\q{}", &good[..at], &good[at..]),
+        ),
+        (
+            "control character in the secret",
+            format!("{}\u{1}{}", &good[..at], &good[at..]),
+        ),
+        (
+            "secret as a number",
+            good.replace(&format!("\"{secret}\""), "12"),
+        ),
+        (
+            "secret as an object key",
+            format!("{{\"{secret}\": 1, \"x\": }}"),
+        ),
+        (
+            "secret as an array",
+            good.replace(&format!("\"{secret}\""), &format!("[\"{secret}\"]")),
+        ),
+    ] {
+        let err = UserAssignedIdentityCredentials::from_slice(text.as_bytes())
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        runs.assert_absent(what, &format!("{err}\n{err:?}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bundles_leave_no_secret_in_status_or_logs() {
+    let log = captured();
+    let server = EntraServer::start().await;
+    register(&server, "pem-pkcs8");
+    let dir = std::env::temp_dir().join(format!("msi-dp-malformed-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("identity");
+    let good = support::fixtures::bundle("pem-pkcs8");
+    std::fs::write(&path, credential_json(&good, Some(&server.base_url()))).unwrap();
+    let cred = UserAssignedIdentityCredential::new(
+        &path,
+        UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(options())
+            .with_debounce(Duration::from_millis(20)),
+    )
+    .await
+    .unwrap();
+    let mut rx = cred.subscribe();
+    let mut all = Runs::of("pem-pkcs8");
+    for (index, (what, bundle)) in malformed_bundles().into_iter().enumerate() {
+        all.add(
+            "malformed client_secret",
+            STANDARD.encode(&bundle).as_bytes(),
+        );
+        let before = rx.borrow().last_check;
+        std::fs::write(&path, credential_json(&bundle, Some(&server.base_url()))).unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            rx.wait_for(|s| s.last_check != before && s.last_error.is_some()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what} (#{index}): no refusal"))
+        .unwrap();
+        let status = cred.status();
+        runs_for(&bundle).assert_absent(what, &format!("{status:?}"));
+    }
+    assert!(
+        cred.get_token(&[ARM]).await.is_ok(),
+        "the good key still serves"
+    );
+    drop(cred);
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    assert!(text.contains("credential file unusable"), "{text}");
+    all.add(
+        "pfx client_secret",
+        support::fixtures::secret("pfx-legacy").as_bytes(),
+    );
+    all.assert_absent("tracing output", &text);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn malformed_bundles_leave_no_secret_in_cli_output() {
+    let dir = std::env::temp_dir().join(format!("msi-dp-malformed-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (index, (what, bundle)) in malformed_bundles().into_iter().enumerate() {
+        let path = dir.join(format!("identity-{index}"));
+        std::fs::write(&path, credential_json(&bundle, None)).unwrap();
+        let runs = runs_for(&bundle);
+        for args in [
+            &["inspect"][..],
+            &["inspect", "--json"],
+            &["watch"],
+            &["watch", "--json"],
+        ] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_msi-credential"))
+                .args(args)
+                .arg(&path)
+                .env_remove("MSI_CREDENTIAL_LOG")
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{what}: {args:?} succeeded");
+            let text = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                text.contains("identity-"),
+                "{what}: {args:?} names no file:\n{text}"
+            );
+            runs.assert_absent(&format!("{what}: msi-credential {args:?}"), &text);
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

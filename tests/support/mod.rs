@@ -10,4 +10,5 @@ pub mod entra;
 pub mod fixtures;
 pub mod harness;
 pub mod log_capture;
+pub mod scanning;
 pub mod secrets;

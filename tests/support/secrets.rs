@@ -62,3 +62,64 @@ impl Secrets {
         }
     }
 }
+
+/// Every run of [`RUN`] bytes of some secret material: a text that contains any of them
+/// leaks part of a secret, whatever the alignment or the mutation around it.
+pub struct Runs {
+    runs: std::collections::HashMap<Vec<u8>, String>,
+}
+
+/// The length of run that counts as a leak.
+pub const RUN: usize = 40;
+
+impl Runs {
+    /// No material yet.
+    pub fn new() -> Runs {
+        Runs {
+            runs: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The material of fixture `name`: its `client_secret`, and for each private key in
+    /// its PEM bundle the key's base64, its DER in hex (both cases) and as a byte list.
+    pub fn of(name: &str) -> Runs {
+        let mut runs = Runs::new();
+        runs.add("client_secret", super::fixtures::secret(name).as_bytes());
+        let bundle = super::fixtures::bundle(name);
+        for block in pem::parse_many(&bundle).expect("fixture PEM") {
+            if block.tag().contains("PRIVATE KEY") {
+                runs.add_key_der(block.contents());
+            }
+        }
+        runs
+    }
+
+    /// A private key's DER in every text form it could leak in.
+    pub fn add_key_der(&mut self, der: &[u8]) {
+        self.add("key base64", STANDARD.encode(der).as_bytes());
+        let hex: String = der.iter().map(|b| format!("{b:02x}")).collect();
+        self.add("key DER hex", hex.as_bytes());
+        self.add("key DER HEX", hex.to_uppercase().as_bytes());
+        self.add("key DER as a byte list", format!("{der:?}").as_bytes());
+        self.add("key DER", der);
+    }
+
+    /// Add every run of `material`.
+    pub fn add(&mut self, what: &str, material: &[u8]) {
+        for run in material.windows(RUN) {
+            self.runs.insert(run.to_vec(), what.to_owned());
+        }
+    }
+
+    /// Fail, naming the leak, if `text` contains a run of any material.
+    #[track_caller]
+    pub fn assert_absent(&self, context: &str, text: &str) {
+        for (at, run) in text.as_bytes().windows(RUN).enumerate() {
+            if let Some(what) = self.runs.get(run) {
+                panic!(
+                    "{context}: output holds {RUN} characters of the {what} at byte {at}:\n{text}"
+                );
+            }
+        }
+    }
+}
