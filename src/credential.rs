@@ -23,6 +23,9 @@ use crate::token::AccessToken;
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
 
+/// How messages name a file of extra root CAs.
+const CA_FILE: &str = "CA file";
+
 /// Options for [`ClientCertificateCredential`].
 ///
 /// ```
@@ -92,6 +95,27 @@ impl ClientCertificateCredentialOptions {
         })?;
         self.extra_root_certificates.extend(certs);
         Ok(self)
+    }
+
+    /// Trust the root CAs in the PEM file at `path` too (see
+    /// [`with_extra_root_certificates_pem`](Self::with_extra_root_certificates_pem)). The
+    /// file is read as credential files are: only a regular file, at most 1 MiB; a FIFO or
+    /// a device is refused, not waited on. Errors name the file; a file without a
+    /// `CERTIFICATE` block is an error.
+    pub fn with_extra_root_certificates_file(
+        self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let pem = crate::model::read_limited_as(path, CA_FILE)?;
+        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+            return Err(Error::from(ErrorKind::HttpClient {
+                reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
+            })
+            .with_file(path, CA_FILE));
+        }
+        self.with_extra_root_certificates_pem(&pem)
+            .map_err(|e| e.with_file(path, CA_FILE))
     }
 
     /// Choose the assertion algorithm.

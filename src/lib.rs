@@ -23,6 +23,7 @@ mod key;
 pub mod keyvault;
 mod model;
 mod published;
+mod regular_file;
 mod reload;
 mod retry;
 mod secret;

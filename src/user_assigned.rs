@@ -333,6 +333,13 @@ async fn load_blocking(
     })?
 }
 
+fn abandoned() -> Error {
+    ErrorKind::RequestAbandoned {
+        reason: "the blocking task reading the credential file did not finish",
+    }
+    .into()
+}
+
 /// What reading the file found, before the swap rule.
 enum Read {
     /// The bytes of the active credential.
@@ -355,40 +362,41 @@ struct Refusal {
 
 impl Reloader {
     /// One re-read: read, compare, build, decide, swap; record the outcome.
+    ///
+    /// The file is read before the `check` lock is taken: a read that stalls (a hung
+    /// network file system) then holds up only its own caller, never `check_now` or the
+    /// background task. Under the lock, only CPU work happens (build, decide, swap).
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
-        let mut refusal = self.check.lock().await;
         let path = self.path.clone();
-        let active_digest = self.active.read(|a| a.digest);
-        let refused = refusal.as_ref().map(|r| r.digest);
-        let options = self.client_options.clone();
-        // Read, and build only when the bytes are new: all off the async threads.
-        let read = tokio::task::spawn_blocking(move || {
-            let bytes = match reload::read(&path) {
-                Ok(bytes) => bytes,
-                Err(e) => return Read::Bad(None, e),
-            };
-            let digest = reload::digest_of(&bytes);
-            if digest == active_digest {
-                return Read::Same;
+        let bytes = tokio::task::spawn_blocking(move || reload::read(&path))
+            .await
+            .unwrap_or_else(|_| Err(abandoned()));
+        let mut refusal = self.check.lock().await;
+        let read = match bytes {
+            Err(e) => Read::Bad(None, e),
+            Ok(bytes) => {
+                let path = self.path.clone();
+                let active_digest = self.active.read(|a| a.digest);
+                let refused = refusal.as_ref().map(|r| r.digest);
+                let options = self.client_options.clone();
+                // Compare, and build only when the bytes are new: off the async threads.
+                tokio::task::spawn_blocking(move || {
+                    let digest = reload::digest_of(&bytes);
+                    if digest == active_digest {
+                        return Read::Same;
+                    }
+                    if Some(digest) == refused {
+                        return Read::Refused;
+                    }
+                    match reload::build(&path, &bytes, options) {
+                        Ok(loaded) => Read::Built(Box::new(loaded), digest),
+                        Err(e) => Read::Bad(Some(digest), e),
+                    }
+                })
+                .await
+                .unwrap_or_else(|_| Read::Bad(None, abandoned()))
             }
-            if Some(digest) == refused {
-                return Read::Refused;
-            }
-            match reload::build(&path, &bytes, options) {
-                Ok(loaded) => Read::Built(Box::new(loaded), digest),
-                Err(e) => Read::Bad(Some(digest), e),
-            }
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Read::Bad(
-                None,
-                ErrorKind::RequestAbandoned {
-                    reason: "the blocking task reading the credential file did not finish",
-                }
-                .into(),
-            )
-        });
+        };
 
         let (outcome, error, swapped) = match read {
             Read::Same => (ReloadOutcome::Unchanged, None, false),

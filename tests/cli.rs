@@ -916,3 +916,76 @@ fn the_report_type_round_trips_the_fixture_times() {
     assert_no_secret("pem-chain", "report", &json);
     assert!(!json.contains("client_secret"), "{json}");
 }
+
+// ---------------------------------------------------------------------------------------
+// special files
+// ---------------------------------------------------------------------------------------
+
+/// Run with `args`, killed after `within` (a FIFO read would otherwise never return).
+#[track_caller]
+fn run_within(args: &[&str], within: Duration) -> Run {
+    let out = cli()
+        .args(args)
+        .timeout(within)
+        .output()
+        .expect("run the binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A FIFO at `path` (released on drop by opening it for writing, so that a reader stuck
+/// in `open` ends).
+struct Fifo(PathBuf);
+
+impl Fifo {
+    fn make(path: &Path) -> Fifo {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        Fifo(path.to_owned())
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.0);
+    }
+}
+
+#[test]
+fn inspect_and_ca_file_refuse_a_fifo_or_a_device_at_once() {
+    const WITHIN: Duration = Duration::from_secs(20);
+    let dir = TempDir::new("cli-fifo");
+    let fifo_path = dir.join("identity");
+    let _fifo = Fifo::make(&fifo_path);
+    let fifo = path_str(&fifo_path);
+
+    let inspect = run_within(&["inspect", fifo, "--json"], WITHIN);
+    assert_eq!(inspect.code, 4, "inspect on a FIFO\n{}", inspect.stderr);
+    let json = inspect.json();
+    assert_eq!(json["error"]["kind"], "not_a_regular_file", "{json}");
+    assert_eq!(json["error"]["file"], fifo, "{json}");
+
+    let good = credential_path("pem-pkcs8");
+    for ca in [fifo, "/dev/zero"] {
+        let run = run_within(
+            &["token", path_str(&good), "--scope", ARM, "--ca-file", ca],
+            WITHIN,
+        );
+        assert_eq!(run.code, 2, "--ca-file {ca}\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("--ca-file {ca}: is a ")),
+            "--ca-file {ca}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+    }
+}
