@@ -237,12 +237,14 @@ impl ClientCertificateCredential {
         let token_url =
             endpoint::token_url(authority, tenant_id.trim(), options.allow_http_loopback)?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
+        // A loopback authority is never reached through a proxy from the environment.
+        let direct = endpoint::is_loopback(&token_url);
         let http = match options.http_client {
             Some(client) => client,
             None if !options.extra_root_certificates.is_empty() => {
-                build_http_client(options.extra_root_certificates)?
+                build_http_client(options.extra_root_certificates, direct)?
             }
-            None => default_http_client()?,
+            None => default_http_client(direct)?,
         };
         Ok(ClientCertificateCredential {
             inner: Arc::new(Inner {
@@ -545,30 +547,43 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// One HTTP client shared by every credential that was not given one: building a client
-/// loads the system roots, which is worth doing once per process.
-fn default_http_client() -> Result<reqwest::Client> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
+/// One HTTP client shared by every credential that was not given one (one more, without
+/// proxies, for loopback authorities): building a client loads the system roots, which is
+/// worth doing once per process.
+fn default_http_client(direct: bool) -> Result<reqwest::Client> {
+    static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
+    static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if direct { &DIRECT } else { &PROXIED };
+    if let Some(client) = cell.get() {
         return Ok(client.clone());
     }
-    let client = build_http_client(Vec::new())?;
-    Ok(CLIENT.get_or_init(|| client).clone())
+    let client = build_http_client(Vec::new(), direct)?;
+    Ok(cell.get_or_init(|| client).clone())
 }
 
 /// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
 /// certificate validation on, no redirects (a token request is never re-sent elsewhere),
-/// proxies from the environment.
-fn build_http_client(extra_roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// proxies from the environment unless `direct`.
+///
+/// It keeps no idle connections. A pooled connection is served by a task on the runtime
+/// that opened it; a credential (and this process-wide client) outlives runtimes, and a
+/// request on another runtime that picks up such a connection hangs while that runtime
+/// is not running and fails once it is gone. Tokens are cached for about an hour, so a
+/// new connection per token request costs little (BENCHMARKS.md).
+fn build_http_client(
+    extra_roots: Vec<reqwest::Certificate>,
+    direct: bool,
+) -> Result<reqwest::Client> {
+    let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .tls_certs_merge(extra_roots)
-        .build()
-        .map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
-                reason: e.to_string(),
-            })
+        .pool_max_idle_per_host(0)
+        .tls_certs_merge(extra_roots);
+    let builder = if direct { builder.no_proxy() } else { builder };
+    builder.build().map_err(|e| {
+        Error::from(ErrorKind::HttpClient {
+            reason: e.to_string(),
         })
+    })
 }
 
 #[cfg(test)]

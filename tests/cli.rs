@@ -989,3 +989,128 @@ fn inspect_and_ca_file_refuse_a_fifo_or_a_device_at_once() {
         assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// proxies
+// ---------------------------------------------------------------------------------------
+
+/// A "proxy" on 127.0.0.1 that must receive nothing: it counts connections and the bytes
+/// sent on them, and closes each at once (so a proxied request fails fast).
+struct CountingProxy {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<(usize, Vec<u8>)>>,
+}
+
+impl CountingProxy {
+    fn start() -> CountingProxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new((0, Vec::new())));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut buf = [0u8; 4096];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let mut seen = record.lock().unwrap();
+                seen.0 += 1;
+                seen.1.extend_from_slice(&buf[..n]);
+            }
+        });
+        CountingProxy { port, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn connections(&self) -> usize {
+        self.seen.lock().unwrap().0
+    }
+}
+
+/// Run `args` with every proxy variable pointing at `proxy` and no `NO_PROXY`.
+fn run_proxied(args: &[&str], proxy: &CountingProxy) -> Run {
+    let mut cmd = cli();
+    for var in [
+        "NO_PROXY",
+        "no_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let url = proxy.url();
+    for var in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+    ] {
+        cmd.env(var, &url);
+    }
+    let out = cmd.args(args).output().expect("run the binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A loopback authority is never reached through a proxy from the environment: over
+/// `http://` (`--allow-http-loopback`), a proxy would receive the cleartext assertion.
+#[test]
+fn loopback_token_requests_never_go_through_an_environment_proxy() {
+    let proxy = CountingProxy::start();
+    let name = "pem-pkcs8";
+
+    // http:// loopback, the crate's shared client.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = rt.block_on(EntraServer::start_http());
+    register(&http, name);
+    let dir = TempDir::new("cli-proxy");
+    let file = dir.join("identity");
+    let json = load_with_endpoint(name, &http.base_url())
+        .to_json()
+        .unwrap();
+    std::fs::write(&file, json).unwrap();
+    let run = run_proxied(
+        &[
+            "token",
+            path_str(&file),
+            "--scope",
+            ARM,
+            "--allow-http-loopback",
+            "--json",
+        ],
+        &proxy,
+    );
+    assert_eq!(proxy.connections(), 0, "the proxy was used: {}", run.stderr);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(http.tokens_issued(), 1);
+
+    // https:// loopback, a client built for --ca-file.
+    let setup = token_setup(name);
+    let ca = ca_file();
+    let run = run_proxied(
+        &[
+            "token",
+            path_str(&setup.file),
+            "--scope",
+            ARM,
+            "--ca-file",
+            &ca,
+            "--json",
+        ],
+        &proxy,
+    );
+    assert_eq!(proxy.connections(), 0, "the proxy was used: {}", run.stderr);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(setup.server.tokens_issued(), 1);
+}
