@@ -5,9 +5,14 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use msi_dataplane::{ClientCertificateCredential, ClientCertificateCredentialOptions, RetryPolicy};
+use msi_dataplane::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, ReloadOutcome,
+    ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
+};
+use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, register};
@@ -86,4 +91,106 @@ fn runtimes_dropped_in_sequence_each_get_tokens() {
 #[test]
 fn runtimes_left_idle_in_sequence_each_get_tokens() {
     runtimes_in_sequence(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// the reload task and its runtime
+// ---------------------------------------------------------------------------------------
+
+/// A fixture's JSON (the authority is never contacted: these tests get no tokens).
+fn fixture_json(name: &str) -> Vec<u8> {
+    load_with_endpoint(name, "https://127.0.0.1:9/")
+        .to_json()
+        .expect("to_json")
+        .into_bytes()
+}
+
+/// Poll `status()` from this thread (no runtime needed) until `pred` holds.
+fn wait_status(
+    cred: &UserAssignedIdentityCredential,
+    what: &str,
+    pred: impl Fn(&ReloadStatus) -> bool,
+) -> ReloadStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = cred.status();
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_credential_whose_runtime_ended_says_it_is_no_longer_watching() {
+    let dir = TempDir::new("runtime-ended");
+    let path = dir.join("identity");
+    std::fs::write(&path, fixture_json("rotation-1")).expect("write");
+
+    let rt = short_runtime();
+    let cred = rt
+        .block_on(UserAssignedIdentityCredential::new(
+            &path,
+            UserAssignedIdentityCredentialOptions::default(),
+        ))
+        .expect("new");
+    assert!(cred.status().watching, "{:#?}", cred.status());
+    assert!(cred.status().last_error.is_none());
+    drop(rt);
+
+    let s = cred.status();
+    assert!(
+        !s.watching,
+        "the runtime is gone but status says watching: {s:#?}"
+    );
+    let err = s.last_error.as_ref().expect("an error saying why");
+    assert!(
+        matches!(err.kind(), ErrorKind::ReloadStopped { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.kind().code(), "reload_stopped");
+    assert!(err.to_string().contains("runtime"), "{err}");
+
+    // Still serving, and check_now (on another runtime) still works.
+    write_temp_then_rename(&path, &fixture_json("rotation-2"));
+    let rt = short_runtime();
+    assert_eq!(rt.block_on(cred.check_now()), ReloadOutcome::Swapped);
+    assert_eq!(cred.status().reloads, 1);
+}
+
+#[test]
+fn a_dedicated_thread_keeps_following_the_file_after_the_runtime_ends() {
+    let dir = TempDir::new("runtime-dedicated");
+    let path = dir.join("identity");
+    std::fs::write(&path, fixture_json("rotation-1")).expect("write");
+
+    let rt = short_runtime();
+    let cred = rt
+        .block_on(UserAssignedIdentityCredential::new(
+            &path,
+            UserAssignedIdentityCredentialOptions::default()
+                .with_debounce(Duration::from_millis(50))
+                .with_dedicated_thread(true),
+        ))
+        .expect("new");
+    drop(rt);
+
+    for (round, name) in ["rotation-2", "rotation-3"].into_iter().enumerate() {
+        write_temp_then_rename(&path, &fixture_json(name));
+        let s = wait_status(&cred, &format!("{name} to be picked up"), |s| {
+            s.reloads == round as u64 + 1
+        });
+        assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+        assert!(s.watching, "{s:#?}");
+        assert!(s.last_error.is_none(), "{s:#?}");
+    }
+
+    // The task (and its thread) ends on cancel, without an error.
+    cred.cancel();
+    let s = wait_status(&cred, "the task to stop", |s| !s.watching);
+    assert!(s.last_error.is_none(), "{s:#?}");
 }
