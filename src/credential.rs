@@ -40,9 +40,13 @@ const CA_FILE: &str = "CA file";
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The HTTP client for token requests. `None` uses a shared client built by the crate
-    /// (rustls, system roots, no redirects, proxies from the environment). Supply your own
+    /// (rustls, system roots, no redirects, proxies from the environment but never for a
+    /// loopback authority, no idle connections so that it works from any runtime: see
+    /// SECURITY.md and the README's "Runtimes"). Supply your own
     /// for extra root CAs or explicit proxies; disable redirects on it
-    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them.
+    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. A
+    /// client of your own that pools connections must only be used while the runtime
+    /// that opened them runs.
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for authorities behind a private CA. Ignored when `http_client` is set.
