@@ -28,6 +28,9 @@
 //! - `cold/get_token_miss`: `clear_cache()` + `get_token(&[ARM])`: the same request made
 //!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
 //!   channel).
+//! - `cold/get_token_miss_crate_client`: the same miss through the client the crate
+//!   builds (the test CA added with `with_extra_root_certificates_pem`), which keeps no
+//!   idle connections, so each request also pays a TCP connect and a TLS handshake.
 //! - `cold/raw_https_round_trip`: the baseline: a raw `reqwest` POST of the same form
 //!   (same fields and sizes, same headers, a pre-signed valid assertion) with the same
 //!   client to the same server URL, reading the whole body.
@@ -58,7 +61,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use msi_dataplane::{AccessToken, ClientCertificateCredential};
+use msi_dataplane::{AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions};
 use tokio::runtime::{Handle, Runtime};
 
 use support::by_hand::post_token_request;
@@ -342,6 +345,23 @@ fn bench_cold(c: &mut Criterion) {
         b.to_async(&client_rt).iter(|| async {
             cred.clear_cache();
             black_box(cred.get_token(&[ARM]).await.expect("get_token"))
+        })
+    });
+    server.clear_requests();
+
+    // The same miss through the client the crate builds (extra roots: the test CA), which
+    // keeps no idle connections: each request opens a connection and does a TLS handshake.
+    let crate_client = support::harness::credential_with(
+        &server,
+        "pem-pkcs8",
+        ClientCertificateCredentialOptions::default()
+            .with_extra_root_certificates_pem(&EntraServer::ca_pem())
+            .expect("test CA"),
+    );
+    g.bench_function("get_token_miss_crate_client", |b| {
+        b.to_async(&client_rt).iter(|| async {
+            crate_client.clear_cache();
+            black_box(crate_client.get_token(&[ARM]).await.expect("get_token"))
         })
     });
     server.clear_requests();

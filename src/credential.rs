@@ -23,6 +23,9 @@ use crate::token::AccessToken;
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
 
+/// How messages name a file of extra root CAs.
+const CA_FILE: &str = "CA file";
+
 /// Options for [`ClientCertificateCredential`].
 ///
 /// ```
@@ -37,9 +40,13 @@ pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The HTTP client for token requests. `None` uses a shared client built by the crate
-    /// (rustls, system roots, no redirects, proxies from the environment). Supply your own
+    /// (rustls, system roots, no redirects, proxies from the environment but never for a
+    /// loopback authority, no idle connections so that it works from any runtime: see
+    /// SECURITY.md and the README's "Runtimes"). Supply your own
     /// for extra root CAs or explicit proxies; disable redirects on it
-    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them.
+    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. A
+    /// client of your own that pools connections must only be used while the runtime
+    /// that opened them runs.
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for authorities behind a private CA. Ignored when `http_client` is set.
@@ -92,6 +99,27 @@ impl ClientCertificateCredentialOptions {
         })?;
         self.extra_root_certificates.extend(certs);
         Ok(self)
+    }
+
+    /// Trust the root CAs in the PEM file at `path` too (see
+    /// [`with_extra_root_certificates_pem`](Self::with_extra_root_certificates_pem)). The
+    /// file is read as credential files are: only a regular file, at most 1 MiB; a FIFO or
+    /// a device is refused, not waited on. Errors name the file; a file without a
+    /// `CERTIFICATE` block is an error.
+    pub fn with_extra_root_certificates_file(
+        self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let pem = crate::model::read_limited_as(path, CA_FILE)?;
+        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+            return Err(Error::from(ErrorKind::HttpClient {
+                reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
+            })
+            .with_file(path, CA_FILE));
+        }
+        self.with_extra_root_certificates_pem(&pem)
+            .map_err(|e| e.with_file(path, CA_FILE))
     }
 
     /// Choose the assertion algorithm.
@@ -213,12 +241,14 @@ impl ClientCertificateCredential {
         let token_url =
             endpoint::token_url(authority, tenant_id.trim(), options.allow_http_loopback)?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
+        // A loopback authority is never reached through a proxy from the environment.
+        let direct = endpoint::is_loopback(&token_url);
         let http = match options.http_client {
             Some(client) => client,
             None if !options.extra_root_certificates.is_empty() => {
-                build_http_client(options.extra_root_certificates)?
+                build_http_client(options.extra_root_certificates, direct)?
             }
-            None => default_http_client()?,
+            None => default_http_client(direct)?,
         };
         Ok(ClientCertificateCredential {
             inner: Arc::new(Inner {
@@ -521,30 +551,43 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// One HTTP client shared by every credential that was not given one: building a client
-/// loads the system roots, which is worth doing once per process.
-fn default_http_client() -> Result<reqwest::Client> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
+/// One HTTP client shared by every credential that was not given one (one more, without
+/// proxies, for loopback authorities): building a client loads the system roots, which is
+/// worth doing once per process.
+fn default_http_client(direct: bool) -> Result<reqwest::Client> {
+    static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
+    static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if direct { &DIRECT } else { &PROXIED };
+    if let Some(client) = cell.get() {
         return Ok(client.clone());
     }
-    let client = build_http_client(Vec::new())?;
-    Ok(CLIENT.get_or_init(|| client).clone())
+    let client = build_http_client(Vec::new(), direct)?;
+    Ok(cell.get_or_init(|| client).clone())
 }
 
 /// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
 /// certificate validation on, no redirects (a token request is never re-sent elsewhere),
-/// proxies from the environment.
-fn build_http_client(extra_roots: Vec<reqwest::Certificate>) -> Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// proxies from the environment unless `direct`.
+///
+/// It keeps no idle connections. A pooled connection is served by a task on the runtime
+/// that opened it; a credential (and this process-wide client) outlives runtimes, and a
+/// request on another runtime that picks up such a connection hangs while that runtime
+/// is not running and fails once it is gone. Tokens are cached for about an hour, so a
+/// new connection per token request costs little (BENCHMARKS.md).
+fn build_http_client(
+    extra_roots: Vec<reqwest::Certificate>,
+    direct: bool,
+) -> Result<reqwest::Client> {
+    let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .tls_certs_merge(extra_roots.into_iter().chain(crate::roots::bundled()))
-        .build()
-        .map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
-                reason: e.to_string(),
-            })
+        .pool_max_idle_per_host(0)
+        .tls_certs_merge(extra_roots.into_iter().chain(crate::roots::bundled()));
+    let builder = if direct { builder.no_proxy() } else { builder };
+    builder.build().map_err(|e| {
+        Error::from(ErrorKind::HttpClient {
+            reason: e.to_string(),
         })
+    })
 }
 
 #[cfg(test)]

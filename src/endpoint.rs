@@ -63,7 +63,7 @@ pub(crate) fn token_url(authority: &str, tenant: &str, allow_http_loopback: bool
     Ok(url)
 }
 
-fn is_loopback(url: &Url) -> bool {
+pub(crate) fn is_loopback(url: &Url) -> bool {
     match url.host() {
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),

@@ -146,6 +146,14 @@ pub enum ErrorKind {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// The path names something other than a regular file (a FIFO, a device, a socket, a
+    /// directory): it is refused without being read, since reading it may never end.
+    #[error("is a {kind}, not a regular file")]
+    NotARegularFile {
+        /// What it is: `"FIFO"`, `"character device"`, `"block device"`, `"socket"`,
+        /// `"directory"` or `"special file"`.
+        kind: &'static str,
+    },
     /// The credential file is larger than the limit.
     #[error("is {size} bytes; credential files over {limit} bytes are refused")]
     FileTooLarge {
@@ -364,6 +372,14 @@ pub enum ErrorKind {
         /// Why.
         reason: &'static str,
     },
+    /// The task that follows the credential file stopped without being asked to: the
+    /// Tokio runtime it ran on shut down. The active credential keeps serving;
+    /// `check_now` still re-reads on request.
+    #[error("the credential file is no longer watched: {reason}")]
+    ReloadStopped {
+        /// Why.
+        reason: &'static str,
+    },
     /// The token endpoint answered 2xx with a body that is not a usable token response.
     #[error("the token endpoint answered HTTP {status} with an unusable body: {reason}")]
     InvalidTokenResponse {
@@ -476,6 +492,7 @@ impl ErrorKind {
         match self {
             ErrorKind::Io { .. } => "io",
             ErrorKind::FileTooLarge { .. } => "file_too_large",
+            ErrorKind::NotARegularFile { .. } => "not_a_regular_file",
             ErrorKind::Json { .. } => "json",
             ErrorKind::MissingFields { .. } => "missing_fields",
             ErrorKind::CamelCaseKeys { .. } => "camel_case_keys",
@@ -503,6 +520,7 @@ impl ErrorKind {
             ErrorKind::Transport { .. } => "transport",
             ErrorKind::TokenEndpoint(_) => "token_endpoint",
             ErrorKind::RequestAbandoned { .. } => "request_abandoned",
+            ErrorKind::ReloadStopped { .. } => "reload_stopped",
             ErrorKind::InvalidTokenResponse { .. } => "invalid_token_response",
             ErrorKind::UnknownCloud { .. } => "unknown_cloud",
             ErrorKind::InvalidCloud { .. } => "invalid_cloud",

@@ -27,6 +27,7 @@ mod parser_errors;
 mod pem_blocks;
 mod pkcs12_scan;
 mod published;
+mod regular_file;
 mod reload;
 mod retry;
 mod roots;
@@ -65,6 +66,10 @@ pub use user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
     new_user_assigned_identity_credential,
 };
+/// How many directory watches (one per watched directory, shared by every credential in
+/// it) are alive in this process: for tests and diagnostics, not a stable API.
+#[doc(hidden)]
+pub use watch::live_directory_watchers;
 
 /// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`, as
 /// `cargo fuzz` does): the parsers that see untrusted bytes.

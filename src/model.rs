@@ -267,8 +267,8 @@ pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizi
         })
         .with_file(path, role)
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // Only a regular file, opened without blocking (a FIFO or a device is refused).
+    let (file, hint) = crate::regular_file::open(path, role)?;
     if hint > MAX_CREDENTIAL_FILE_BYTES {
         return Err(too_large(hint));
     }

@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
 use crate::reload::{self, Loaded, ReloadOutcome};
 use crate::token::AccessToken;
-use crate::watch::DirWatcher;
+use crate::watch::{DirSignal, Subscription, subscribe as watch_dir};
 
 /// Options for [`UserAssignedIdentityCredential`], mirroring the Go reference's
 /// (`WithBackstopRefresh`, client options; logging goes through `tracing`).
@@ -44,6 +44,10 @@ pub struct UserAssignedIdentityCredentialOptions {
     pub watch: bool,
     /// Stop watching when this token is cancelled (the credential keeps serving).
     pub cancellation: Option<CancellationToken>,
+    /// Run the background task on a thread of its own (with its own single-threaded
+    /// Tokio runtime) instead of on the runtime that calls `new`. Default `false`. See
+    /// [`with_dedicated_thread`](Self::with_dedicated_thread).
+    pub dedicated_thread: bool,
 }
 
 impl Default for UserAssignedIdentityCredentialOptions {
@@ -54,6 +58,7 @@ impl Default for UserAssignedIdentityCredentialOptions {
             debounce: Duration::from_millis(200),
             watch: true,
             cancellation: None,
+            dedicated_thread: false,
         }
     }
 }
@@ -86,6 +91,16 @@ impl UserAssignedIdentityCredentialOptions {
     /// Stop watching when `token` is cancelled (Go: cancelling the `ctx`).
     pub fn with_cancellation_token(mut self, token: CancellationToken) -> Self {
         self.cancellation = Some(token);
+        self
+    }
+
+    /// Run the background task (file events, backstop) on a thread of its own, with its
+    /// own single-threaded Tokio runtime, so that it keeps following the file after the
+    /// runtime that called [`UserAssignedIdentityCredential::new`] ends: for a credential
+    /// built inside a short-lived `block_on`, or kept in a `static`. The thread ends
+    /// with the task (last handle dropped, `cancel`, or the cancellation token).
+    pub fn with_dedicated_thread(mut self, dedicated: bool) -> Self {
+        self.dedicated_thread = dedicated;
         self
     }
 }
@@ -188,20 +203,23 @@ pub struct UserAssignedIdentityCredential {
 impl UserAssignedIdentityCredential {
     /// Load `path` (off the async threads), then start watching it. Fails, naming the
     /// file, if the first load fails. Needs a Tokio runtime.
+    ///
+    /// The background task that follows the file runs on the runtime that calls `new`
+    /// and ends with it: if that runtime shuts down while the credential lives on,
+    /// [`status`](Self::status) then shows `watching: false` and a
+    /// [`ErrorKind::ReloadStopped`] error, the active credential keeps serving, and
+    /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
+    /// runtime that lives as long as it, or use
+    /// [`with_dedicated_thread`](UserAssignedIdentityCredentialOptions::with_dedicated_thread).
     pub async fn new(
         path: impl Into<PathBuf>,
         options: UserAssignedIdentityCredentialOptions,
     ) -> Result<Self> {
         let path = path.into();
-        // Watch first, then load: a change after the load is then never missed.
         let (changed_tx, changed) = unbounded_channel();
-        let mut watcher = options
-            .watch
-            .then(|| DirWatcher::new(watched_dir(&path), changed_tx));
-        if let Some(w) = watcher.as_mut() {
-            w.rearm_if_needed();
-        }
-        let loaded = load_blocking(path.clone(), options.client.clone()).await?;
+        let subscribe = options.watch.then(|| (watched_dir(&path), changed_tx));
+        let (watcher, loaded) =
+            load_blocking(path.clone(), options.client.clone(), subscribe).await?;
         let clock = options.client.clock.clone();
         let now = clock.now();
         let status = ReloadStatus {
@@ -214,7 +232,7 @@ impl UserAssignedIdentityCredential {
             last_outcome: None,
             last_error: None,
             reloads: 0,
-            watching: watcher.as_ref().is_some_and(DirWatcher::is_armed),
+            watching: watcher.as_ref().is_some_and(Subscription::is_armed),
         };
         let cancel = match &options.cancellation {
             Some(parent) => parent.child_token(),
@@ -229,14 +247,20 @@ impl UserAssignedIdentityCredential {
             check: AsyncMutex::new(None),
         });
         tracing::info!(path = %path.display(), "loaded credential file");
+        let dedicated = options.dedicated_thread;
         let task = ReloadTask {
             reloader: Arc::downgrade(&inner),
             cancel,
             options,
             watcher,
             changed,
+            ended: false,
         };
-        tokio::spawn(task.run());
+        if dedicated {
+            spawn_dedicated(task)?;
+        } else {
+            tokio::spawn(task.run());
+        }
         Ok(UserAssignedIdentityCredential { inner })
     }
 
@@ -316,21 +340,45 @@ fn active_from(loaded: Loaded) -> Active {
     }
 }
 
-/// Read and build on a blocking thread.
+/// On a blocking thread: subscribe to the directory's changes (first: a change after the
+/// load is then never missed), then read and build.
 async fn load_blocking(
     path: PathBuf,
     options: ClientCertificateCredentialOptions,
-) -> Result<Loaded> {
+    subscribe: Option<(PathBuf, tokio::sync::mpsc::UnboundedSender<DirSignal>)>,
+) -> Result<(Option<Subscription>, Loaded)> {
     tokio::task::spawn_blocking(move || {
+        let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
         let bytes = reload::read(&path)?;
-        reload::build(&path, &bytes, options)
+        Ok((watcher, reload::build(&path, &bytes, options)?))
     })
     .await
-    .map_err(|_| {
-        Error::from(ErrorKind::RequestAbandoned {
-            reason: "the blocking task reading the credential file did not finish",
+    .map_err(|_| abandoned())?
+}
+
+/// Run `task` on a thread of its own with a single-threaded runtime.
+fn spawn_dedicated(task: ReloadTask) -> Result<()> {
+    std::thread::Builder::new()
+        .name("msi-dataplane-reload".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(task.run()),
+                // Dropping the task records that nothing follows the file.
+                Err(e) => tracing::warn!(error = %e, "cannot start the reload thread's runtime"),
+            }
         })
-    })?
+        .map(drop)
+        .map_err(|e| Error::from(ErrorKind::from(e)))
+}
+
+fn abandoned() -> Error {
+    ErrorKind::RequestAbandoned {
+        reason: "the blocking task reading the credential file did not finish",
+    }
+    .into()
 }
 
 /// What reading the file found, before the swap rule.
@@ -355,40 +403,41 @@ struct Refusal {
 
 impl Reloader {
     /// One re-read: read, compare, build, decide, swap; record the outcome.
+    ///
+    /// The file is read before the `check` lock is taken: a read that stalls (a hung
+    /// network file system) then holds up only its own caller, never `check_now` or the
+    /// background task. Under the lock, only CPU work happens (build, decide, swap).
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
-        let mut refusal = self.check.lock().await;
         let path = self.path.clone();
-        let active_digest = self.active.read(|a| a.digest);
-        let refused = refusal.as_ref().map(|r| r.digest);
-        let options = self.client_options.clone();
-        // Read, and build only when the bytes are new: all off the async threads.
-        let read = tokio::task::spawn_blocking(move || {
-            let bytes = match reload::read(&path) {
-                Ok(bytes) => bytes,
-                Err(e) => return Read::Bad(None, e),
-            };
-            let digest = reload::digest_of(&bytes);
-            if digest == active_digest {
-                return Read::Same;
+        let bytes = tokio::task::spawn_blocking(move || reload::read(&path))
+            .await
+            .unwrap_or_else(|_| Err(abandoned()));
+        let mut refusal = self.check.lock().await;
+        let read = match bytes {
+            Err(e) => Read::Bad(None, e),
+            Ok(bytes) => {
+                let path = self.path.clone();
+                let active_digest = self.active.read(|a| a.digest);
+                let refused = refusal.as_ref().map(|r| r.digest);
+                let options = self.client_options.clone();
+                // Compare, and build only when the bytes are new: off the async threads.
+                tokio::task::spawn_blocking(move || {
+                    let digest = reload::digest_of(&bytes);
+                    if digest == active_digest {
+                        return Read::Same;
+                    }
+                    if Some(digest) == refused {
+                        return Read::Refused;
+                    }
+                    match reload::build(&path, &bytes, options) {
+                        Ok(loaded) => Read::Built(Box::new(loaded), digest),
+                        Err(e) => Read::Bad(Some(digest), e),
+                    }
+                })
+                .await
+                .unwrap_or_else(|_| Read::Bad(None, abandoned()))
             }
-            if Some(digest) == refused {
-                return Read::Refused;
-            }
-            match reload::build(&path, &bytes, options) {
-                Ok(loaded) => Read::Built(Box::new(loaded), digest),
-                Err(e) => Read::Bad(Some(digest), e),
-            }
-        })
-        .await
-        .unwrap_or_else(|_| {
-            Read::Bad(
-                None,
-                ErrorKind::RequestAbandoned {
-                    reason: "the blocking task reading the credential file did not finish",
-                }
-                .into(),
-            )
-        });
+        };
 
         let (outcome, error, swapped) = match read {
             Read::Same => (ReloadOutcome::Unchanged, None, false),
@@ -472,59 +521,60 @@ impl Reloader {
     }
 }
 
-/// The background task: file events (debounced), the backstop, re-arming the watch.
+/// The background task: file events (debounced), the backstop, the watch's state.
 struct ReloadTask {
     reloader: Weak<Reloader>,
     cancel: CancellationToken,
     options: UserAssignedIdentityCredentialOptions,
-    watcher: Option<DirWatcher>,
-    changed: UnboundedReceiver<()>,
+    watcher: Option<Subscription>,
+    changed: UnboundedReceiver<DirSignal>,
+    /// Set when `run` ends by itself; a task dropped before that was dropped with its
+    /// runtime.
+    ended: bool,
 }
-
-/// How often the directory is checked for having been replaced (re-arm).
-const REARM_POLL: Duration = Duration::from_secs(1);
 
 impl ReloadTask {
     async fn run(mut self) {
         let clock = self.options.client.clock.clone();
-        let mut watcher = self.watcher.take();
         let interval =
             time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
         let mut next_backstop = saturating_add(clock.now(), interval);
-        // An interval, not a sleep re-made each turn: a stream of file events must not
-        // postpone the re-arm check.
-        let mut rearm = tokio::time::interval(REARM_POLL);
-        rearm.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        rearm.reset();
         loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                Some(()) = self.changed.recv() => {
-                    // Debounce: let the writer finish, then read once for all events.
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => break,
-                        _ = tokio::time::sleep(self.options.debounce) => {}
+                Some(signal) = self.changed.recv() => match signal {
+                    DirSignal::Changed => {
+                        // Debounce: let the writer finish, then read once for all events.
+                        tokio::select! {
+                            _ = self.cancel.cancelled() => break,
+                            _ = tokio::time::sleep(self.options.debounce) => {}
+                        }
+                        let mut rearmed = false;
+                        while let Ok(signal) = self.changed.try_recv() {
+                            rearmed |= signal == DirSignal::Armed;
+                        }
+                        Some(if rearmed { "directory re-armed" } else { "file event" })
                     }
-                    while self.changed.try_recv().is_ok() {}
-                    Some("file event")
-                }
+                    DirSignal::Armed => Some("directory re-armed"),
+                    DirSignal::Disarmed => None,
+                },
                 _ = clock.sleep_until(next_backstop) => {
                     next_backstop = saturating_add(clock.now(), interval);
                     Some("backstop")
                 }
-                _ = rearm.tick(), if watcher.is_some() => {
-                    let rearmed = watcher.as_mut().is_some_and(DirWatcher::rearm_if_needed);
-                    let armed = watcher.as_ref().is_some_and(DirWatcher::is_armed);
-                    self.with_reloader(|r| r.set_watching(armed));
-                    rearmed.then_some("directory re-armed")
-                }
             };
+            let armed = self.watcher.as_ref().is_some_and(Subscription::is_armed);
+            self.with_reloader(|r| r.set_watching(armed));
             let Some(trigger) = trigger else { continue };
             let Some(reloader) = self.reloader.upgrade() else {
                 break;
             };
-            reloader.check(trigger).await;
+            tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                _ = reloader.check(trigger) => {}
+            }
         }
+        self.ended = true;
         self.with_reloader(|r| r.set_watching(false));
         tracing::debug!("credential reload task stopped");
     }
@@ -533,6 +583,34 @@ impl ReloadTask {
         if let Some(r) = self.reloader.upgrade() {
             f(&r);
         }
+    }
+}
+
+impl Drop for ReloadTask {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // Dropped before it ended: its runtime shut down. Say so where callers look.
+        let Some(reloader) = self.reloader.upgrade() else {
+            return;
+        };
+        if reloader.cancel.is_cancelled() {
+            return;
+        }
+        tracing::warn!(
+            path = %reloader.path.display(),
+            "the runtime running the credential reload task shut down; the file is no longer followed"
+        );
+        reloader.status.send_modify(|s| {
+            s.watching = false;
+            s.last_error = Some(
+                ErrorKind::ReloadStopped {
+                    reason: "the Tokio runtime running the reload task shut down",
+                }
+                .into(),
+            );
+        });
     }
 }
 

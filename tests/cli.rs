@@ -916,3 +916,201 @@ fn the_report_type_round_trips_the_fixture_times() {
     assert_no_secret("pem-chain", "report", &json);
     assert!(!json.contains("client_secret"), "{json}");
 }
+
+// ---------------------------------------------------------------------------------------
+// special files
+// ---------------------------------------------------------------------------------------
+
+/// Run with `args`, killed after `within` (a FIFO read would otherwise never return).
+#[track_caller]
+fn run_within(args: &[&str], within: Duration) -> Run {
+    let out = cli()
+        .args(args)
+        .timeout(within)
+        .output()
+        .expect("run the binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A FIFO at `path` (released on drop by opening it for writing, so that a reader stuck
+/// in `open` ends).
+struct Fifo(PathBuf);
+
+impl Fifo {
+    fn make(path: &Path) -> Fifo {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        Fifo(path.to_owned())
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.0);
+    }
+}
+
+#[test]
+fn inspect_and_ca_file_refuse_a_fifo_or_a_device_at_once() {
+    const WITHIN: Duration = Duration::from_secs(20);
+    let dir = TempDir::new("cli-fifo");
+    let fifo_path = dir.join("identity");
+    let _fifo = Fifo::make(&fifo_path);
+    let fifo = path_str(&fifo_path);
+
+    let inspect = run_within(&["inspect", fifo, "--json"], WITHIN);
+    assert_eq!(inspect.code, 4, "inspect on a FIFO\n{}", inspect.stderr);
+    let json = inspect.json();
+    assert_eq!(json["error"]["kind"], "not_a_regular_file", "{json}");
+    assert_eq!(json["error"]["file"], fifo, "{json}");
+
+    let good = credential_path("pem-pkcs8");
+    for ca in [fifo, "/dev/zero"] {
+        let run = run_within(
+            &["token", path_str(&good), "--scope", ARM, "--ca-file", ca],
+            WITHIN,
+        );
+        assert_eq!(run.code, 2, "--ca-file {ca}\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("--ca-file {ca}: is a ")),
+            "--ca-file {ca}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// proxies
+// ---------------------------------------------------------------------------------------
+
+/// A "proxy" on 127.0.0.1 that must receive nothing: it counts connections and the bytes
+/// sent on them, and closes each at once (so a proxied request fails fast).
+struct CountingProxy {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<(usize, Vec<u8>)>>,
+}
+
+impl CountingProxy {
+    fn start() -> CountingProxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new((0, Vec::new())));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut buf = [0u8; 4096];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                let mut seen = record.lock().unwrap();
+                seen.0 += 1;
+                seen.1.extend_from_slice(&buf[..n]);
+            }
+        });
+        CountingProxy { port, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn connections(&self) -> usize {
+        self.seen.lock().unwrap().0
+    }
+}
+
+/// Run `args` with every proxy variable pointing at `proxy` and no `NO_PROXY`.
+fn run_proxied(args: &[&str], proxy: &CountingProxy) -> Run {
+    let mut cmd = cli();
+    for var in [
+        "NO_PROXY",
+        "no_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    let url = proxy.url();
+    for var in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+    ] {
+        cmd.env(var, &url);
+    }
+    let out = cmd.args(args).output().expect("run the binary");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A loopback authority is never reached through a proxy from the environment: over
+/// `http://` (`--allow-http-loopback`), a proxy would receive the cleartext assertion.
+#[test]
+fn loopback_token_requests_never_go_through_an_environment_proxy() {
+    let proxy = CountingProxy::start();
+    let name = "pem-pkcs8";
+
+    // http:// loopback, the crate's shared client.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = rt.block_on(EntraServer::start_http());
+    register(&http, name);
+    let dir = TempDir::new("cli-proxy");
+    let file = dir.join("identity");
+    let json = load_with_endpoint(name, &http.base_url())
+        .to_json()
+        .unwrap();
+    std::fs::write(&file, json).unwrap();
+    let run = run_proxied(
+        &[
+            "token",
+            path_str(&file),
+            "--scope",
+            ARM,
+            "--allow-http-loopback",
+            "--json",
+        ],
+        &proxy,
+    );
+    assert_eq!(proxy.connections(), 0, "the proxy was used: {}", run.stderr);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(http.tokens_issued(), 1);
+
+    // https:// loopback, a client built for --ca-file.
+    let setup = token_setup(name);
+    let ca = ca_file();
+    let run = run_proxied(
+        &[
+            "token",
+            path_str(&setup.file),
+            "--scope",
+            ARM,
+            "--ca-file",
+            &ca,
+            "--json",
+        ],
+        &proxy,
+    );
+    assert_eq!(proxy.connections(), 0, "the proxy was used: {}", run.stderr);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(setup.server.tokens_issued(), 1);
+}

@@ -3,8 +3,6 @@
 //! The token itself is put in the output only with `--show-token`: [`TokenOutput`] holds
 //! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
 
-use std::path::PathBuf;
-
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, RetryPolicy,
     UserAssignedIdentityCredentials,
@@ -101,22 +99,11 @@ fn client_options(args: &TokenArgs) -> Result<ClientCertificateCredentialOptions
         .with_request_timeout(args.timeout)
         .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts));
     if let Some(path) = &args.ca_file {
-        let pem = read_ca_file(path)?;
+        // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
+        // is refused, not read).
         options = options
-            .with_extra_root_certificates_pem(&pem)
+            .with_extra_root_certificates_file(path)
             .map_err(|e| format!("--ca-file {}: {}", path.display(), e.kind()))?;
     }
     Ok(options)
-}
-
-fn read_ca_file(path: &PathBuf) -> Result<Vec<u8>, String> {
-    let pem = std::fs::read(path)
-        .map_err(|e| format!("--ca-file {}: cannot be read: {e}", path.display()))?;
-    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-        return Err(format!(
-            "--ca-file {}: holds no PEM CERTIFICATE block",
-            path.display()
-        ));
-    }
-    Ok(pem)
 }

@@ -1,0 +1,101 @@
+//! Opening a file that is about to be read whole, refusing anything that is not a regular
+//! file.
+//!
+//! Opening a FIFO for reading waits for a writer, and reading a character device such as
+//! `/dev/zero` never ends: either would hold a blocking thread (and whatever lock its
+//! caller holds) forever. So the path is checked before it is opened, opened without
+//! blocking (`O_NONBLOCK`, which changes nothing for a regular file), and the file that
+//! was actually opened is checked again (the path may have been swapped in between).
+
+use std::fs::{File, Metadata};
+use std::path::Path;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Open `path` for reading if it is a regular file; returns the file and its length.
+/// Errors name the file as `role`.
+pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
+    let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
+    let refuse = |kind| Error::from(ErrorKind::NotARegularFile { kind }).with_file(path, role);
+    if let Some(kind) = special_kind(&std::fs::metadata(path).map_err(io)?) {
+        return Err(refuse(kind));
+    }
+    let file = open_nonblocking(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if let Some(kind) = special_kind(&meta) {
+        return Err(refuse(kind));
+    }
+    Ok((file, meta.len()))
+}
+
+#[cfg(target_os = "linux")]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+}
+
+/// Elsewhere the check before opening is what protects the caller.
+#[cfg(not(target_os = "linux"))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+/// Pure: `None` for a regular file, else what it is.
+fn special_kind(meta: &Metadata) -> Option<&'static str> {
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return None;
+    }
+    if kind.is_dir() {
+        return Some("directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return Some("FIFO");
+        }
+        if kind.is_char_device() {
+            return Some("character device");
+        }
+        if kind.is_block_device() {
+            return Some("block device");
+        }
+        if kind.is_socket() {
+            return Some("socket");
+        }
+    }
+    Some("special file")
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_device_is_refused_by_kind() {
+        let err = open(Path::new("/dev/zero"), "test file").unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::NotARegularFile {
+                    kind: "character device"
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_is_refused_by_kind() {
+        let err = open(Path::new("/"), "test file").unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::NotARegularFile { kind: "directory" }),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Credentials outlive the Tokio runtime they were built or used on: a program that
+//! creates and drops runtimes (a `#[tokio::test]` each, a sync program with a runtime per
+//! job) keeps getting tokens, and a credential file keeps being followed, or says that it
+//! is not.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use msi_dataplane::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, ReloadOutcome,
+    ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
+};
+use support::atomic_writer::{TempDir, write_temp_then_rename};
+use support::entra::EntraServer;
+use support::fixtures::load_with_endpoint;
+use support::harness::{ARM, register};
+
+/// The test server on a runtime of its own, alive for the whole test.
+fn http_server(name: &str) -> (tokio::runtime::Runtime, EntraServer) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = rt.block_on(EntraServer::start_http());
+    register(&server, name);
+    (rt, server)
+}
+
+fn short_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The crate's shared HTTP client (no client given), no retries: a request that fails on
+/// a connection left over from a dead runtime is reported, not silently retried.
+fn shared_client_options() -> ClientCertificateCredentialOptions {
+    ClientCertificateCredentialOptions::default()
+        .allow_http_loopback(true)
+        .with_retry_policy(RetryPolicy::none())
+        .with_request_timeout(Duration::from_secs(10))
+}
+
+/// Runtimes one after the other, each getting tokens through the crate's client: from a
+/// new credential, and from one credential that outlives them all (a cache miss each
+/// time: a new scope). `keep_idle`: the earlier runtimes stay alive but are no longer
+/// driven (a sync program holding its runtimes); otherwise each is dropped.
+fn runtimes_in_sequence(keep_idle: bool) {
+    let name = "pem-pkcs8";
+    let (_server_rt, server) = http_server(name);
+    let creds = load_with_endpoint(name, &server.base_url());
+    let shared = ClientCertificateCredential::new(&creds, shared_client_options()).expect("new");
+    let scopes = [
+        "https://a.example/.default",
+        "https://b.example/.default",
+        "https://c.example/.default",
+    ];
+    let mut idle = Vec::new();
+    for (round, scope) in scopes.iter().enumerate() {
+        let rt = short_runtime();
+        rt.block_on(async {
+            let fresh =
+                ClientCertificateCredential::new(&creds, shared_client_options()).expect("new");
+            let token = fresh
+                .get_token(&[ARM])
+                .await
+                .unwrap_or_else(|e| panic!("runtime {round}: a new credential: {e}"));
+            assert!(server.issued(token.token()).is_some());
+            let token = shared
+                .get_token(&[scope])
+                .await
+                .unwrap_or_else(|e| panic!("runtime {round}: the shared credential: {e}"));
+            assert!(server.issued(token.token()).is_some());
+        });
+        if keep_idle {
+            idle.push(rt);
+        }
+    }
+    assert_eq!(server.tokens_issued(), 2 * scopes.len());
+}
+
+#[test]
+fn runtimes_dropped_in_sequence_each_get_tokens() {
+    runtimes_in_sequence(false);
+}
+
+#[test]
+fn runtimes_left_idle_in_sequence_each_get_tokens() {
+    runtimes_in_sequence(true);
+}
+
+// ---------------------------------------------------------------------------------------
+// the reload task and its runtime
+// ---------------------------------------------------------------------------------------
+
+/// A fixture's JSON (the authority is never contacted: these tests get no tokens).
+fn fixture_json(name: &str) -> Vec<u8> {
+    load_with_endpoint(name, "https://127.0.0.1:9/")
+        .to_json()
+        .expect("to_json")
+        .into_bytes()
+}
+
+/// Poll `status()` from this thread (no runtime needed) until `pred` holds.
+fn wait_status(
+    cred: &UserAssignedIdentityCredential,
+    what: &str,
+    pred: impl Fn(&ReloadStatus) -> bool,
+) -> ReloadStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = cred.status();
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_credential_whose_runtime_ended_says_it_is_no_longer_watching() {
+    let dir = TempDir::new("runtime-ended");
+    let path = dir.join("identity");
+    std::fs::write(&path, fixture_json("rotation-1")).expect("write");
+
+    let rt = short_runtime();
+    let cred = rt
+        .block_on(UserAssignedIdentityCredential::new(
+            &path,
+            UserAssignedIdentityCredentialOptions::default(),
+        ))
+        .expect("new");
+    assert!(cred.status().watching, "{:#?}", cred.status());
+    assert!(cred.status().last_error.is_none());
+    drop(rt);
+
+    let s = cred.status();
+    assert!(
+        !s.watching,
+        "the runtime is gone but status says watching: {s:#?}"
+    );
+    let err = s.last_error.as_ref().expect("an error saying why");
+    assert!(
+        matches!(err.kind(), ErrorKind::ReloadStopped { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.kind().code(), "reload_stopped");
+    assert!(err.to_string().contains("runtime"), "{err}");
+
+    // Still serving, and check_now (on another runtime) still works.
+    write_temp_then_rename(&path, &fixture_json("rotation-2"));
+    let rt = short_runtime();
+    assert_eq!(rt.block_on(cred.check_now()), ReloadOutcome::Swapped);
+    assert_eq!(cred.status().reloads, 1);
+}
+
+#[test]
+fn a_dedicated_thread_keeps_following_the_file_after_the_runtime_ends() {
+    let dir = TempDir::new("runtime-dedicated");
+    let path = dir.join("identity");
+    std::fs::write(&path, fixture_json("rotation-1")).expect("write");
+
+    let rt = short_runtime();
+    let cred = rt
+        .block_on(UserAssignedIdentityCredential::new(
+            &path,
+            UserAssignedIdentityCredentialOptions::default()
+                .with_debounce(Duration::from_millis(50))
+                .with_dedicated_thread(true),
+        ))
+        .expect("new");
+    drop(rt);
+
+    for (round, name) in ["rotation-2", "rotation-3"].into_iter().enumerate() {
+        write_temp_then_rename(&path, &fixture_json(name));
+        let s = wait_status(&cred, &format!("{name} to be picked up"), |s| {
+            s.reloads == round as u64 + 1
+        });
+        assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+        assert!(s.watching, "{s:#?}");
+        assert!(s.last_error.is_none(), "{s:#?}");
+    }
+
+    // The task (and its thread) ends on cancel, without an error.
+    cred.cancel();
+    let s = wait_status(&cred, "the task to stop", |s| !s.watching);
+    assert!(s.last_error.is_none(), "{s:#?}");
+}
