@@ -127,8 +127,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("leaf SHA-256      {}", cert.thumbprint_sha256_hex());
     println!(
         "leaf valid        {} .. {}",
-        cert.not_before(),
-        cert.not_after()
+        rfc3339(cert.not_before()),
+        rfc3339(cert.not_after())
     );
     println!(
         "chain / key       {} certificate(s), RSA {} bits",
@@ -139,7 +139,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let token = credential.get_token(&[args.scope.as_str()]).await?;
     println!();
     println!("token for         {}", args.scope);
-    println!("token expires on  {}", token.expires_on());
+    println!("token expires on  {}", rfc3339(token.expires_on()));
     if let Some(refresh) = token.refresh_on() {
         println!("refresh on        {refresh}");
     }
@@ -190,4 +190,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("(signature not shown)");
     Ok(())
+}
+
+/// A time as people read it: RFC 3339 in UTC, to the second.
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    let t = t
+        .to_offset(time::UtcOffset::UTC)
+        .replace_nanosecond(0)
+        .unwrap_or(t);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| t.to_string())
 }

@@ -74,8 +74,14 @@ impl Clock for SystemClock {
 /// A time as people read it, in messages and logs: RFC 3339 in UTC, to the second
 /// (`2026-11-23T05:25:12Z`), rather than `time`'s `Display`
 /// (`2026-11-23 5:25:12.938551692 +00:00:00`). Formats without allocating.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rfc3339(pub OffsetDateTime);
+
+impl fmt::Debug for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::cache::{Fetch, TokenCache};
 use crate::certificate::ClientCertificate;
-use crate::clock::{Clock, SystemClock, saturating_add};
+use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add};
 use crate::endpoint::{self, TokenRequest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::UserAssignedIdentityCredentials;
@@ -387,8 +387,8 @@ impl Inner {
         if !self.expiry_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 client_id = %self.client_id,
-                not_after = %self.end(),
-                renew_after = ?self.renew_after,
+                not_after = %Rfc3339(self.end()),
+                renew_after = ?self.renew_after.map(Rfc3339),
                 thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
                 "{reason}; the credential file should be rotated"
             );
@@ -443,7 +443,7 @@ impl Inner {
             Ok(token) => tracing::debug!(
                 client_id = %self.client_id,
                 scope,
-                expires_on = %token.expires_on(),
+                expires_on = %Rfc3339(token.expires_on()),
                 "acquired access token"
             ),
             Err(e) => tracing::debug!(

@@ -546,10 +546,9 @@ impl ErrorKind {
     }
 }
 
-/// RFC 3339 for messages (`time`'s own format for years RFC 3339 cannot hold).
-fn rfc3339(t: OffsetDateTime) -> String {
-    use time::format_description::well_known::Rfc3339;
-    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+/// RFC 3339 for messages, to the second in UTC.
+fn rfc3339(t: OffsetDateTime) -> crate::clock::Rfc3339 {
+    crate::clock::Rfc3339(t)
 }
 
 /// Whether an HTTP status from a token endpoint is worth retrying (DESIGN §4).

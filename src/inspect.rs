@@ -492,6 +492,11 @@ fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
 }
 
 fn rfc3339(t: OffsetDateTime) -> String {
+    // For people: UTC, to the second (`2026-11-23T05:25:12Z`).
+    let t = t
+        .to_offset(time::UtcOffset::UTC)
+        .replace_nanosecond(0)
+        .unwrap_or(t);
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 

@@ -167,11 +167,7 @@ impl<T: Send + Sync + 'static> Published<T> {
     /// The slow read: make or renew this thread's copy (first read, a replacement, or a
     /// slot that held a dropped value's copy), releasing outdated copies first.
     #[cold]
-    fn refresh(
-        &self,
-        copies: &mut Vec<Option<LocalCopy<T>>>,
-        generation: u64,
-    ) -> Arc<T> {
+    fn refresh(&self, copies: &mut Vec<Option<LocalCopy<T>>>, generation: u64) -> Arc<T> {
         // Release the copies of values dropped or replaced since (a rotated-out credential
         // is then not kept alive here until the day this thread reads it again).
         prune(copies);

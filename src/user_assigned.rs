@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::saturating_add;
+use crate::clock::{Rfc3339, saturating_add};
 use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
@@ -468,8 +468,8 @@ impl Reloader {
                         tracing::info!(
                             path = %self.path.display(),
                             trigger,
-                            old_not_before = %active_not_before,
-                            new_not_before = %loaded.not_before,
+                            old_not_before = %Rfc3339(active_not_before),
+                            new_not_before = %Rfc3339(loaded.not_before),
                             thumbprint_sha256 = %loaded.credential.certificate().thumbprint_sha256_hex(),
                             "credential file rotated; the new credential is active"
                         );
@@ -481,8 +481,8 @@ impl Reloader {
                         tracing::warn!(
                             path = %self.path.display(),
                             trigger,
-                            active_not_before = %active_not_before,
-                            file_not_before = %loaded.not_before,
+                            active_not_before = %Rfc3339(active_not_before),
+                            file_not_before = %Rfc3339(loaded.not_before),
                             "credential file is not newer than the active credential; keeping the active one"
                         );
                         *refusal = Some(Refusal {

@@ -319,6 +319,11 @@ fn is_file_error(kind: &ErrorKind) -> bool {
 
 /// RFC 3339 (falls back to `time`'s own format for years RFC 3339 cannot hold).
 pub fn rfc3339(t: OffsetDateTime) -> String {
+    // For people: UTC, to the second (`2026-11-23T05:25:12Z`).
+    let t = t
+        .to_offset(time::UtcOffset::UTC)
+        .replace_nanosecond(0)
+        .unwrap_or(t);
     t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
 }
 
