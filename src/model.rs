@@ -301,7 +301,10 @@ fn check_camel_case(bytes: &[u8]) -> Result<()> {
     }
 }
 
-fn parse_time(field: &'static str, value: Option<&str>) -> Result<Option<OffsetDateTime>> {
+pub(crate) fn parse_time(
+    field: &'static str,
+    value: Option<&str>,
+) -> Result<Option<OffsetDateTime>> {
     match value {
         None => Ok(None),
         Some(v) => OffsetDateTime::parse(v.trim(), &Rfc3339)
