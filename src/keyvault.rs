@@ -4,9 +4,12 @@
 //! Key Vault secret the way the Go reference's `FormatUserAssignedIdentityCredentialsForStorage`
 //! does:
 //!
-//! - name: `uamsi-<identifier>` for user-assigned identity credentials (`msi-<identifier>`
-//!   for the Go reference's cluster-level `ManagedIdentityCredentials`);
-//! - value: the credential JSON;
+//! - name: `uamsi-<identifier>` for user-assigned identity credentials
+//!   ([`format_user_assigned_identity_credentials_for_storage`]), `msi-<identifier>` for
+//!   the data plane's [`ManagedIdentityCredentials`]
+//!   ([`format_managed_identity_credentials_for_storage`], whose times come from the top
+//!   level, or from its one explicit identity);
+//! - value: the credential JSON (compact, absent fields omitted);
 //! - attributes: `enabled`, `expires` = `not_after`, `nbf` = `not_before`;
 //! - tags: `renew_after` and `cannot_renew_after`, the file's RFC 3339 strings.
 //!
