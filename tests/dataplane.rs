@@ -654,3 +654,38 @@ async fn debug_output_holds_no_secret() {
     assert!(!shown.contains(secret.expose_secret()));
     assert!(!shown.contains("sig="), "{shown}");
 }
+
+#[tokio::test]
+async fn a_token_source_failure_is_not_retried_again_by_the_client() {
+    // The credential retries its own token requests (here: not at all); the data plane
+    // client must not multiply them with its own loop.
+    let entra = EntraServer::start().await;
+    let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
+    dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
+    let creds = load(SERVICE);
+    let client_id = creds.client_id.clone().unwrap();
+    entra.register_certificate_file(&client_id, HOME_TENANT, leaf_pem_path(SERVICE));
+    let credential = ClientCertificateCredential::from_parts(
+        &entra.base_url(),
+        HOME_TENANT,
+        &client_id,
+        ClientCertificate::from_credentials(&creds).unwrap(),
+        options().with_retry_policy(RetryPolicy::none()),
+    )
+    .unwrap();
+    let factory = ClientFactory::new(credential, AUDIENCE, client_options()).unwrap();
+    entra.enqueue(Scripted::status(503));
+    entra.enqueue(Scripted::status(503));
+    let e = factory
+        .client(&dp.identity_url())
+        .unwrap()
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::TokenEndpoint(t) if t.status == 503),
+        "{e:?}"
+    );
+    assert_eq!(entra.token_requests(), 1);
+    assert_eq!(dp.requests().len(), 1, "the challenged request only");
+}

@@ -377,10 +377,18 @@ impl Client {
             "{method} {}{suffix}",
             self.base.path().trim_end_matches('/')
         );
+        let (method, url, body, what_ref) = (&method, &url, body.as_deref(), what.as_str());
+        // Only the data plane's own failures are retried here: a token source's errors
+        // come after its own retries and end the call (`Ok(Err(..))` stops the loop).
         retry::run(
             &f.retry,
             f.clock.as_ref(),
-            || self.authenticated(&method, &url, body.as_deref(), &what),
+            || async move {
+                match self.authenticated(method, url, body, what_ref).await {
+                    Err(e) if is_data_plane_failure(&e) => Err(e),
+                    other => Ok(other),
+                }
+            },
             |attempt, delay, error| {
                 tracing::info!(
                     request = %what,
@@ -392,6 +400,7 @@ impl Client {
             },
         )
         .await
+        .and_then(|outcome| outcome)
     }
 
     /// Send with the host's token if one is known; on a 401 challenge, get a token for
@@ -592,6 +601,15 @@ fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
 
 fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(crate::model::json_error)
+}
+
+/// Whether an error is the data plane's own (an answer or a transport failure), which the
+/// client's retry loop may retry; anything else (the token source's errors) is final.
+fn is_data_plane_failure(error: &Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::DataPlane(_) | ErrorKind::DataPlaneTransport { .. }
+    )
 }
 
 /// Pure: whether a kept token can still be sent at `now` (more than the refresh window
