@@ -689,3 +689,72 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
     assert_eq!(entra.token_requests(), 1);
     assert_eq!(dp.requests().len(), 1, "the challenged request only");
 }
+
+#[tokio::test]
+async fn other_token_sources_reloading_credential_and_azure_core() {
+    use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+    use support::atomic_writer::AtomicDir;
+    use support::fixtures::load_with_endpoint;
+
+    let entra = EntraServer::start().await;
+    register(&entra, SERVICE);
+    let json = load_with_endpoint(SERVICE, &entra.base_url())
+        .to_json()
+        .unwrap();
+    let dir = AtomicDir::new("dp-source", json.as_bytes());
+    let reloading = || async {
+        UserAssignedIdentityCredential::new(
+            dir.visible_path(),
+            UserAssignedIdentityCredentialOptions::default().with_client_options(options()),
+        )
+        .await
+        .unwrap()
+    };
+    // The reloading credential answers challenges in its own tenant...
+    let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
+    dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
+    let factory = ClientFactory::new(reloading().await, AUDIENCE, client_options()).unwrap();
+    let client = factory.client(&dp.identity_url()).unwrap();
+    client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    // ...and refuses others, naming both tenants.
+    let other = DataPlaneServer::start(&entra, OTHER_TENANT, AUDIENCE).await;
+    let e = factory
+        .client(&other.identity_url())
+        .unwrap()
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::TenantNotAllowed { .. }),
+        "{e:?}"
+    );
+
+    // An azure_core TokenCredential (here the crate's own, seen only as `dyn`).
+    #[cfg(feature = "azure_core")]
+    {
+        let credential: std::sync::Arc<dyn azure_core::credentials::TokenCredential> =
+            std::sync::Arc::new(reloading().await);
+        let factory =
+            ClientFactory::from_token_credential(credential, AUDIENCE, client_options()).unwrap();
+        factory
+            .client(&dp.identity_url())
+            .unwrap()
+            .get_system_assigned_identity_credentials()
+            .await
+            .unwrap();
+        // It cannot be pointed at another tenant: the data plane refuses its token.
+        let e = factory
+            .client(&other.identity_url())
+            .unwrap()
+            .get_system_assigned_identity_credentials()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::DataPlane(d) if d.status == 401),
+            "{e:?}"
+        );
+    }
+}
