@@ -1,8 +1,9 @@
 //! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use reqwest::Url;
@@ -65,6 +66,11 @@ pub struct ClientCertificateCredentialOptions {
     pub expiry_warning_margin: Duration,
     /// The clock for assertion times, token expiry and validity checks.
     pub clock: Arc<dyn Clock>,
+    /// Tenants besides the credential's own that
+    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant) may
+    /// request tokens in (a multi-tenant application answering data plane challenges);
+    /// `"*"` allows any. Default: none.
+    pub additionally_allowed_tenants: Vec<String>,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -78,6 +84,7 @@ impl Default for ClientCertificateCredentialOptions {
             retry: RetryPolicy::default(),
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             clock: Arc::new(SystemClock),
+            additionally_allowed_tenants: Vec::new(),
         }
     }
 }
@@ -157,6 +164,17 @@ impl ClientCertificateCredentialOptions {
         self.clock = clock;
         self
     }
+
+    /// Allow tokens in these tenants too (`"*"` for any), through
+    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
+    pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
+        self
+    }
 }
 
 impl fmt::Debug for ClientCertificateCredentialOptions {
@@ -173,6 +191,10 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
             .field("retry", &self.retry)
             .field("expiry_warning_margin", &self.expiry_warning_margin)
             .field("clock", &self.clock)
+            .field(
+                "additionally_allowed_tenants",
+                &self.additionally_allowed_tenants,
+            )
             .finish()
     }
 }
@@ -216,6 +238,31 @@ struct Inner {
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
     cache: TokenCache,
+    /// For other tenants' token URLs.
+    authority: String,
+    allow_http_loopback: bool,
+    /// Lower-cased; may hold `*`.
+    allowed_tenants: Vec<String>,
+    /// Tokens in other tenants: one cache per tenant (lower-cased), beside `cache` (the
+    /// credential's own tenant, whose hit path stays as it is).
+    tenant_caches: Mutex<HashMap<String, Arc<TenantCache>>>,
+}
+
+/// At most this many other tenants get a token cache of their own; tokens in further
+/// tenants are requested without caching.
+const MAX_TENANT_CACHES: usize = 64;
+
+/// The token cache for one other tenant, and how its tokens are fetched.
+struct TenantCache {
+    cache: TokenCache,
+    fetch: Arc<TenantFetch>,
+}
+
+/// Fetches tokens at another tenant's token URL. Holds the credential weakly: the
+/// credential owns the cache that owns this.
+struct TenantFetch {
+    inner: Weak<Inner>,
+    token_url: Url,
 }
 
 impl ClientCertificateCredential {
@@ -238,6 +285,92 @@ impl ClientCertificateCredential {
             .into());
         };
         let certificate = ClientCertificate::from_credentials(creds)?;
+        Self::assemble(
+            authority,
+            tenant_id,
+            client_id,
+            certificate,
+            (creds.not_after()?, creds.renew_after()?),
+            options,
+        )
+    }
+
+    /// Build a credential from its parts: an application (a service, often multi-tenant)
+    /// with its own certificate rather than a managed identity's credential file.
+    /// `authority` is the Entra host (e.g. `https://login.microsoftonline.com/`), and
+    /// the certificate comes from [`ClientCertificate::from_bundle`] (PEM or PKCS#12
+    /// bytes) or [`ClientCertificate::from_base64`]. Makes no network call.
+    ///
+    /// With [`ClientCertificateCredentialOptions::additionally_allowed_tenants`], the
+    /// credential may also request tokens in other tenants
+    /// ([`get_token_for_tenant`](Self::get_token_for_tenant)), as the MSI data plane's
+    /// challenges ask.
+    ///
+    /// ```no_run
+    /// use msi_dataplane::{
+    ///     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
+    /// };
+    ///
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bundle = std::fs::read("/etc/service/app-certificate.pem")?;
+    /// let credential = ClientCertificateCredential::from_parts(
+    ///     "https://login.microsoftonline.com/",
+    ///     "72f988bf-86f1-41af-91ab-2d7cd011db47",
+    ///     "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d",
+    ///     ClientCertificate::from_bundle(&bundle)?,
+    ///     ClientCertificateCredentialOptions::default().with_additionally_allowed_tenants(["*"]),
+    /// )?;
+    /// # let _ = credential; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidField`] for an empty client id or a tenant that is not usable
+    /// in a URL path; [`ErrorKind::InvalidAuthority`] for an unusable authority.
+    #[doc(alias = "NewClientCertificateCredential")]
+    pub fn from_parts(
+        authority: &str,
+        tenant_id: &str,
+        client_id: &str,
+        certificate: ClientCertificate,
+        options: ClientCertificateCredentialOptions,
+    ) -> Result<Self> {
+        let invalid = |field: &'static str, reason: &str| -> Error {
+            ErrorKind::InvalidField {
+                field,
+                reason: reason.to_owned(),
+            }
+            .into()
+        };
+        if client_id.trim().is_empty() {
+            return Err(invalid("client_id", "is empty"));
+        }
+        if !is_url_safe_tenant(tenant_id.trim()) {
+            return Err(invalid(
+                "tenant_id",
+                "must be non-empty and hold only letters, digits, '-', '.' and '_'",
+            ));
+        }
+        Self::assemble(
+            authority,
+            tenant_id,
+            client_id,
+            certificate,
+            (None, None),
+            options,
+        )
+    }
+
+    /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts);
+    /// `file_times` is the credential file's `not_after` and `renew_after`.
+    fn assemble(
+        authority: &str,
+        tenant_id: &str,
+        client_id: &str,
+        certificate: ClientCertificate,
+        file_times: (Option<OffsetDateTime>, Option<OffsetDateTime>),
+        options: ClientCertificateCredentialOptions,
+    ) -> Result<Self> {
         let token_url =
             endpoint::token_url(authority, tenant_id.trim(), options.allow_http_loopback)?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
@@ -257,8 +390,8 @@ impl ClientCertificateCredential {
                 token_url,
                 certificate,
                 signer,
-                file_not_after: creds.not_after()?,
-                renew_after: creds.renew_after()?,
+                file_not_after: file_times.0,
+                renew_after: file_times.1,
                 expiry_warning_margin: time::Duration::try_from(options.expiry_warning_margin)
                     .unwrap_or(time::Duration::MAX),
                 expiry_warned: AtomicBool::new(false),
@@ -267,6 +400,15 @@ impl ClientCertificateCredential {
                 retry: options.retry,
                 clock: options.clock,
                 cache: TokenCache::new(),
+                authority: authority.trim().to_owned(),
+                allow_http_loopback: options.allow_http_loopback,
+                allowed_tenants: options
+                    .additionally_allowed_tenants
+                    .iter()
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .filter(|t| !t.is_empty())
+                    .collect(),
+                tenant_caches: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -306,12 +448,68 @@ impl ClientCertificateCredential {
     /// result in it): sign a fresh assertion and POST it, with retries.
     pub async fn request_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         check_scopes(scopes)?;
-        self.inner.fetch_with_retries(&scopes.join(" ")).await
+        let inner = &self.inner;
+        inner
+            .fetch_with_retries(&scopes.join(" "), &inner.token_url)
+            .await
+    }
+
+    /// Get an access token for `scopes` in `tenant`: [`get_token`](Self::get_token) when
+    /// it is the credential's own tenant (compared case-insensitively), else a token from
+    /// that tenant's token URL (same authority), cached per tenant and scope set, with
+    /// the same single-flight and refresh-ahead rules.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::TenantNotAllowed`] when `tenant` is neither the credential's own nor
+    /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
+    /// (nor is `*` there); [`ErrorKind::InvalidField`] for a tenant that cannot be used
+    /// in a URL path; otherwise as [`get_token`](Self::get_token).
+    pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
+        let inner = &self.inner;
+        let tenant = tenant.trim();
+        if tenant.eq_ignore_ascii_case(&inner.tenant_id) {
+            return self.get_token(scopes).await;
+        }
+        if !tenant_allowed(tenant, &inner.allowed_tenants) {
+            return Err(ErrorKind::TenantNotAllowed {
+                tenant: tenant.to_owned(),
+                credential_tenant: inner.tenant_id.clone(),
+            }
+            .into());
+        }
+        if !is_url_safe_tenant(tenant) {
+            return Err(ErrorKind::InvalidField {
+                field: "tenant_id",
+                reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
+            }
+            .into());
+        }
+        check_scopes(scopes)?;
+        let tenant_cache = inner.tenant_cache(tenant)?;
+        let Some(tenant_cache) = tenant_cache.as_ref() else {
+            let url = endpoint::token_url(&inner.authority, tenant, inner.allow_http_loopback)?;
+            return inner.fetch_with_retries(&scopes.join(" "), &url).await;
+        };
+        let now = inner.clock.now_unix_millis();
+        let (cache, fetch) = (&tenant_cache.cache, &tenant_cache.fetch);
+        if let Some(token) = cache.get_cached(scopes, now, &inner.clock, fetch) {
+            return Ok(token);
+        }
+        cache.get(scopes, &inner.clock, fetch).await
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
     pub fn clear_cache(&self) {
         self.inner.cache.clear();
+        let caches = self
+            .inner
+            .tenant_caches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for tenant_cache in caches.values() {
+            tenant_cache.cache.clear();
+        }
     }
 
     /// A signed client assertion for this credential's token URL, valid for
@@ -322,7 +520,7 @@ impl ClientCertificateCredential {
         let inner = &*self.inner;
         let now = inner.clock.now();
         inner.check_validity(now)?;
-        inner.assertion(now)
+        inner.assertion(now, &inner.token_url)
     }
 
     /// The application (client) id.
@@ -357,7 +555,25 @@ impl Fetch for Inner {
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
-        async move { this.fetch_with_retries(&scope).await }
+        async move { this.fetch_with_retries(&scope, &this.token_url).await }
+    }
+}
+
+impl Fetch for TenantFetch {
+    fn fetch(
+        self: &Arc<Self>,
+        scope: Arc<str>,
+    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let Some(inner) = this.inner.upgrade() else {
+                return Err(ErrorKind::RequestAbandoned {
+                    reason: "the credential was dropped",
+                }
+                .into());
+            };
+            inner.fetch_with_retries(&scope, &this.token_url).await
+        }
     }
 }
 
@@ -395,43 +611,62 @@ impl Inner {
         }
     }
 
-    /// One token fetch: requests until one succeeds or the retry policy gives up.
-    async fn fetch_with_retries(&self, scope: &str) -> Result<AccessToken> {
-        let started = self.clock.now();
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let error = match self.request_once(scope).await {
-                Ok(token) => return Ok(token),
-                Err(error) => error,
-            };
-            let elapsed = Duration::try_from(self.clock.now() - started).unwrap_or_default();
-            let Some(delay) =
-                retry::next_delay(&self.retry, attempts, &error, elapsed, retry::jitter())
-            else {
-                return Err(error);
-            };
-            tracing::info!(
-                client_id = %self.client_id,
-                scope,
-                attempt = attempts,
-                delay_ms = delay.as_millis() as u64,
-                error = %error,
-                "token request failed; retrying"
-            );
-            self.clock.sleep(delay).await;
+    /// The cache for tokens in `tenant` (lower-cased), created if need be; `None` past
+    /// [`MAX_TENANT_CACHES`].
+    fn tenant_cache(self: &Arc<Self>, tenant: &str) -> Result<Option<Arc<TenantCache>>> {
+        let key = tenant.to_ascii_lowercase();
+        let mut caches = self.tenant_caches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = caches.get(&key) {
+            return Ok(Some(found.clone()));
         }
+        if caches.len() >= MAX_TENANT_CACHES {
+            tracing::warn!(
+                limit = MAX_TENANT_CACHES,
+                "tenant token caches full; tokens in this tenant are not cached"
+            );
+            return Ok(None);
+        }
+        let token_url = endpoint::token_url(&self.authority, &key, self.allow_http_loopback)?;
+        let created = Arc::new(TenantCache {
+            cache: TokenCache::new(),
+            fetch: Arc::new(TenantFetch {
+                inner: Arc::downgrade(self),
+                token_url,
+            }),
+        });
+        caches.insert(key, created.clone());
+        Ok(Some(created))
+    }
+
+    /// One token fetch: requests until one succeeds or the retry policy gives up.
+    async fn fetch_with_retries(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
+        retry::run(
+            &self.retry,
+            self.clock.as_ref(),
+            || self.request_once(scope, token_url),
+            |attempt, delay, error| {
+                tracing::info!(
+                    client_id = %self.client_id,
+                    scope,
+                    attempt,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %error,
+                    "token request failed; retrying"
+                );
+            },
+        )
+        .await
     }
 
     /// One token request: check validity, sign, POST, parse.
-    async fn request_once(&self, scope: &str) -> Result<AccessToken> {
+    async fn request_once(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
         let now = self.clock.now();
         self.check_validity(now)?;
         self.warn_if_expiring(now);
-        let assertion = self.assertion(now)?;
+        let assertion = self.assertion(now, token_url)?;
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let request = TokenRequest {
-            url: &self.token_url,
+            url: token_url,
             client_id: &self.client_id,
             scope,
             assertion: assertion.expose_secret(),
@@ -456,12 +691,12 @@ impl Inner {
         result
     }
 
-    fn assertion(&self, now: OffsetDateTime) -> Result<SecretString> {
+    fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
         let jti = uuid::Uuid::new_v4().to_string();
         self.signer
             .sign(
                 &self.certificate,
-                self.token_url.as_str(),
+                token_url.as_str(),
                 &self.client_id,
                 now,
                 &jti,
@@ -531,6 +766,22 @@ pub(crate) fn expiry_warning(
     }
 }
 
+/// Pure: whether a tenant other than the credential's own may be asked for, given the
+/// lower-cased `additionally_allowed_tenants` (`*` allows any).
+pub(crate) fn tenant_allowed(tenant: &str, allowed: &[String]) -> bool {
+    allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(tenant))
+}
+
+/// A tenant id usable as a URL path segment (the rule credential files follow).
+fn is_url_safe_tenant(tenant: &str) -> bool {
+    !tenant.is_empty()
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
 fn check_scopes(scopes: &[&str]) -> Result<()> {
     if scopes.is_empty() {
@@ -554,7 +805,7 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
 /// One HTTP client shared by every credential that was not given one (one more, without
 /// proxies, for loopback authorities): building a client loads the system roots, which is
 /// worth doing once per process.
-fn default_http_client(direct: bool) -> Result<reqwest::Client> {
+pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
     static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
     static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
     let cell = if direct { &DIRECT } else { &PROXIED };
@@ -574,7 +825,7 @@ fn default_http_client(direct: bool) -> Result<reqwest::Client> {
 /// request on another runtime that picks up such a connection hangs while that runtime
 /// is not running and fails once it is gone. Tokens are cached for about an hour, so a
 /// new connection per token request costs little (BENCHMARKS.md).
-fn build_http_client(
+pub(crate) fn build_http_client(
     extra_roots: Vec<reqwest::Certificate>,
     direct: bool,
 ) -> Result<reqwest::Client> {
@@ -594,6 +845,18 @@ fn build_http_client(
 mod tests {
     use super::*;
     use time::macros::datetime;
+
+    #[test]
+    fn tenant_allow_list() {
+        let allowed = vec!["contoso.onmicrosoft.com".to_owned()];
+        assert!(tenant_allowed("Contoso.onmicrosoft.com", &allowed));
+        assert!(!tenant_allowed("fabrikam.onmicrosoft.com", &allowed));
+        assert!(!tenant_allowed("anything", &[]));
+        assert!(tenant_allowed("anything", &["*".to_owned()]));
+        assert!(is_url_safe_tenant("72f988bf-86f1-41af-91ab-2d7cd011db47"));
+        assert!(!is_url_safe_tenant("a/b"));
+        assert!(!is_url_safe_tenant(""));
+    }
 
     #[test]
     fn expiry_warning_rules() {

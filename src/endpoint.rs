@@ -135,18 +135,9 @@ pub(crate) async fn send(
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    if let Some(len) = response.content_length()
-        && len > MAX_RESPONSE_BYTES as u64
-    {
+    let Some(body) = read_limited_body(&mut response).await.map_err(transport)? else {
         return Err(too_large(status));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(transport)? {
-        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(too_large(status));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    };
     Ok(RawResponse {
         status,
         retry_after,
@@ -178,6 +169,26 @@ impl AsRef<[u8]> for ZeroizingBody {
     }
 }
 
+/// Read a response body of at most [`MAX_RESPONSE_BYTES`]; `None` when it is longer
+/// (announced or seen), without reading past the limit.
+pub(crate) async fn read_limited_body(
+    response: &mut reqwest::Response,
+) -> std::result::Result<Option<Vec<u8>>, reqwest::Error> {
+    if let Some(len) = response.content_length()
+        && len > MAX_RESPONSE_BYTES as u64
+    {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
 fn too_large(status: u16) -> Error {
     ErrorKind::InvalidTokenResponse {
         status,
@@ -188,7 +199,7 @@ fn too_large(status: u16) -> Error {
 
 /// `reqwest::Error`'s own message is terse; the causes say what happened (refused,
 /// certificate not trusted, ...). URLs and causes hold no secrets.
-fn error_chain(e: &reqwest::Error) -> String {
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

@@ -467,6 +467,64 @@ pub enum ErrorKind {
         /// paths, never secrets).
         reason: String,
     },
+    // ---- the MSI data plane (`dataplane`) ----
+    /// An identity URL (ARM's `x-ms-identity-url`) is unusable: not a URL, not `https`,
+    /// no host. The URL is shown without its query (it carries a signature).
+    #[error("identity URL `{url}` is not usable: {reason}")]
+    InvalidIdentityUrl {
+        /// The URL without its query and fragment.
+        url: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The data plane's `WWW-Authenticate` challenge cannot be used: not RFC 9110
+    /// syntax, no `Bearer` challenge, or no usable tenant in its `authorization` URL.
+    #[error("cannot use the data plane's authentication challenge: {reason}")]
+    InvalidChallenge {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A token was asked for in a tenant this credential may not request tokens in.
+    #[error(
+        "the credential of tenant {credential_tenant} may not request tokens in tenant \
+         {tenant}; add it to `additionally_allowed_tenants` (or `*` for any tenant)"
+    )]
+    TenantNotAllowed {
+        /// The tenant asked for.
+        tenant: String,
+        /// The credential's own tenant.
+        credential_tenant: String,
+    },
+    /// A data plane request did not complete: connection, TLS, or I/O failure, or a
+    /// timeout.
+    #[error("data plane request to {url} failed{}: {message}", if *timeout { " (timeout)" } else { "" })]
+    DataPlaneTransport {
+        /// The request URL without its query.
+        url: String,
+        /// Whether the failure was a timeout.
+        timeout: bool,
+        /// What went wrong.
+        message: String,
+    },
+    /// The data plane answered with an error status.
+    #[error("{0}")]
+    DataPlane(Box<crate::dataplane::DataPlaneError>),
+    /// The data plane answered 2xx with a body that is not what the operation returns.
+    #[error("the data plane answered HTTP {status} with an unusable body: {reason}")]
+    InvalidDataPlaneResponse {
+        /// HTTP status.
+        status: u16,
+        /// What is wrong (the body itself is never included: it may hold secrets).
+        reason: String,
+    },
+    /// A token source other than this crate's credentials (an `azure_core`
+    /// `TokenCredential`) failed.
+    #[error("the token credential failed: {message}")]
+    ExternalCredential {
+        /// Its error message.
+        message: String,
+    },
+
     /// A Kubernetes object cannot be built from the values given (an empty Key Vault
     /// name, a volume name that is not a DNS-1123 label, ...).
     #[error("invalid {field}: {reason}")]
@@ -531,6 +589,13 @@ impl ErrorKind {
             ErrorKind::MissingEnvironmentVariable { .. } => "missing_environment_variable",
             ErrorKind::InvalidEnvironmentVariable { .. } => "invalid_environment_variable",
             ErrorKind::InvalidKubernetesObject { .. } => "invalid_kubernetes_object",
+            ErrorKind::InvalidIdentityUrl { .. } => "invalid_identity_url",
+            ErrorKind::InvalidChallenge { .. } => "invalid_challenge",
+            ErrorKind::TenantNotAllowed { .. } => "tenant_not_allowed",
+            ErrorKind::DataPlaneTransport { .. } => "data_plane_transport",
+            ErrorKind::DataPlane(_) => "data_plane",
+            ErrorKind::InvalidDataPlaneResponse { .. } => "invalid_data_plane_response",
+            ErrorKind::ExternalCredential { .. } => "external_credential",
         }
     }
 
@@ -541,6 +606,8 @@ impl ErrorKind {
             // waiting.
             ErrorKind::Transport { .. } => true,
             ErrorKind::TokenEndpoint(e) => is_transient_status(e.status),
+            ErrorKind::DataPlaneTransport { .. } => true,
+            ErrorKind::DataPlane(e) => is_transient_status(e.status),
             _ => false,
         }
     }

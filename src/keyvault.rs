@@ -4,9 +4,12 @@
 //! Key Vault secret the way the Go reference's `FormatUserAssignedIdentityCredentialsForStorage`
 //! does:
 //!
-//! - name: `uamsi-<identifier>` for user-assigned identity credentials (`msi-<identifier>`
-//!   for the Go reference's cluster-level `ManagedIdentityCredentials`);
-//! - value: the credential JSON;
+//! - name: `uamsi-<identifier>` for user-assigned identity credentials
+//!   ([`format_user_assigned_identity_credentials_for_storage`]), `msi-<identifier>` for
+//!   the data plane's [`ManagedIdentityCredentials`]
+//!   ([`format_managed_identity_credentials_for_storage`], whose times come from the top
+//!   level, or from its one explicit identity);
+//! - value: the credential JSON (compact, absent fields omitted);
 //! - attributes: `enabled`, `expires` = `not_after`, `nbf` = `not_before`;
 //! - tags: `renew_after` and `cannot_renew_after`, the file's RFC 3339 strings.
 //!
@@ -46,8 +49,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::error::{ErrorKind, Result};
-use crate::model::UserAssignedIdentityCredentials;
+use crate::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
+use crate::{Error, ManagedIdentityCredentials};
 
 /// Secret name prefix for user-assigned identity credentials (Go:
 /// `UserAssignedIdentityCredentialsStoragePrefix`).
@@ -125,23 +129,104 @@ pub fn format_user_assigned_identity_credentials_for_storage(
     credentials: &UserAssignedIdentityCredentials,
 ) -> Result<KeyVaultSecret> {
     let name = identifier_for_user_assigned_identity_credentials(identifier);
+    let times = StorageTimes {
+        not_after: credentials.not_after.as_deref(),
+        not_before: credentials.not_before.as_deref(),
+        renew_after: credentials.renew_after.as_deref(),
+        cannot_renew_after: credentials.cannot_renew_after.as_deref(),
+    };
+    secret(name, &times, || credentials.to_json())
+}
+
+/// Format managed identity credentials, as the data plane returns them, for Key Vault
+/// (Go: `FormatManagedIdentityCredentialsForStorage`): name `msi-<identifier>`, the
+/// compact JSON of the whole object (absent fields omitted) as value, and attributes
+/// and tags as for [`format_user_assigned_identity_credentials_for_storage`]. The four
+/// times come from the top level when there are no explicit identities, and from the one
+/// explicit identity when there is exactly one.
+///
+/// ```
+/// use msi_dataplane::{ManagedIdentityCredentials, keyvault};
+///
+/// let creds: ManagedIdentityCredentials = serde_json::from_str(r#"{
+///   "client_id": "c", "client_secret": "TUlJQ...",
+///   "explicit_identities": [{
+///     "client_id": "u",
+///     "not_before": "2026-11-01T00:00:00Z", "not_after": "2027-02-01T00:00:00Z",
+///     "renew_after": "2026-12-17T00:00:00Z", "cannot_renew_after": "2027-01-31T00:00:00Z"
+///   }]
+/// }"#).unwrap();
+/// let secret = keyvault::format_managed_identity_credentials_for_storage("cluster-1", &creds)?;
+/// assert_eq!(secret.name(), "msi-cluster-1");
+/// assert_eq!(secret.tags()["renew_after"], "2026-12-17T00:00:00Z");
+/// # Ok::<(), msi_dataplane::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`format_user_assigned_identity_credentials_for_storage`], and
+/// [`ErrorKind::InvalidField`] naming `explicit_identities` when it holds two or more
+/// (which one's times would be ambiguous).
+pub fn format_managed_identity_credentials_for_storage(
+    identifier: &str,
+    credentials: &ManagedIdentityCredentials,
+) -> Result<KeyVaultSecret> {
+    let name = identifier_for_managed_identity_credentials(identifier);
+    let times = match credentials.user_assigned_identities() {
+        [] => StorageTimes {
+            not_after: credentials.not_after.as_deref(),
+            not_before: credentials.not_before.as_deref(),
+            renew_after: credentials.renew_after.as_deref(),
+            cannot_renew_after: credentials.cannot_renew_after.as_deref(),
+        },
+        [one] => StorageTimes {
+            not_after: one.not_after.as_deref(),
+            not_before: one.not_before.as_deref(),
+            renew_after: one.renew_after.as_deref(),
+            cannot_renew_after: one.cannot_renew_after.as_deref(),
+        },
+        more => {
+            return Err(ErrorKind::InvalidField {
+                field: "explicit_identities",
+                reason: format!(
+                    "holds {} identities; the storage format takes its times from at most one",
+                    more.len()
+                ),
+            }
+            .into());
+        }
+    };
+    secret(name, &times, || credentials.to_json())
+}
+
+/// The four times a stored secret carries, as the credentials hold them.
+struct StorageTimes<'a> {
+    not_after: Option<&'a str>,
+    not_before: Option<&'a str>,
+    renew_after: Option<&'a str>,
+    cannot_renew_after: Option<&'a str>,
+}
+
+/// The one place that builds a stored secret: checks the name, the times (all four
+/// present, then RFC 3339, in the Go reference's order), and renders the value.
+fn secret(
+    name: String,
+    times: &StorageTimes<'_>,
+    value: impl FnOnce() -> Result<String>,
+) -> Result<KeyVaultSecret> {
     validate_secret_name(&name)?;
-    let attributes = storage_attributes(credentials)?;
+    let attributes = storage_attributes(times)?;
     let tags = BTreeMap::from([
         (
             RENEW_AFTER_TAG.to_owned(),
-            required(credentials.renew_after.as_deref(), "renew_after")?.to_owned(),
+            required(times.renew_after, "renew_after")?.to_owned(),
         ),
         (
             CANNOT_RENEW_AFTER_TAG.to_owned(),
-            required(
-                credentials.cannot_renew_after.as_deref(),
-                "cannot_renew_after",
-            )?
-            .to_owned(),
+            required(times.cannot_renew_after, "cannot_renew_after")?.to_owned(),
         ),
     ]);
-    let value = SecretString::from(credentials.to_json()?);
+    let value = SecretString::from(value()?);
     Ok(KeyVaultSecret {
         name,
         value,
@@ -152,28 +237,24 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 
 /// The attributes, after checking that all four times are present and RFC 3339 (in the
 /// Go reference's order of checks: presence of all four, then parsing).
-fn storage_attributes(credentials: &UserAssignedIdentityCredentials) -> Result<SecretAttributes> {
-    for (field, value) in [
-        ("not_after", credentials.not_after.as_deref()),
-        ("not_before", credentials.not_before.as_deref()),
-        ("renew_after", credentials.renew_after.as_deref()),
-        (
-            "cannot_renew_after",
-            credentials.cannot_renew_after.as_deref(),
-        ),
-    ] {
+fn storage_attributes(times: &StorageTimes<'_>) -> Result<SecretAttributes> {
+    let all = [
+        ("not_after", times.not_after),
+        ("not_before", times.not_before),
+        ("renew_after", times.renew_after),
+        ("cannot_renew_after", times.cannot_renew_after),
+    ];
+    for (field, value) in all {
         required(value, field)?;
     }
-    // Present, so the accessors return `Some` or a parse error naming the key.
-    let parsed = |v: Result<Option<OffsetDateTime>>, field| v?.ok_or_else(|| missing(field));
-    let expires = parsed(credentials.not_after(), "not_after")?;
-    let not_before = parsed(credentials.not_before(), "not_before")?;
-    credentials.renew_after()?;
-    credentials.cannot_renew_after()?;
+    let mut parsed = [OffsetDateTime::UNIX_EPOCH; 4];
+    for (slot, (field, value)) in parsed.iter_mut().zip(all) {
+        *slot = parse_time(field, value)?.ok_or_else(|| missing(field))?;
+    }
     Ok(SecretAttributes {
         enabled: true,
-        expires,
-        not_before,
+        expires: parsed[0],
+        not_before: parsed[1],
     })
 }
 
@@ -181,7 +262,7 @@ fn required<'a>(value: Option<&'a str>, field: &'static str) -> Result<&'a str> 
     value.ok_or_else(|| missing(field))
 }
 
-fn missing(field: &'static str) -> crate::Error {
+fn missing(field: &'static str) -> Error {
     ErrorKind::MissingStorageTime { field }.into()
 }
 

@@ -14,6 +14,7 @@ mod clock;
 mod cloud;
 mod cloud_config;
 mod credential;
+pub mod dataplane;
 mod endpoint;
 mod error;
 pub mod hypershift;
@@ -47,6 +48,7 @@ pub use credential::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
     get_credential,
 };
+pub use dataplane::ManagedIdentityCredentials;
 pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
 pub use inspect::{

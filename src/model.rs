@@ -356,7 +356,10 @@ impl<'de> Deserialize<'de> for KnownKey {
     }
 }
 
-fn parse_time(field: &'static str, value: Option<&str>) -> Result<Option<OffsetDateTime>> {
+pub(crate) fn parse_time(
+    field: &'static str,
+    value: Option<&str>,
+) -> Result<Option<OffsetDateTime>> {
     match value {
         None => Ok(None),
         Some(v) => OffsetDateTime::parse(v.trim(), &Rfc3339)

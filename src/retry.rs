@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 
 /// How token requests are retried (DESIGN §4).
@@ -97,6 +98,35 @@ pub(crate) fn jitter() -> f64 {
     }
 }
 
+/// Run `attempt` until it succeeds or [`next_delay`] gives up, sleeping on `clock` between
+/// attempts; `on_retry(attempts, delay, error)` is called before each wait (for logging).
+/// The one retry loop of the crate: token requests and data plane requests share it.
+pub(crate) async fn run<T, Fut>(
+    policy: &RetryPolicy,
+    clock: &dyn Clock,
+    mut attempt: impl FnMut() -> Fut,
+    mut on_retry: impl FnMut(u32, Duration, &Error),
+) -> Result<T, Error>
+where
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let started = clock.now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let error = match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let elapsed = Duration::try_from(clock.now() - started).unwrap_or_default();
+        let Some(delay) = next_delay(policy, attempts, &error, elapsed, jitter()) else {
+            return Err(error);
+        };
+        on_retry(attempts, delay, &error);
+        clock.sleep(delay).await;
+    }
+}
+
 /// Whether an error is worth another request: exactly when it is transient
 /// ([`Error::is_transient`]), so the two never disagree.
 pub(crate) fn is_retryable(error: &Error) -> bool {
@@ -118,6 +148,7 @@ pub(crate) fn next_delay(
     }
     let retry_after = match error.kind() {
         ErrorKind::TokenEndpoint(e) => e.retry_after,
+        ErrorKind::DataPlane(e) => e.retry_after,
         _ => None,
     };
     let delay = retry_after.unwrap_or_else(|| {

@@ -7,7 +7,7 @@ use msi_dataplane::keyvault::{
     self, CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
-use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
+use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 use support::fixtures::{load, secret};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -185,4 +185,121 @@ fn the_secret_never_prints() {
         assert!(!debug.contains(slice), "{debug}");
     }
     assert!(debug.contains(&format!("uamsi-{ID}")), "{debug}");
+}
+
+// ---- `msi-`: ManagedIdentityCredentials as the data plane returns them ----
+
+/// Managed identity credentials whose top level is `top` and whose explicit identities are
+/// the fixtures named.
+fn managed(top: &str, explicit: &[&str]) -> ManagedIdentityCredentials {
+    let mut value = serde_json::to_value(load(top)).unwrap();
+    value.as_object_mut().unwrap().remove("resource_id");
+    if !explicit.is_empty() {
+        value["explicit_identities"] = explicit
+            .iter()
+            .map(|name| serde_json::to_value(load(name)).unwrap())
+            .collect();
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn managed_identity_times_come_from_the_top_level_without_explicit_identities() {
+    let creds = managed("pem-pkcs8", &[]);
+    let secret = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap();
+    assert_eq!(secret.name(), format!("msi-{ID}"));
+    assert_eq!(secret.attributes().expires, rfc3339(&creds.not_after));
+    assert_eq!(secret.attributes().not_before, rfc3339(&creds.not_before));
+    assert_eq!(
+        Some(&secret.tags()["renew_after"]),
+        creds.renew_after.as_ref()
+    );
+    assert_eq!(
+        Some(&secret.tags()["cannot_renew_after"]),
+        creds.cannot_renew_after.as_ref()
+    );
+    // The value is the compact JSON of the whole object, absent fields omitted.
+    let value = secret.value().expose_secret();
+    assert_eq!(value, creds.to_json().unwrap());
+    assert!(!value.contains(' ') && !value.contains("null"), "{value}");
+    let back: ManagedIdentityCredentials = serde_json::from_str(value).unwrap();
+    assert_eq!(back, creds);
+}
+
+#[test]
+fn managed_identity_times_come_from_the_single_explicit_identity() {
+    // rotation-1's times differ from pem-pkcs8's at the top level.
+    let creds = managed("pem-pkcs8", &["rotation-1"]);
+    let one = load("rotation-1");
+    assert_ne!(creds.not_before, one.not_before);
+    let secret = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap();
+    assert_eq!(secret.attributes().not_before, rfc3339(&one.not_before));
+    assert_eq!(secret.attributes().expires, rfc3339(&one.not_after));
+    assert_eq!(
+        Some(&secret.tags()["renew_after"]),
+        one.renew_after.as_ref()
+    );
+    // The explicit identity's times are required even if the top level has them.
+    let mut creds = creds;
+    creds.explicit_identities.as_mut().unwrap()[0].renew_after = None;
+    let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::MissingStorageTime {
+                field: "renew_after"
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn two_explicit_identities_are_an_error() {
+    let creds = managed("pem-pkcs8", &["rotation-1", "rotation-2"]);
+    let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "explicit_identities",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("holds 2 identities"), "{err}");
+}
+
+#[test]
+fn managed_identity_bad_or_missing_times_are_named() {
+    let mut creds = managed("pem-pkcs8", &[]);
+    creds.not_before = Some("2026-13-01".into());
+    let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::InvalidField {
+                field: "not_before",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut creds = managed("pem-pkcs8", &[]);
+    creds.cannot_renew_after = None;
+    let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::MissingStorageTime {
+                field: "cannot_renew_after"
+            }
+        ),
+        "{err}"
+    );
+    // The managed secret's value never prints either.
+    let creds = managed("pem-pkcs8", &[]);
+    let formatted = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap();
+    assert!(!format!("{formatted:?}").contains(&secret("pem-pkcs8")[..40]));
 }

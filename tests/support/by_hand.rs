@@ -72,3 +72,25 @@ pub async fn post_token_request(
     let body = response.bytes().await.expect("token answer body");
     (status, body)
 }
+
+/// The data plane client's GET, by hand: the same URL (identity URL query and
+/// `api-version`), the same headers (`accept`, a fresh `x-ms-client-request-id`, the
+/// bearer token), the whole body read.
+pub async fn get_data_plane_by_hand(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> (reqwest::StatusCode, bytes::Bytes) {
+    let response = client
+        .get(url)
+        .timeout(REQUEST_TIMEOUT)
+        .header("accept", "application/json")
+        .header("x-ms-client-request-id", uuid::Uuid::new_v4().to_string())
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("data plane GET");
+    let status = response.status();
+    let body = response.bytes().await.expect("data plane answer body");
+    (status, body)
+}

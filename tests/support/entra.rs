@@ -530,7 +530,7 @@ fn fixture_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-fn server_tls_config() -> Arc<rustls::ServerConfig> {
+pub fn server_tls_config() -> Arc<rustls::ServerConfig> {
     static CONFIG: OnceLock<Arc<rustls::ServerConfig>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {

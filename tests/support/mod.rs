@@ -6,6 +6,7 @@ pub mod atomic_writer;
 pub mod azure_sdk;
 pub mod by_hand;
 pub mod counting;
+pub mod dataplane;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;

@@ -1,0 +1,801 @@
+//! The client factory, the per-identity client and its four operations, with the data
+//! plane's challenge authentication. URL building is pure; [`Client::execute`] is the I/O.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::{Method, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use time::OffsetDateTime;
+
+use super::challenge::{bearer_challenge, parse_www_authenticate, scope_for_audience};
+use super::error::{DataPlaneError, parse_error_body};
+use super::source::TokenSource;
+use super::types::{
+    ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
+    UserAssignedIdentitiesRequest,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::endpoint::{self, MAX_RESPONSE_BYTES};
+use crate::error::{Error, ErrorKind, Result, redact_quoted};
+use crate::retry::{self, RetryPolicy};
+use crate::{AccessToken, REFRESH_WINDOW};
+
+/// The data plane API version every request carries.
+pub const API_VERSION: &str = "2024-01-01";
+
+/// Options for [`ClientFactory`].
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::dataplane::ClientOptions;
+///
+/// let options = ClientOptions::default().with_request_timeout(Duration::from_secs(10));
+/// assert_eq!(options.request_timeout, Duration::from_secs(10));
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The HTTP client. `None` uses the crate's shared client (rustls, system roots, no
+    /// redirects). A client of your own should follow no redirects either.
+    pub http_client: Option<reqwest::Client>,
+    /// Extra trusted root CAs for the crate-built client. Ignored when `http_client` is set.
+    pub extra_root_certificates: Vec<reqwest::Certificate>,
+    /// Accept `http://` identity URLs on a loopback host (tests only). Default `false`.
+    pub allow_http_loopback: bool,
+    /// Total time allowed for one HTTP request. Default 30 s.
+    pub request_timeout: Duration,
+    /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
+    /// `Retry-After` from the service sets the wait.
+    pub retry: RetryPolicy,
+    /// The clock for token expiry and retry waits.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            http_client: None,
+            extra_root_certificates: Vec::new(),
+            allow_http_loopback: false,
+            request_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Use this HTTP client.
+    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
+        self.http_client = Some(client);
+        self
+    }
+
+    /// Trust these root CAs too (PEM), in a client the crate builds.
+    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::from(ErrorKind::HttpClient {
+                reason: format!("extra root certificates: {e}"),
+            })
+        })?;
+        self.extra_root_certificates.extend(certs);
+        Ok(self)
+    }
+
+    /// Accept `http://` loopback identity URLs (tests only).
+    pub fn allow_http_loopback(mut self, allow: bool) -> Self {
+        self.allow_http_loopback = allow;
+        self
+    }
+
+    /// Set the total time allowed for one HTTP request.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Set the retry policy.
+    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Use this clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+impl fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
+            .field("allow_http_loopback", &self.allow_http_loopback)
+            .field("request_timeout", &self.request_timeout)
+            .field("retry", &self.retry)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// Builds [`Client`]s for identity URLs; built once per token source and audience (Go:
+/// `dataplane.NewClientFactory`). Cheap to clone; clones and the clients they build share
+/// the HTTP client and the challenge cache.
+///
+/// **Authentication**: the first request to a data plane host goes without a token; its
+/// 401 names the tenant (`WWW-Authenticate: Bearer authorization="https://login.../<tenant>"`),
+/// the source is asked for `<audience>/.default` in that tenant, and the request is sent
+/// again. The tenant and token are then kept per host: later requests to that host carry
+/// the token at once until it is within 5 minutes of expiry, when a new one is asked of
+/// the source (still without a 401 round trip).
+///
+/// ```no_run
+/// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+/// use msi_dataplane::{ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions};
+///
+/// # async fn run(identity_url: &str) -> Result<(), Box<dyn std::error::Error>> {
+/// let app = ClientCertificateCredential::from_parts(
+///     "https://login.microsoftonline.com/",
+///     "72f988bf-86f1-41af-91ab-2d7cd011db47",
+///     "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d",
+///     ClientCertificate::from_bundle(&std::fs::read("/etc/service/app.pem")?)?,
+///     ClientCertificateCredentialOptions::default().with_additionally_allowed_tenants(["*"]),
+/// )?;
+/// let factory = ClientFactory::new(app, "https://identity.azure.net/", ClientOptions::default())?;
+/// // `identity_url` is ARM's `x-ms-identity-url` header for the resource.
+/// let client = factory.client(identity_url)?;
+/// let creds = client
+///     .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([
+///         "/subscriptions/.../userAssignedIdentities/my-identity",
+///     ]))
+///     .await?;
+/// for identity in creds.user_assigned_identities() {
+///     println!("{:?} valid until {:?}", identity.resource_id, identity.not_after);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[doc(alias = "NewClientFactory")]
+pub struct ClientFactory {
+    inner: Arc<FactoryInner>,
+}
+
+struct FactoryInner {
+    source: Arc<dyn TokenSource>,
+    audience: String,
+    scope: String,
+    http: reqwest::Client,
+    /// For loopback hosts: the same client without environment proxies (`None` when the
+    /// caller supplied its own client).
+    http_direct: Option<reqwest::Client>,
+    timeout: Duration,
+    retry: RetryPolicy,
+    clock: Arc<dyn Clock>,
+    allow_http_loopback: bool,
+    /// Per data plane host (`host:port`): the challenge's tenant and the last token.
+    hosts: Mutex<HashMap<String, HostAuth>>,
+}
+
+#[derive(Clone)]
+struct HostAuth {
+    tenant: Arc<str>,
+    token: Option<AccessToken>,
+}
+
+impl ClientFactory {
+    /// A factory whose clients get tokens from `source` for `audience` (the data plane's
+    /// audience, e.g. `https://identity.azure.net/`; the scope asked for is
+    /// `<audience>/.default`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidField`] for an empty audience; [`ErrorKind::HttpClient`] when
+    /// the HTTP client cannot be built.
+    #[doc(alias = "NewClientFactory")]
+    pub fn new(
+        source: impl TokenSource + 'static,
+        audience: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        Self::from_source(Arc::new(source), audience, options)
+    }
+
+    /// As [`new`](Self::new), with a shared source.
+    pub fn from_source(
+        source: Arc<dyn TokenSource>,
+        audience: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let audience = audience.trim();
+        if audience.trim_end_matches('/').is_empty() {
+            return Err(ErrorKind::InvalidField {
+                field: "audience",
+                reason: "is empty".into(),
+            }
+            .into());
+        }
+        let (http, http_direct) = match options.http_client {
+            Some(client) => (client, None),
+            None if !options.extra_root_certificates.is_empty() => (
+                crate::credential::build_http_client(
+                    options.extra_root_certificates.clone(),
+                    false,
+                )?,
+                Some(crate::credential::build_http_client(
+                    options.extra_root_certificates,
+                    true,
+                )?),
+            ),
+            None => (
+                crate::credential::default_http_client(false)?,
+                Some(crate::credential::default_http_client(true)?),
+            ),
+        };
+        Ok(ClientFactory {
+            inner: Arc::new(FactoryInner {
+                source,
+                audience: audience.to_owned(),
+                scope: scope_for_audience(audience),
+                http,
+                http_direct,
+                timeout: options.request_timeout,
+                retry: options.retry,
+                clock: options.clock,
+                allow_http_loopback: options.allow_http_loopback,
+                hosts: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// A factory over any azure_core `TokenCredential` (feature `azure_core`); see
+    /// [`AzureTokenCredential`](super::AzureTokenCredential) for what it cannot do.
+    #[cfg(feature = "azure_core")]
+    pub fn from_token_credential(
+        credential: Arc<dyn azure_core::credentials::TokenCredential>,
+        audience: &str,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        Self::new(super::AzureTokenCredential(credential), audience, options)
+    }
+
+    /// A client for one identity URL (ARM's `x-ms-identity-url`; Go:
+    /// `ClientFactory.NewClient`). Its query parameters are sent with every request.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
+    /// loopback host with [`ClientOptions::allow_http_loopback`]), no host, or user
+    /// information in it. Nothing is sent.
+    #[doc(alias = "NewClient")]
+    pub fn client(&self, identity_url: &str) -> Result<Client> {
+        let (base, query) = parse_identity_url(identity_url, self.inner.allow_http_loopback)?;
+        let host = host_key(&base);
+        Ok(Client {
+            factory: self.inner.clone(),
+            base,
+            query,
+            host,
+        })
+    }
+
+    /// The audience given.
+    pub fn audience(&self) -> &str {
+        &self.inner.audience
+    }
+
+    /// The scope tokens are requested for: `<audience>/.default`.
+    pub fn scope(&self) -> &str {
+        &self.inner.scope
+    }
+}
+
+impl fmt::Debug for ClientFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientFactory")
+            .field("source", &self.inner.source)
+            .field("audience", &self.inner.audience)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client for one identity (Go: the `Client` a `ClientFactory` makes). Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    factory: Arc<FactoryInner>,
+    /// Scheme, host and path of the identity URL.
+    base: Url,
+    /// The identity URL's query parameters, in order.
+    query: Vec<(String, String)>,
+    host: String,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The query carries a signature: it never prints.
+        f.debug_struct("Client")
+            .field("identity_url", &self.base.as_str())
+            .field("query_parameters", &self.query.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A raw answer.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Client {
+    /// Get the system-assigned identity's credentials: `GET {identity URL}`.
+    #[doc(alias = "Getcred")]
+    pub async fn get_system_assigned_identity_credentials(
+        &self,
+    ) -> Result<ManagedIdentityCredentials> {
+        let answer = self.execute(Method::GET, "", None).await?;
+        parse_json(&answer)
+    }
+
+    /// Get user-assigned identities' credentials: `POST {identity URL}` with the request
+    /// (Go: `Client.GetUserAssignedIdentitiesCredentials`). They come back in
+    /// [`explicit_identities`](ManagedIdentityCredentials::explicit_identities).
+    #[doc(alias = "GetUserAssignedIdentitiesCredentials", alias = "Getcreds")]
+    pub async fn get_user_assigned_identities_credentials(
+        &self,
+        request: &UserAssignedIdentitiesRequest,
+    ) -> Result<ManagedIdentityCredentials> {
+        let body = to_body(request)?;
+        let answer = self.execute(Method::POST, "", Some(body)).await?;
+        parse_json(&answer)
+    }
+
+    /// Delete the system-assigned identity: `DELETE {identity URL}` (200 or 204).
+    #[doc(alias = "Deleteidentity")]
+    pub async fn delete_system_assigned_identity(&self) -> Result<()> {
+        self.execute(Method::DELETE, "", None).await.map(|_| ())
+    }
+
+    /// Move the identity to another resource: `POST {identity URL path}/proxy/move`.
+    #[doc(alias = "Moveidentity")]
+    pub async fn move_identity(
+        &self,
+        request: &MoveIdentityRequest,
+    ) -> Result<MoveIdentityResponse> {
+        let body = to_body(request)?;
+        let answer = self
+            .execute(Method::POST, "/proxy/move", Some(body))
+            .await?;
+        parse_json(&answer)
+    }
+
+    /// The URL of an operation (`suffix` appended to the identity URL's path), with the
+    /// identity URL's query and `api-version`. It holds the signature: do not log it.
+    pub fn operation_url(&self, suffix: &str) -> Url {
+        request_url(&self.base, &self.query, suffix)
+    }
+
+    /// One operation, with retries (the crate's retry policy) around the authenticated
+    /// exchange.
+    async fn execute(&self, method: Method, suffix: &str, body: Option<Vec<u8>>) -> Result<Answer> {
+        let f = &*self.factory;
+        let url = self.operation_url(suffix);
+        let what = format!(
+            "{method} {}{suffix}",
+            self.base.path().trim_end_matches('/')
+        );
+        let (method, url, body, what_ref) = (&method, &url, body.as_deref(), what.as_str());
+        // Only the data plane's own failures are retried here: a token source's errors
+        // come after its own retries and end the call (`Ok(Err(..))` stops the loop).
+        retry::run(
+            &f.retry,
+            f.clock.as_ref(),
+            || async move {
+                match self.authenticated(method, url, body, what_ref).await {
+                    Err(e) if is_data_plane_failure(&e) => Err(e),
+                    other => Ok(other),
+                }
+            },
+            |attempt, delay, error| {
+                tracing::info!(
+                    request = %what,
+                    attempt,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %error,
+                    "data plane request failed; retrying"
+                );
+            },
+        )
+        .await
+        .and_then(|outcome| outcome)
+    }
+
+    /// Send with the host's token if one is known; on a 401 challenge, get a token for
+    /// its tenant and send once more.
+    async fn authenticated(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&[u8]>,
+        what: &str,
+    ) -> Result<Answer> {
+        let f = &*self.factory;
+        let token = self.known_token().await?;
+        let response = self.send(method, url, body, token.as_ref(), what).await?;
+        if response.status != 401 {
+            return finish(response, what);
+        }
+        let challenge = match parse_www_authenticate(response.challenges.iter().map(String::as_str))
+            .and_then(|c| bearer_challenge(&c))
+        {
+            Ok(challenge) => challenge,
+            // A 401 to a request that carried a token and has no usable challenge: the
+            // token was refused; report the 401.
+            Err(_) if token.is_some() && response.challenges.is_empty() => {
+                return finish(response, what);
+            }
+            Err(e) => return Err(e),
+        };
+        tracing::debug!(
+            request = %what,
+            tenant = %challenge.tenant,
+            "data plane challenge; requesting a token"
+        );
+        let tenant: Arc<str> = Arc::from(challenge.tenant.as_str());
+        let fresh = f.source.token(&f.scope, &tenant).await?;
+        self.remember(tenant, fresh.clone());
+        let response = self.send(method, url, body, Some(&fresh), what).await?;
+        finish(response, what)
+    }
+
+    /// The token to send at once: the host's, or a new one from the source for the host's
+    /// tenant when the kept one nears expiry; `None` before the first challenge.
+    async fn known_token(&self) -> Result<Option<AccessToken>> {
+        let f = &*self.factory;
+        let known = {
+            let hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            hosts.get(&self.host).cloned()
+        };
+        let Some(known) = known else {
+            return Ok(None);
+        };
+        if let Some(token) = known.token
+            && token_usable(f.clock.now(), token.expires_on())
+        {
+            return Ok(Some(token));
+        }
+        let token = f.source.token(&f.scope, &known.tenant).await?;
+        self.remember(known.tenant, token.clone());
+        Ok(Some(token))
+    }
+
+    fn remember(&self, tenant: Arc<str>, token: AccessToken) {
+        let mut hosts = self.factory.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts.insert(
+            self.host.clone(),
+            HostAuth {
+                tenant,
+                token: Some(token),
+            },
+        );
+    }
+
+    /// One HTTP exchange.
+    async fn send(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&[u8]>,
+        token: Option<&AccessToken>,
+        what: &str,
+    ) -> Result<RawAnswer> {
+        let f = &*self.factory;
+        let client_request_id = uuid::Uuid::new_v4().to_string();
+        let transport = |e: reqwest::Error| -> Error {
+            ErrorKind::DataPlaneTransport {
+                url: without_query(url),
+                timeout: e.is_timeout(),
+                message: endpoint::error_chain(&e).replace(url.as_str(), &without_query(url)),
+            }
+            .into()
+        };
+        // A loopback host is never reached through a proxy from the environment.
+        let http = match &f.http_direct {
+            Some(direct) if endpoint::is_loopback(url) => direct,
+            _ => &f.http,
+        };
+        let mut request = http
+            .request(method.clone(), url.clone())
+            .timeout(f.timeout)
+            .header("accept", "application/json")
+            .header("x-ms-client-request-id", &client_request_id);
+        if let Some(token) = token {
+            request = request.bearer_auth(token.token());
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_vec());
+        }
+        let mut response = request.send().await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let retry_after = header("retry-after");
+        let request_id = header("x-ms-request-id");
+        let challenges = headers
+            .get_all(reqwest::header::WWW_AUTHENTICATE)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        let body = endpoint::read_limited_body(&mut response)
+            .await
+            .map_err(transport)?;
+        tracing::debug!(request = %what, status, "data plane answered");
+        Ok(RawAnswer {
+            status,
+            body,
+            retry_after,
+            request_id,
+            client_request_id,
+            challenges,
+            requested_at: f.clock.now(),
+        })
+    }
+}
+
+/// An answer as received (the body `None` when over the size limit).
+struct RawAnswer {
+    status: u16,
+    body: Option<Vec<u8>>,
+    retry_after: Option<String>,
+    request_id: Option<String>,
+    client_request_id: String,
+    challenges: Vec<String>,
+    requested_at: OffsetDateTime,
+}
+
+/// Pure: a 2xx answer's body, or the typed error for anything else.
+fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
+    if (200..300).contains(&raw.status) {
+        let Some(body) = raw.body else {
+            return Err(too_large(raw.status));
+        };
+        return Ok(Answer {
+            status: raw.status,
+            body,
+        });
+    }
+    let (code, message) = raw
+        .body
+        .as_deref()
+        .map(parse_error_body)
+        .unwrap_or_default();
+    Err(ErrorKind::DataPlane(Box::new(DataPlaneError {
+        status: raw.status,
+        code,
+        message,
+        request_id: raw.request_id,
+        client_request_id: Some(raw.client_request_id),
+        retry_after: raw
+            .retry_after
+            .as_deref()
+            .and_then(|v| endpoint::parse_retry_after(v, raw.requested_at)),
+        request: what.to_owned(),
+    }))
+    .into())
+}
+
+fn too_large(status: u16) -> Error {
+    ErrorKind::InvalidDataPlaneResponse {
+        status,
+        reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+    }
+    .into()
+}
+
+/// Pure: a 2xx body as `T`; errors never echo the body (it holds secrets).
+fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
+    serde_json::from_slice(&answer.body).map_err(|e| {
+        ErrorKind::InvalidDataPlaneResponse {
+            status: answer.status,
+            reason: format!("not the expected JSON ({})", redact_quoted(&e.to_string())),
+        }
+        .into()
+    })
+}
+
+fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(crate::model::json_error)
+}
+
+/// Whether an error is the data plane's own (an answer or a transport failure), which the
+/// client's retry loop may retry; anything else (the token source's errors) is final.
+fn is_data_plane_failure(error: &Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::DataPlane(_) | ErrorKind::DataPlaneTransport { .. }
+    )
+}
+
+/// Pure: whether a kept token can still be sent at `now` (more than the refresh window
+/// before its expiry).
+pub(crate) fn token_usable(now: OffsetDateTime, expires_on: OffsetDateTime) -> bool {
+    now + REFRESH_WINDOW < expires_on
+}
+
+/// Pure: split and check an identity URL: the base (scheme, host, path) and its query
+/// parameters in order.
+pub(crate) fn parse_identity_url(
+    identity_url: &str,
+    allow_http_loopback: bool,
+) -> Result<(Url, Vec<(String, String)>)> {
+    let shown = identity_url
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let refuse = |reason: &str| -> Error {
+        ErrorKind::InvalidIdentityUrl {
+            url: shown.clone(),
+            reason: reason.to_owned(),
+        }
+        .into()
+    };
+    let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_http_loopback && endpoint::is_loopback(&url) => {}
+        "http" => {
+            return Err(refuse(
+                "plain http is refused; the data plane is https only",
+            ));
+        }
+        other => return Err(refuse(&format!("scheme `{other}` is not https"))),
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(refuse("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse("an identity URL carries no user information"));
+    }
+    let query = url
+        .query_pairs()
+        .filter(|(k, _)| k != "api-version")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let mut base = url;
+    base.set_query(None);
+    base.set_fragment(None);
+    Ok((base, query))
+}
+
+/// Pure: an operation's URL: the base path (trailing `/` trimmed when a suffix follows)
+/// plus `suffix`, the identity URL's query parameters in order, then `api-version`.
+pub(crate) fn request_url(base: &Url, query: &[(String, String)], suffix: &str) -> Url {
+    let mut url = base.clone();
+    if !suffix.is_empty() {
+        let path = format!("{}{suffix}", base.path().trim_end_matches('/'));
+        url.set_path(&path);
+    }
+    {
+        let mut pairs = url.query_pairs_mut();
+        for (k, v) in query {
+            pairs.append_pair(k, v);
+        }
+        pairs.append_pair("api-version", API_VERSION);
+    }
+    url
+}
+
+/// `host:port` of a URL (the challenge cache key).
+fn host_key(url: &Url) -> String {
+    format!(
+        "{}:{}",
+        url.host_str().unwrap_or_default().to_ascii_lowercase(),
+        url.port_or_known_default().unwrap_or_default()
+    )
+}
+
+fn without_query(url: &Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    const ID_URL: &str = "https://eastus.identity.azure.net/subscriptions/s/resourcegroups/g/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/c/credentials/v2/identities?arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t";
+
+    #[test]
+    fn identity_url_keeps_query_and_adds_api_version() {
+        let (base, query) = parse_identity_url(ID_URL, false).unwrap();
+        assert_eq!(base.query(), None);
+        assert_eq!(query.len(), 5);
+        let url = request_url(&base, &query, "");
+        assert_eq!(
+            url.query(),
+            Some("arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t&api-version=2024-01-01")
+        );
+        let url = request_url(&base, &query, "/proxy/move");
+        assert!(
+            url.path()
+                .ends_with("/credentials/v2/identities/proxy/move")
+        );
+        // An api-version in the identity URL is replaced, not repeated.
+        let (base, query) = parse_identity_url("https://h/p/?api-version=1999&x=1", false).unwrap();
+        let url = request_url(&base, &query, "/proxy/move");
+        assert_eq!(
+            url.as_str(),
+            "https://h/p/proxy/move?x=1&api-version=2024-01-01"
+        );
+    }
+
+    #[test]
+    fn identity_url_must_be_https_and_errors_hide_the_query() {
+        for (bad, allow) in [
+            ("http://eastus.identity.azure.net/x?sig=SECRETSIG", false),
+            ("http://eastus.identity.azure.net/x?sig=SECRETSIG", true),
+            ("http://127.0.0.1:1/x?sig=SECRETSIG", false),
+            ("ftp://h/x?sig=SECRETSIG", true),
+            ("https://user:pw@h/x?sig=SECRETSIG", false),
+            ("not a url?sig=SECRETSIG", false),
+        ] {
+            let e = parse_identity_url(bad, allow).unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::InvalidIdentityUrl { .. }),
+                "{bad}"
+            );
+            assert!(!e.to_string().contains("SECRETSIG"), "{e}");
+        }
+        parse_identity_url("http://127.0.0.1:1/x", true).unwrap();
+    }
+
+    #[test]
+    fn kept_token_is_used_until_the_refresh_window() {
+        let now = datetime!(2026-01-01 00:00 UTC);
+        assert!(token_usable(now, now + time::Duration::minutes(6)));
+        assert!(!token_usable(now, now + time::Duration::minutes(5)));
+        assert!(!token_usable(now, now - time::Duration::minutes(1)));
+    }
+
+    #[test]
+    fn errors_keep_status_code_message_and_ids() {
+        let raw = RawAnswer {
+            status: 429,
+            body: Some(br#"{"error":{"code":"TooManyRequests","message":"slow down"}}"#.to_vec()),
+            retry_after: Some("7".into()),
+            request_id: Some("srv-1".into()),
+            client_request_id: "cli-1".into(),
+            challenges: Vec::new(),
+            requested_at: datetime!(2026-01-01 00:00 UTC),
+        };
+        let e = finish(raw, "GET /x").err().unwrap();
+        let ErrorKind::DataPlane(d) = e.kind() else {
+            panic!("{e:?}")
+        };
+        assert_eq!(d.status, 429);
+        assert_eq!(d.code.as_deref(), Some("TooManyRequests"));
+        assert_eq!(d.message.as_deref(), Some("slow down"));
+        assert_eq!(d.request_id.as_deref(), Some("srv-1"));
+        assert_eq!(d.client_request_id.as_deref(), Some("cli-1"));
+        assert_eq!(d.retry_after, Some(Duration::from_secs(7)));
+        assert!(e.is_transient());
+    }
+}

@@ -1,0 +1,117 @@
+//! What a data plane error answer carries, and parsing it (pure).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// An error answer from the MSI data plane: its status, the service's error code and
+/// message, and the ids to quote to support. Reached through
+/// [`ErrorKind::DataPlane`](crate::ErrorKind::DataPlane).
+///
+/// Every field but `status` is optional: the body may be `{"error": {"code", "message"}}`,
+/// a bare `{"code", "message"}`, empty, or a proxy's HTML page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DataPlaneError {
+    /// HTTP status code.
+    pub status: u16,
+    /// The service's error code, e.g. `NotFound`.
+    pub code: Option<String>,
+    /// The service's message.
+    pub message: Option<String>,
+    /// The service's `x-ms-request-id`.
+    pub request_id: Option<String>,
+    /// The `x-ms-client-request-id` this crate sent.
+    pub client_request_id: Option<String>,
+    /// The `Retry-After` the service asked for.
+    pub retry_after: Option<Duration>,
+    /// The operation (`GET`, `POST`, ...) and the URL path (never the query, which holds
+    /// a signature).
+    pub request: String,
+}
+
+impl fmt::Display for DataPlaneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the MSI data plane answered HTTP {} to {}",
+            self.status, self.request
+        )?;
+        if let Some(code) = &self.code {
+            write!(f, ": {code}")?;
+        }
+        if let Some(message) = &self.message {
+            let first = message.lines().next().unwrap_or_default();
+            write!(f, ": {first}")?;
+        }
+        if let Some(id) = &self.request_id {
+            write!(f, " (request id {id})")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct Body {
+    #[serde(default)]
+    error: Option<Detail>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Detail {
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Pure: the code and message of an error body, from `{"error": {...}}` or a bare object;
+/// `(None, None)` for anything else.
+pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
+    let parsed: Body = serde_json::from_slice(body).unwrap_or_default();
+    match parsed.error {
+        Some(detail) => (detail.code, detail.message),
+        None => (parsed.code, parsed.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_bare_and_garbage_bodies() {
+        assert_eq!(
+            parse_error_body(br#"{"error":{"code":"NotFound","message":"no such identity"}}"#),
+            (Some("NotFound".into()), Some("no such identity".into()))
+        );
+        assert_eq!(
+            parse_error_body(br#"{"code":"BadRequest"}"#),
+            (Some("BadRequest".into()), None)
+        );
+        assert_eq!(parse_error_body(b""), (None, None));
+        assert_eq!(parse_error_body(b"<html>502</html>"), (None, None));
+        assert_eq!(parse_error_body(br#"{"error":"x"}"#), (None, None));
+    }
+
+    #[test]
+    fn display_names_status_code_and_request_id() {
+        let e = DataPlaneError {
+            status: 404,
+            code: Some("NotFound".into()),
+            message: Some("gone\nsecond line".into()),
+            request_id: Some("r-1".into()),
+            request: "GET /subscriptions/s".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            e.to_string(),
+            "the MSI data plane answered HTTP 404 to GET /subscriptions/s: NotFound: gone (request id r-1)"
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! Where the data plane client gets its tokens: [`TokenSource`], implemented by this
+//! crate's credentials and, with the `azure_core` feature, by any azure_core
+//! `TokenCredential` through [`AzureTokenCredential`].
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::{ErrorKind, Result};
+use crate::{AccessToken, ClientCertificateCredential, UserAssignedIdentityCredential};
+
+/// The future a [`TokenSource`] returns.
+pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Send + 'a>>;
+
+/// A source of access tokens for the data plane client: a token for one scope in the
+/// tenant a data plane challenge named.
+///
+/// Implemented by [`ClientCertificateCredential`] (tokens in other tenants as its
+/// `additionally_allowed_tenants` allow), by [`UserAssignedIdentityCredential`] (its own
+/// tenant only) and, with the `azure_core` feature, by [`AzureTokenCredential`] around any
+/// `azure_core` `TokenCredential`. Implementations should cache: the client asks on every
+/// request and relies on the source to answer from its cache.
+pub trait TokenSource: Send + Sync + std::fmt::Debug {
+    /// A token for `scope` (`<audience>/.default`) in `tenant` (a GUID or a domain).
+    fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a>;
+}
+
+impl TokenSource for ClientCertificateCredential {
+    fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a> {
+        Box::pin(async move { self.get_token_for_tenant(&[scope], tenant).await })
+    }
+}
+
+impl TokenSource for UserAssignedIdentityCredential {
+    fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a> {
+        Box::pin(async move {
+            let current = self.current();
+            if !tenant.eq_ignore_ascii_case(current.tenant_id()) {
+                return Err(ErrorKind::TenantNotAllowed {
+                    tenant: tenant.to_owned(),
+                    credential_tenant: current.tenant_id().to_owned(),
+                }
+                .into());
+            }
+            self.get_token(&[scope]).await
+        })
+    }
+}
+
+#[cfg(feature = "azure_core")]
+pub use azure::AzureTokenCredential;
+
+#[cfg(feature = "azure_core")]
+mod azure {
+    use std::sync::Arc;
+
+    use azure_core::credentials::TokenCredential;
+
+    use super::{TokenFuture, TokenSource};
+    use crate::AccessToken;
+    use crate::error::{Error, ErrorKind};
+
+    /// Any `azure_core` `TokenCredential` (an `azure_identity` credential, say) as a
+    /// [`TokenSource`] (feature `azure_core`).
+    ///
+    /// azure_core 1.x cannot ask a credential for a particular tenant, so the challenge's
+    /// tenant is not passed on: the credential must already be in the identity's tenant.
+    /// When it is not, the data plane refuses the token and the call fails with its 401.
+    /// For multi-tenant services prefer [`ClientCertificateCredential::from_parts`]
+    /// with `additionally_allowed_tenants`.
+    ///
+    /// [`ClientCertificateCredential::from_parts`]: crate::ClientCertificateCredential::from_parts
+    #[derive(Clone, Debug)]
+    pub struct AzureTokenCredential(pub Arc<dyn TokenCredential>);
+
+    impl TokenSource for AzureTokenCredential {
+        fn token<'a>(&'a self, scope: &'a str, _tenant: &'a str) -> TokenFuture<'a> {
+            Box::pin(async move {
+                match self.0.get_token(&[scope], None).await {
+                    Ok(token) => Ok(AccessToken::new(token.token.secret(), token.expires_on)),
+                    Err(e) => Err(match e.downcast_ref::<Error>() {
+                        Some(ours) => ours.clone(),
+                        None => ErrorKind::ExternalCredential {
+                            message: e.to_string(),
+                        }
+                        .into(),
+                    }),
+                }
+            })
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The data plane's request and response bodies (API version 2024-01-01).
+//!
+//! Responses are snake_case, request bodies camelCase, as on the wire. Every field is
+//! optional, as in the Go reference; absent fields are omitted when serialized and
+//! unknown keys are ignored when parsing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::{CustomClaims, SecretString, UserAssignedIdentityCredentials};
+
+/// An identity's credentials as the MSI data plane returns them: the system-assigned
+/// identity's certificate at the top level, user-assigned ones in
+/// [`explicit_identities`](Self::explicit_identities).
+///
+/// `client_secret` (standard base64 of a PKCS#12 archive or PEM bundle) never prints.
+///
+/// ```
+/// use msi_dataplane::dataplane::ManagedIdentityCredentials;
+///
+/// let creds: ManagedIdentityCredentials = serde_json::from_str(r#"{
+///   "client_id": "c", "tenant_id": "t", "client_secret": "TUlJQ...",
+///   "explicit_identities": [{"client_id": "u", "resource_id": "/subscriptions/s/x"}],
+///   "some_future_key": 1
+/// }"#).unwrap();
+/// assert_eq!(creds.user_assigned_identities().len(), 1);
+/// assert!(!format!("{creds:?}").contains("TUlJQ"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ManagedIdentityCredentials {
+    /// Entra authority host, e.g. `https://login.microsoftonline.com/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication_endpoint: Option<String>,
+    /// RFC 3339 time after which the credential can no longer be renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cannot_renew_after: Option<String>,
+    /// Application (client) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Standard base64 of the certificate bundle. Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<SecretString>,
+    /// Where the MSI service serves this secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_url: Option<String>,
+    /// Claims the MSI service asks to be carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_claims: Option<CustomClaims>,
+    /// Delegated resources' identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_resources: Option<Vec<DelegatedResource>>,
+    /// The delegation URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_url: Option<String>,
+    /// The user-assigned identities asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explicit_identities: Option<Vec<UserAssignedIdentityCredentials>>,
+    /// The MSI service's internal id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_id: Option<String>,
+    /// The mTLS variant of the authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtls_authentication_endpoint: Option<String>,
+    /// RFC 3339 end of validity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
+    /// RFC 3339 start of validity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// The identity's object (principal) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_id: Option<String>,
+    /// RFC 3339 time after which the credential should be renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_after: Option<String>,
+    /// Directory (tenant) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+}
+
+/// A delegated resource's identities.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DelegatedResource {
+    /// The delegation id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_id: Option<String>,
+    /// The delegation URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_url: Option<String>,
+    /// The resource's user-assigned identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explicit_identities: Option<Vec<UserAssignedIdentityCredentials>>,
+    /// The resource's system-assigned identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implicit_identity: Option<UserAssignedIdentityCredentials>,
+    /// The MSI service's internal id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_id: Option<String>,
+    /// The resource's ARM id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
+}
+
+/// The body of "get user-assigned identities' credentials" (camelCase on the wire).
+///
+/// ```
+/// use msi_dataplane::dataplane::UserAssignedIdentitiesRequest;
+///
+/// let request = UserAssignedIdentitiesRequest::new(["/subscriptions/s/resourcegroups/g/providers/Microsoft.ManagedIdentity/userAssignedIdentities/a"]);
+/// let json = serde_json::to_string(&request).unwrap();
+/// assert!(json.starts_with(r#"{"identityIds":["/subscriptions/s/"#));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct UserAssignedIdentitiesRequest {
+    /// Claims to carry in the identities' tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_claims: Option<CustomClaims>,
+    /// Delegated resources' ARM ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_resources: Option<Vec<String>>,
+    /// The user-assigned identities' ARM resource ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_ids: Option<Vec<String>>,
+}
+
+impl UserAssignedIdentitiesRequest {
+    /// A request for these identities (ARM resource ids).
+    pub fn new<I, S>(identity_ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        UserAssignedIdentitiesRequest {
+            identity_ids: Some(identity_ids.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        }
+    }
+
+    /// Add delegated resources.
+    pub fn with_delegated_resources<I, S>(mut self, resources: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.delegated_resources = Some(resources.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Add custom claims.
+    pub fn with_custom_claims(mut self, claims: CustomClaims) -> Self {
+        self.custom_claims = Some(claims);
+        self
+    }
+}
+
+/// The body of "move identity" (camelCase on the wire).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct MoveIdentityRequest {
+    /// The ARM id of the resource the identity moves to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_resource_id: Option<String>,
+}
+
+impl MoveIdentityRequest {
+    /// Move to this resource.
+    pub fn new(target_resource_id: impl Into<String>) -> Self {
+        MoveIdentityRequest {
+            target_resource_id: Some(target_resource_id.into()),
+        }
+    }
+}
+
+/// The answer to "move identity" (camelCase on the wire).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct MoveIdentityResponse {
+    /// The identity's new identity URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_url: Option<String>,
+}
+
+impl ManagedIdentityCredentials {
+    /// The user-assigned identities (`explicit_identities`), as credentials that
+    /// [`ClientCertificateCredential::new`](crate::ClientCertificateCredential::new) and
+    /// the reloading credential accept (empty when there are none).
+    pub fn user_assigned_identities(&self) -> &[UserAssignedIdentityCredentials] {
+        self.explicit_identities.as_deref().unwrap_or_default()
+    }
+
+    /// The user-assigned identity with this ARM resource id (compared
+    /// case-insensitively, as ARM ids are).
+    pub fn user_assigned_identity(
+        &self,
+        resource_id: &str,
+    ) -> Option<&UserAssignedIdentityCredentials> {
+        self.user_assigned_identities().iter().find(|i| {
+            i.resource_id
+                .as_deref()
+                .is_some_and(|r| r.eq_ignore_ascii_case(resource_id))
+        })
+    }
+
+    /// The top-level (system-assigned) identity's certificate credential, in the form
+    /// [`ClientCertificateCredential::new`](crate::ClientCertificateCredential::new)
+    /// accepts (no `resource_id`: the data plane gives none at the top level).
+    pub fn system_assigned_identity(&self) -> UserAssignedIdentityCredentials {
+        UserAssignedIdentityCredentials {
+            authentication_endpoint: self.authentication_endpoint.clone(),
+            cannot_renew_after: self.cannot_renew_after.clone(),
+            client_id: self.client_id.clone(),
+            client_secret: self.client_secret.clone(),
+            client_secret_url: self.client_secret_url.clone(),
+            custom_claims: self.custom_claims.clone(),
+            mtls_authentication_endpoint: self.mtls_authentication_endpoint.clone(),
+            not_after: self.not_after.clone(),
+            not_before: self.not_before.clone(),
+            object_id: self.object_id.clone(),
+            renew_after: self.renew_after.clone(),
+            resource_id: None,
+            tenant_id: self.tenant_id.clone(),
+        }
+    }
+
+    /// Compact JSON, absent fields omitted. It holds `client_secret`: treat it as a
+    /// secret.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(crate::model::json_error)
+    }
+}
