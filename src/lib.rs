@@ -25,8 +25,15 @@ pub mod keyvault;
 mod model;
 mod published;
 mod reload;
+#[cfg(feature = "keyvault")]
+mod renew;
+pub mod renewal;
 mod retry;
+#[cfg(feature = "keyvault")]
+mod sdk_transport;
 mod secret;
+#[cfg(feature = "keyvault")]
+pub mod store;
 mod token;
 mod user_assigned;
 mod watch;
@@ -52,6 +59,8 @@ pub use inspect::{
 pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
 pub use reload::ReloadOutcome;
+#[cfg(feature = "keyvault")]
+pub use renew::RenewalOutcome;
 pub use retry::RetryPolicy;
 pub use secret::SecretString;
 pub use token::AccessToken;
