@@ -726,10 +726,25 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
             })
         }
         _ => ErrorKind::KeyVaultTransport {
-            message: format!("{operation} `{name}`: {e}"),
+            message: format!("{operation} `{name}`: {}", chain(&e)),
         }
         .into(),
     }
+}
+
+/// An error and its sources, `: `-separated (azure_core's wrapping hides the cause).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]

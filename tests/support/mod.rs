@@ -10,5 +10,6 @@ pub mod dataplane;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
+pub mod keyvault;
 pub mod log_capture;
 pub mod secrets;
