@@ -22,6 +22,7 @@ mod inspect;
 pub mod k8s;
 mod key;
 pub mod keyvault;
+pub mod managed_identities;
 mod model;
 mod published;
 mod reload;
