@@ -413,8 +413,15 @@ impl CredentialStore {
         })
     }
 
-    /// The secret's value (secret) and properties.
-    async fn get_value(
+    /// A secret's value as stored (the credential JSON, as a [`SecretString`]) and its
+    /// properties: what the Secrets Store CSI driver reads and writes to the mounted file.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_managed_identity`](Self::get_managed_identity).
+    ///
+    /// [`SecretString`]: crate::SecretString
+    pub async fn get_value(
         &self,
         name: &str,
         version: Option<&str>,

@@ -10,6 +10,8 @@ pub mod dataplane;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
+#[cfg(feature = "keyvault")]
+pub mod identity_flow;
 pub mod keyvault;
 pub mod log_capture;
 pub mod secrets;
