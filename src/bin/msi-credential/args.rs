@@ -76,7 +76,7 @@ pub enum VaultCommand {
 #[cfg(feature = "keyvault")]
 #[derive(Debug, Args)]
 pub struct VaultListArgs {
-    /// The vault, e.g. https://my-vault.vault.azure.net/
+    /// The vault, e.g. `https://my-vault.vault.azure.net/`.
     pub vault_url: String,
     /// The credential file the service reads the vault with.
     #[arg(long, value_name = "FILE")]
