@@ -534,6 +534,54 @@ pub enum ErrorKind {
         /// Why the value is refused.
         reason: String,
     },
+
+    // ---- the Key Vault store (`store`, feature `keyvault`) ----
+    /// Key Vault answered a store operation with an error status.
+    #[error("Key Vault {operation} of secret `{name}` failed: HTTP {status}{}{}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(), message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    KeyVault {
+        /// The operation: `set`, `get`, `delete`, `get deleted`, `purge`, `recover`, `list`.
+        operation: &'static str,
+        /// The secret name (`*` for a listing).
+        name: String,
+        /// HTTP status.
+        status: u16,
+        /// Key Vault's error code, e.g. `SecretNotFound`.
+        code: Option<String>,
+        /// Key Vault's error message.
+        message: Option<String>,
+    },
+    /// A secret name is still held by a deleted secret (HTTP 409): Key Vault keeps the name
+    /// until the deleted secret is purged or recovered.
+    #[error(
+        "secret `{name}` is deleted but recoverable, so its name cannot be reused: purge it \
+         (`purge_deleted`) or recover it (`recover_deleted`) first"
+    )]
+    SecretNameHeldByDeletedSecret {
+        /// The secret name.
+        name: String,
+    },
+    /// A Key Vault request did not complete (connection, TLS, I/O) or the client could
+    /// not be built.
+    #[error("Key Vault request failed: {message}")]
+    KeyVaultTransport {
+        /// What went wrong.
+        message: String,
+    },
+    /// A stored secret is not a credential of the storage format (no value, not the
+    /// credential JSON, a name without the `msi-`/`uamsi-` prefix, ...).
+    #[error("stored secret `{name}` is not usable: {reason}")]
+    InvalidStoredSecret {
+        /// The secret name.
+        name: String,
+        /// What is wrong (never the value).
+        reason: String,
+    },
+    /// A HyperShift managed identities file is invalid; every problem found is listed.
+    #[error("invalid managed identities file: {}", problems.join("; "))]
+    InvalidManagedIdentities {
+        /// Each problem, naming its field (e.g. `controlPlane.disk.clientID: not a GUID`).
+        problems: Vec<String>,
+    },
 }
 
 impl ErrorKind {
@@ -596,6 +644,11 @@ impl ErrorKind {
             ErrorKind::DataPlane(_) => "data_plane",
             ErrorKind::InvalidDataPlaneResponse { .. } => "invalid_data_plane_response",
             ErrorKind::ExternalCredential { .. } => "external_credential",
+            ErrorKind::KeyVault { .. } => "key_vault",
+            ErrorKind::SecretNameHeldByDeletedSecret { .. } => "secret_name_held_by_deleted_secret",
+            ErrorKind::KeyVaultTransport { .. } => "key_vault_transport",
+            ErrorKind::InvalidStoredSecret { .. } => "invalid_stored_secret",
+            ErrorKind::InvalidManagedIdentities { .. } => "invalid_managed_identities",
         }
     }
 
@@ -608,6 +661,8 @@ impl ErrorKind {
             ErrorKind::TokenEndpoint(e) => is_transient_status(e.status),
             ErrorKind::DataPlaneTransport { .. } => true,
             ErrorKind::DataPlane(e) => is_transient_status(e.status),
+            ErrorKind::KeyVaultTransport { .. } => true,
+            ErrorKind::KeyVault { status, .. } => is_transient_status(*status),
             _ => false,
         }
     }

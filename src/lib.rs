@@ -23,6 +23,7 @@ mod inspect;
 pub mod k8s;
 mod key;
 pub mod keyvault;
+pub mod managed_identities;
 mod model;
 mod parser_errors;
 mod pem_blocks;
@@ -30,9 +31,16 @@ mod pkcs12_scan;
 mod published;
 mod regular_file;
 mod reload;
+#[cfg(feature = "keyvault")]
+mod renew;
+pub mod renewal;
 mod retry;
 mod roots;
+#[cfg(feature = "keyvault")]
+mod sdk_transport;
 mod secret;
+#[cfg(feature = "keyvault")]
+pub mod store;
 mod token;
 mod user_assigned;
 mod watch;
@@ -59,6 +67,8 @@ pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
 pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
 pub use pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
 pub use reload::ReloadOutcome;
+#[cfg(feature = "keyvault")]
+pub use renew::RenewalOutcome;
 pub use retry::RetryPolicy;
 pub use secret::SecretString;
 pub use token::AccessToken;

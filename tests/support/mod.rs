@@ -10,6 +10,9 @@ pub mod dataplane;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
+#[cfg(feature = "keyvault")]
+pub mod identity_flow;
+pub mod keyvault;
 pub mod log_capture;
 pub mod scanning;
 pub mod secrets;

@@ -56,6 +56,38 @@ pub enum Command {
     /// when the file cannot be loaded at start. Send the output outside the watched
     /// directory: every write there is a file event, and so a re-read.
     Watch(WatchArgs),
+    /// Key Vault: the stored credentials (`msi-`, `uamsi-`) and their renewal state
+    /// (feature `keyvault`). No secret value is read or printed.
+    #[cfg(feature = "keyvault")]
+    #[command(subcommand)]
+    Vault(VaultCommand),
+}
+
+/// `vault ...`.
+#[cfg(feature = "keyvault")]
+#[derive(Debug, Subcommand)]
+pub enum VaultCommand {
+    /// List the stored credentials with their renewal state: current, due (past
+    /// renew_after), unusable (past exp or cannot_renew_after, or disabled), untracked.
+    List(VaultListArgs),
+}
+
+/// `vault list VAULT_URL --credential FILE`.
+#[cfg(feature = "keyvault")]
+#[derive(Debug, Args)]
+pub struct VaultListArgs {
+    /// The vault, e.g. `https://my-vault.vault.azure.net/`.
+    pub vault_url: String,
+    /// The credential file the service reads the vault with.
+    #[arg(long, value_name = "FILE")]
+    pub credential: PathBuf,
+    /// Extra trusted root CAs (PEM) for Entra and the vault.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Do not check the challenge's resource against the vault's host (test vaults on
+    /// a loopback address only).
+    #[arg(long)]
+    pub no_verify_challenge_resource: bool,
 }
 
 /// `inspect FILE`.

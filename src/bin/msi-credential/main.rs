@@ -50,6 +50,8 @@ mod output;
 mod render;
 mod signals;
 mod token;
+#[cfg(feature = "keyvault")]
+mod vault;
 mod watch;
 
 use std::process::ExitCode;
@@ -82,6 +84,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args, format),
         Command::Token(args) => token::run(args, format),
         Command::Watch(args) => watch::run(args, format),
+        #[cfg(feature = "keyvault")]
+        Command::Vault(args::VaultCommand::List(args)) => vault::list(args, format),
     };
     exit.into()
 }

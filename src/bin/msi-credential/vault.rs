@@ -1,0 +1,132 @@
+//! `msi-credential vault list VAULT_URL --credential FILE` (features `cli` + `keyvault`):
+//! the stored credentials of a vault with their renewal state. Only properties are listed
+//! (Key Vault's listing carries no values), so no secret value can be printed.
+
+use std::sync::Arc;
+
+use msi_dataplane::renewal::{RenewalState, renewal_state};
+use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions,
+    UserAssignedIdentityCredentials,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::args::VaultListArgs;
+use crate::exit::Exit;
+use crate::output;
+use crate::render::{self, Format};
+
+/// One stored credential as `vault list` prints it.
+#[derive(Debug, Serialize)]
+pub struct Listed {
+    pub name: String,
+    pub state: &'static str,
+    pub detail: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_before: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires: Option<OffsetDateTime>,
+    pub renew_after: Option<String>,
+    pub cannot_renew_after: Option<String>,
+}
+
+/// Run `vault list`.
+pub fn list(args: &VaultListArgs, format: Format) -> Exit {
+    let fail_err = |err: &msi_dataplane::Error, exit: Exit| {
+        output::failure(&render::error(err, None, format), format);
+        exit
+    };
+    let creds = match UserAssignedIdentityCredentials::from_path(&args.credential) {
+        Ok(creds) => creds,
+        Err(err) => return fail_err(&err, Exit::InvalidCredential),
+    };
+    let mut options = ClientCertificateCredentialOptions::default();
+    let mut store_options =
+        StoreOptions::default().verify_challenge_resource(!args.no_verify_challenge_resource);
+    if let Some(path) = &args.ca_file {
+        let pem = match std::fs::read(path) {
+            Ok(pem) => pem,
+            Err(e) => {
+                let message = format!("--ca-file {}: cannot be read: {e}", path.display());
+                output::failure(&render::plain_error("usage", &message, format), format);
+                return Exit::Usage;
+            }
+        };
+        let with = options
+            .with_extra_root_certificates_pem(&pem)
+            .and_then(|o| {
+                store_options
+                    .clone()
+                    .with_extra_root_certificates_pem(&pem)
+                    .map(|s| (o, s))
+            });
+        match with {
+            Ok((o, s)) => (options, store_options) = (o, s),
+            Err(err) => return fail_err(&err, Exit::Usage),
+        }
+    }
+    let credential = match ClientCertificateCredential::new(&creds, options) {
+        Ok(c) => c,
+        Err(err) => return fail_err(&err, Exit::InvalidCredential),
+    };
+    let store = match CredentialStore::new(&args.vault_url, Arc::new(credential), store_options) {
+        Ok(s) => s,
+        Err(err) => return fail_err(&err, Exit::Usage),
+    };
+    let runtime = match crate::runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let listed = match runtime.block_on(store.list()) {
+        Ok(listed) => listed,
+        Err(err) => return fail_err(&err, Exit::TokenFailed),
+    };
+    let now = OffsetDateTime::now_utc();
+    let rows: Vec<Listed> = listed
+        .iter()
+        .map(|p| {
+            let state = renewal_state(p, now);
+            let detail = match &state {
+                RenewalState::Current { renew_after } => {
+                    format!("renew after {}", render::rfc3339(*renew_after))
+                }
+                RenewalState::Due { renew_after } => {
+                    format!("renewal due since {}", render::rfc3339(*renew_after))
+                }
+                RenewalState::Unusable(why) => why.to_string(),
+                RenewalState::Untracked { reason } => reason.clone(),
+            };
+            Listed {
+                name: p.name.clone(),
+                state: state.code(),
+                detail,
+                not_before: p.not_before,
+                expires: p.expires,
+                renew_after: p.tags.get("renew_after").cloned(),
+                cannot_renew_after: p.tags.get("cannot_renew_after").cloned(),
+            }
+        })
+        .collect();
+    let text = match format {
+        Format::Json => {
+            serde_json::json!({ "vault_url": store.vault_url(), "credentials": rows }).to_string()
+        }
+        Format::Text => {
+            let mut text = format!(
+                "{} stored credential(s) in {}\n",
+                rows.len(),
+                store.vault_url()
+            );
+            for r in &rows {
+                text.push_str(&format!("{:<40} {:<9} {}\n", r.name, r.state, r.detail));
+            }
+            text.trim_end().to_owned()
+        }
+    };
+    match output::stdout(&text) {
+        Ok(()) => Exit::Success,
+        Err(exit) => exit,
+    }
+}

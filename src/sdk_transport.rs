@@ -1,0 +1,82 @@
+//! azure_core's `HttpClient` over the crate's own reqwest client (feature `keyvault`), so
+//! an Azure SDK client built by this crate uses the same HTTP/TLS stack (rustls, the
+//! crate's roots, no redirects) and no second one: azure_core stays
+//! `default-features = false`.
+
+use std::time::Duration;
+
+use azure_core::error::ErrorKind as AzureErrorKind;
+use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
+use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
+
+use crate::endpoint::{MAX_RESPONSE_BYTES, error_chain};
+
+/// An azure_core transport over a reqwest client.
+#[derive(Debug, Clone)]
+pub(crate) struct ReqwestTransport {
+    client: reqwest::Client,
+    timeout: Duration,
+}
+
+impl ReqwestTransport {
+    pub(crate) fn new(client: reqwest::Client, timeout: Duration) -> Self {
+        ReqwestTransport { client, timeout }
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for ReqwestTransport {
+    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
+        let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
+            .map_err(|e| azure_core::Error::new(AzureErrorKind::Other, e))?;
+        let mut builder = self
+            .client
+            .request(method, request.url().as_str())
+            .timeout(self.timeout);
+        for (name, value) in request.headers().iter() {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        builder = match request.body() {
+            Body::Bytes(bytes) => builder.body(bytes.clone()),
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(azure_core::Error::with_message(
+                    AzureErrorKind::Other,
+                    "this transport sends byte bodies only",
+                ));
+            }
+        };
+        let mut response = builder.send().await.map_err(transport_error)?;
+        let status = StatusCode::from(response.status().as_u16());
+        let mut headers = Headers::new();
+        for (name, value) in response.headers() {
+            if let Ok(value) = value.to_str() {
+                headers.insert(
+                    HeaderName::from(name.as_str().to_owned()),
+                    HeaderValue::from(value.to_owned()),
+                );
+            }
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(azure_core::Error::with_message(
+                    AzureErrorKind::Io,
+                    format!("the response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(AsyncRawResponse::from_bytes(status, headers, body))
+    }
+}
+
+/// Connection failures are `Connection` (azure_core retries them), the rest `Io`.
+fn transport_error(e: reqwest::Error) -> azure_core::Error {
+    let kind = if e.is_connect() {
+        AzureErrorKind::Connection
+    } else {
+        AzureErrorKind::Io
+    };
+    azure_core::Error::with_message(kind, error_chain(&e))
+}

@@ -1,0 +1,776 @@
+//! A credential store on Key Vault, over the official Azure SDK client
+//! (`azure_security_keyvault_secrets` 1.x; feature `keyvault`).
+//!
+//! [`CredentialStore`] puts the data plane's credentials as Key Vault secrets in the
+//! storage format of [`crate::keyvault`] (`msi-<id>`, `uamsi-<id>`, with its attributes
+//! and tags, decided there), reads them back as typed objects, deletes (soft), purges and
+//! recovers them, and lists what is stored without reading values; [`crate::renewal`]
+//! decides from that listing what needs renewing, and [`CredentialStore::renew`] renews
+//! one identity from the data plane.
+//!
+//! The SDK runs on this crate's own HTTP client (rustls, no redirects, optional extra
+//! roots): no second HTTP/TLS stack. It authenticates with Key Vault's challenge: the
+//! first request goes without a token; the 401 names the resource, the credential is
+//! asked for `https://vault.azure.net/.default`, and the request is sent again.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use msi_dataplane::store::{CredentialStore, StoreOptions};
+//! use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let app = UserAssignedIdentityCredentials::from_path("/etc/service/app.json")?;
+//! let credential = Arc::new(ClientCertificateCredential::new(&app, Default::default())?);
+//! let store = CredentialStore::new(
+//!     "https://my-vault.vault.azure.net/",
+//!     credential,
+//!     StoreOptions::default(),
+//! )?;
+//! let listed = store.list().await?;
+//! let plan = msi_dataplane::renewal::needing_renewal(&listed, time::OffsetDateTime::now_utc());
+//! for due in plan.due {
+//!     println!("{} needs renewing", due.name);
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::credentials::TokenCredential;
+use azure_core::error::ErrorKind as AzureErrorKind;
+use azure_core::http::{ClientOptions, RetryOptions, Transport};
+use azure_security_keyvault_secrets::models::{
+    DeletedSecret, Secret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
+    SecretClientListSecretPropertiesOptions, SecretProperties, SetSecretParameters,
+};
+use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
+use futures::TryStreamExt as _;
+use time::OffsetDateTime;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keyvault::{
+    self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
+    format_user_assigned_identity_credentials_for_storage, validate_secret_name,
+};
+use crate::renewal::{StoredKind, StoredProperties};
+use crate::sdk_transport::ReqwestTransport;
+use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
+
+/// The largest page Key Vault serves (`maxresults` 1..=25).
+pub const MAX_PAGE_SIZE: i32 = 25;
+
+/// Options for [`CredentialStore::new`].
+///
+/// ```
+/// use msi_dataplane::store::StoreOptions;
+/// let options = StoreOptions::default().with_page_size(10);
+/// assert_eq!(options.page_size, 10);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// The HTTP client. `None` uses the crate's (rustls, system roots, no redirects).
+    pub http_client: Option<reqwest::Client>,
+    /// Extra trusted root CAs for the crate-built client; ignored with `http_client`.
+    pub extra_root_certificates: Vec<reqwest::Certificate>,
+    /// Total time allowed for one HTTP request. Default 30 s.
+    pub request_timeout: Duration,
+    /// The SDK's retry options (429 and 503 honour `Retry-After`). Default: the SDK's
+    /// exponential back-off.
+    pub retry: RetryOptions,
+    /// Check that the challenge's resource matches the vault's host (the SDK's
+    /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
+    /// loopback address.
+    pub verify_challenge_resource: bool,
+    /// `maxresults` of a listing's pages (1..=25). Default 25.
+    pub page_size: i32,
+    /// The Key Vault API version. `None`: the SDK's default.
+    pub api_version: Option<String>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            http_client: None,
+            extra_root_certificates: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            retry: RetryOptions::default(),
+            verify_challenge_resource: true,
+            page_size: MAX_PAGE_SIZE,
+            api_version: None,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Use this HTTP client.
+    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
+        self.http_client = Some(client);
+        self
+    }
+
+    /// Trust these root CAs too (PEM), in a client the crate builds.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::HttpClient`] when the PEM holds no usable certificate.
+    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::from(ErrorKind::HttpClient {
+                reason: format!("extra root certificates: {e}"),
+            })
+        })?;
+        self.extra_root_certificates.extend(certs);
+        Ok(self)
+    }
+
+    /// Set the total time allowed for one HTTP request.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Set the SDK's retry options.
+    pub fn with_retry(mut self, retry: RetryOptions) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Check (default) or not the challenge's resource against the vault's host.
+    pub fn verify_challenge_resource(mut self, verify: bool) -> Self {
+        self.verify_challenge_resource = verify;
+        self
+    }
+
+    /// Set the listing page size (clamped to 1..=25).
+    pub fn with_page_size(mut self, page_size: i32) -> Self {
+        self.page_size = page_size.clamp(1, MAX_PAGE_SIZE);
+        self
+    }
+
+    /// Use this Key Vault API version.
+    pub fn with_api_version(mut self, version: impl Into<String>) -> Self {
+        self.api_version = Some(version.into());
+        self
+    }
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
+            .field("request_timeout", &self.request_timeout)
+            .field("verify_challenge_resource", &self.verify_challenge_resource)
+            .field("page_size", &self.page_size)
+            .field("api_version", &self.api_version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A stored credential read back: the typed object and its secret's properties.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Stored<T> {
+    /// The credentials (their `Debug` never shows the secret).
+    pub credentials: T,
+    /// The secret's properties (version, attributes, tags).
+    pub properties: StoredProperties,
+}
+
+/// A soft-deleted secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeletedCredential {
+    /// Its properties as they were.
+    pub properties: StoredProperties,
+    /// The URL to recover it from.
+    pub recovery_id: Option<String>,
+    /// When it was deleted.
+    pub deleted_date: Option<OffsetDateTime>,
+    /// When Key Vault purges it by itself.
+    pub scheduled_purge_date: Option<OffsetDateTime>,
+}
+
+/// Credentials stored in one Key Vault. Cheap to clone.
+#[derive(Clone)]
+pub struct CredentialStore {
+    client: Arc<SecretClient>,
+    vault_url: String,
+    page_size: i32,
+}
+
+impl fmt::Debug for CredentialStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CredentialStore")
+            .field("vault_url", &self.vault_url)
+            .field("page_size", &self.page_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CredentialStore {
+    /// A store for the vault at `vault_url` (e.g. `https://my-vault.vault.azure.net/`),
+    /// authenticating with `credential`: this crate's credentials or any azure_core
+    /// `TokenCredential`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidField`] naming `vault_url` when it is not an `https` URL;
+    /// [`ErrorKind::HttpClient`] when the HTTP client cannot be built.
+    pub fn new(
+        vault_url: &str,
+        credential: Arc<dyn TokenCredential>,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let parsed = url::Url::parse(vault_url).map_err(|e| ErrorKind::InvalidField {
+            field: "vault_url",
+            reason: format!("`{vault_url}` is not a URL: {e}"),
+        })?;
+        if parsed.scheme() != "https" || parsed.host_str().is_none() {
+            return Err(ErrorKind::InvalidField {
+                field: "vault_url",
+                reason: format!("`{vault_url}` is not an https URL with a host"),
+            }
+            .into());
+        }
+        // One vault host: a loopback vault (tests) is never reached through a proxy.
+        let direct = crate::endpoint::is_loopback(&parsed);
+        let http = match options.http_client {
+            Some(client) => client,
+            None if !options.extra_root_certificates.is_empty() => {
+                crate::credential::build_http_client(options.extra_root_certificates, direct)?
+            }
+            None => crate::credential::default_http_client(direct)?,
+        };
+        let transport = ReqwestTransport::new(http, options.request_timeout);
+        let mut sdk_options = SecretClientOptions {
+            client_options: ClientOptions {
+                transport: Some(Transport::new(Arc::new(transport))),
+                retry: options.retry,
+                ..Default::default()
+            },
+            verify_challenge_resource: Some(options.verify_challenge_resource),
+            ..Default::default()
+        };
+        if let Some(version) = options.api_version {
+            sdk_options.api_version = version;
+        }
+        let client =
+            SecretClient::new(parsed.as_str(), credential, Some(sdk_options)).map_err(|e| {
+                ErrorKind::InvalidField {
+                    field: "vault_url",
+                    reason: e.to_string(),
+                }
+            })?;
+        Ok(CredentialStore {
+            client: Arc::new(client),
+            vault_url: parsed.as_str().to_owned(),
+            page_size: options.page_size.clamp(1, MAX_PAGE_SIZE),
+        })
+    }
+
+    /// The vault URL.
+    pub fn vault_url(&self) -> &str {
+        &self.vault_url
+    }
+
+    /// Put the data plane's `ManagedIdentityCredentials` under `msi-<identifier>` (Go:
+    /// `FormatManagedIdentityCredentialsForStorage`, then set). Returns the new version's
+    /// properties.
+    ///
+    /// # Errors
+    ///
+    /// As [`keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
+    /// [`ErrorKind::SecretNameHeldByDeletedSecret`] on Key Vault's 409, and
+    /// [`ErrorKind::KeyVault`] / [`ErrorKind::KeyVaultTransport`].
+    pub async fn put_managed_identity(
+        &self,
+        identifier: &str,
+        credentials: &ManagedIdentityCredentials,
+    ) -> Result<StoredProperties> {
+        let secret = format_managed_identity_credentials_for_storage(identifier, credentials)?;
+        self.put(&secret).await
+    }
+
+    /// Put a `UserAssignedIdentityCredentials` under `uamsi-<identifier>`; see
+    /// [`put_managed_identity`](Self::put_managed_identity).
+    ///
+    /// # Errors
+    ///
+    /// As [`put_managed_identity`](Self::put_managed_identity).
+    pub async fn put_user_assigned_identity(
+        &self,
+        identifier: &str,
+        credentials: &UserAssignedIdentityCredentials,
+    ) -> Result<StoredProperties> {
+        let secret =
+            format_user_assigned_identity_credentials_for_storage(identifier, credentials)?;
+        self.put(&secret).await
+    }
+
+    /// Set a formatted secret (a new version when the name exists).
+    ///
+    /// # Errors
+    ///
+    /// As [`put_managed_identity`](Self::put_managed_identity).
+    pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
+        let attributes = secret.attributes();
+        let parameters = SetSecretParameters {
+            value: Some(secret.value().expose_secret().to_owned()),
+            content_type: Some("application/json".to_owned()),
+            secret_attributes: Some(SdkAttributes {
+                enabled: Some(attributes.enabled),
+                expires: Some(attributes.expires),
+                not_before: Some(attributes.not_before),
+                ..Default::default()
+            }),
+            tags: Some(
+                secret
+                    .tags()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+        };
+        let name = secret.name();
+        let body = parameters
+            .try_into()
+            .map_err(|e| map_error("set", name, e))?;
+        let response = self
+            .client
+            .set_secret(name, body, None)
+            .await
+            .map_err(|e| map_error("set", name, e))?;
+        let stored: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        tracing::info!(secret = name, "stored a credential in Key Vault");
+        Ok(properties_of(
+            name,
+            stored.id.as_deref(),
+            stored.attributes.as_ref(),
+            stored.tags,
+        ))
+    }
+
+    /// The `ManagedIdentityCredentials` stored as `msi-<identifier>`: the latest version,
+    /// or `version`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::KeyVault`] (404 `SecretNotFound`, ...), [`ErrorKind::KeyVaultTransport`],
+    /// [`ErrorKind::InvalidStoredSecret`] when the value is not the credential JSON.
+    pub async fn get_managed_identity(
+        &self,
+        identifier: &str,
+        version: Option<&str>,
+    ) -> Result<Stored<ManagedIdentityCredentials>> {
+        let name = keyvault::identifier_for_managed_identity_credentials(identifier);
+        self.get_typed(&name, version).await
+    }
+
+    /// The `UserAssignedIdentityCredentials` stored as `uamsi-<identifier>`.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_managed_identity`](Self::get_managed_identity).
+    pub async fn get_user_assigned_identity(
+        &self,
+        identifier: &str,
+        version: Option<&str>,
+    ) -> Result<Stored<UserAssignedIdentityCredentials>> {
+        let name = keyvault::identifier_for_user_assigned_identity_credentials(identifier);
+        self.get_typed(&name, version).await
+    }
+
+    /// A stored credential by secret name, of either kind.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_managed_identity`](Self::get_managed_identity), and
+    /// [`ErrorKind::InvalidStoredSecret`] for a name of neither prefix.
+    pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
+        let (value, properties) = self.get_value(name, version).await?;
+        let credentials = AnyCredentials::parse(name, value.expose_secret())?;
+        Ok(Stored {
+            credentials,
+            properties,
+        })
+    }
+
+    async fn get_typed<T: FromStored>(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<Stored<T>> {
+        let (value, properties) = self.get_value(name, version).await?;
+        Ok(Stored {
+            credentials: T::from_stored(name, value.expose_secret())?,
+            properties,
+        })
+    }
+
+    /// A secret's value as stored (the credential JSON, as a [`SecretString`]) and its
+    /// properties: what the Secrets Store CSI driver reads and writes to the mounted file.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_managed_identity`](Self::get_managed_identity).
+    ///
+    /// [`SecretString`]: crate::SecretString
+    pub async fn get_value(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<(crate::SecretString, StoredProperties)> {
+        validate_secret_name(name)?;
+        let options = SecretClientGetSecretOptions {
+            secret_version: version.map(str::to_owned),
+            ..Default::default()
+        };
+        let response = self
+            .client
+            .get_secret(name, Some(options))
+            .await
+            .map_err(|e| map_error("get", name, e))?;
+        let secret: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let properties = properties_of(
+            name,
+            secret.id.as_deref(),
+            secret.attributes.as_ref(),
+            secret.tags,
+        );
+        let value = secret.value.ok_or_else(|| ErrorKind::InvalidStoredSecret {
+            name: name.to_owned(),
+            reason: "Key Vault returned no value".into(),
+        })?;
+        Ok((crate::SecretString::from(value), properties))
+    }
+
+    /// Delete a secret (soft: it can be recovered or purged until its scheduled purge
+    /// date; its name stays held until then).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::KeyVault`] (404 when there is no such secret),
+    /// [`ErrorKind::KeyVaultTransport`].
+    pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
+        validate_secret_name(name)?;
+        let response = self
+            .client
+            .delete_secret(name, None)
+            .await
+            .map_err(|e| map_error("delete", name, e))?;
+        let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        tracing::info!(secret = name, "deleted a stored credential (soft)");
+        Ok(deleted_of(name, deleted))
+    }
+
+    /// A soft-deleted secret.
+    ///
+    /// # Errors
+    ///
+    /// As [`delete`](Self::delete).
+    pub async fn get_deleted(&self, name: &str) -> Result<DeletedCredential> {
+        validate_secret_name(name)?;
+        let response = self
+            .client
+            .get_deleted_secret(name, None)
+            .await
+            .map_err(|e| map_error("get deleted", name, e))?;
+        let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        Ok(deleted_of(name, deleted))
+    }
+
+    /// Purge a soft-deleted secret for good, freeing its name.
+    ///
+    /// # Errors
+    ///
+    /// As [`delete`](Self::delete).
+    pub async fn purge_deleted(&self, name: &str) -> Result<()> {
+        validate_secret_name(name)?;
+        self.client
+            .purge_deleted_secret(name, None)
+            .await
+            .map_err(|e| map_error("purge", name, e))?;
+        tracing::info!(secret = name, "purged a deleted credential");
+        Ok(())
+    }
+
+    /// Recover a soft-deleted secret (its latest version becomes current again).
+    ///
+    /// # Errors
+    ///
+    /// As [`delete`](Self::delete).
+    pub async fn recover_deleted(&self, name: &str) -> Result<StoredProperties> {
+        validate_secret_name(name)?;
+        let response = self
+            .client
+            .recover_deleted_secret(name, None)
+            .await
+            .map_err(|e| map_error("recover", name, e))?;
+        let secret: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        tracing::info!(secret = name, "recovered a deleted credential");
+        Ok(properties_of(
+            name,
+            secret.id.as_deref(),
+            secret.attributes.as_ref(),
+            secret.tags,
+        ))
+    }
+
+    /// The properties of every stored credential (`msi-` and `uamsi-` secrets), across
+    /// all pages (Key Vault's `nextLink`), without reading any value.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::KeyVault`], [`ErrorKind::KeyVaultTransport`].
+    pub async fn list(&self) -> Result<Vec<StoredProperties>> {
+        let options = SecretClientListSecretPropertiesOptions {
+            maxresults: Some(self.page_size),
+            ..Default::default()
+        };
+        let mut pager = self
+            .client
+            .list_secret_properties(Some(options))
+            .map_err(|e| map_error("list", "*", e))?;
+        let mut listed = Vec::new();
+        while let Some(item) = pager
+            .try_next()
+            .await
+            .map_err(|e| map_error("list", "*", e))?
+        {
+            let item: SecretProperties = item;
+            let Some(name) = item.id.as_deref().and_then(name_of_id) else {
+                continue;
+            };
+            if StoredKind::of(&name).is_none() {
+                continue;
+            }
+            let properties = properties_of(&name, None, item.attributes.as_ref(), item.tags);
+            listed.push(properties);
+        }
+        Ok(listed)
+    }
+}
+
+/// A stored credential of either kind.
+#[derive(Clone, Debug)]
+pub enum AnyCredentials {
+    /// From an `msi-` secret.
+    ManagedIdentity(ManagedIdentityCredentials),
+    /// From a `uamsi-` secret.
+    UserAssignedIdentity(UserAssignedIdentityCredentials),
+}
+
+impl AnyCredentials {
+    fn parse(name: &str, value: &str) -> Result<Self> {
+        match StoredKind::of(name) {
+            Some((StoredKind::ManagedIdentity, _)) => {
+                ManagedIdentityCredentials::from_stored(name, value).map(Self::ManagedIdentity)
+            }
+            Some((StoredKind::UserAssignedIdentity, _)) => {
+                UserAssignedIdentityCredentials::from_stored(name, value)
+                    .map(Self::UserAssignedIdentity)
+            }
+            None => Err(ErrorKind::InvalidStoredSecret {
+                name: name.to_owned(),
+                reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
+            }
+            .into()),
+        }
+    }
+}
+
+/// Parsing a stored value into a typed object.
+pub(crate) trait FromStored: Sized {
+    fn from_stored(name: &str, value: &str) -> Result<Self>;
+}
+
+impl FromStored for ManagedIdentityCredentials {
+    fn from_stored(name: &str, value: &str) -> Result<Self> {
+        serde_json::from_str(value).map_err(|e| {
+            ErrorKind::InvalidStoredSecret {
+                name: name.to_owned(),
+                // serde_json's message names the line and column, never the value.
+                reason: format!(
+                    "not ManagedIdentityCredentials JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
+            }
+            .into()
+        })
+    }
+}
+
+impl FromStored for UserAssignedIdentityCredentials {
+    fn from_stored(name: &str, value: &str) -> Result<Self> {
+        UserAssignedIdentityCredentials::from_slice(value.as_bytes()).map_err(|e| {
+            ErrorKind::InvalidStoredSecret {
+                name: name.to_owned(),
+                reason: format!("not UserAssignedIdentityCredentials: {e}"),
+            }
+            .into()
+        })
+    }
+}
+
+/// `https://vault/secrets/<name>[/<version>]` → `(name, version)`.
+fn split_id(id: &str) -> Option<(String, Option<String>)> {
+    let url = url::Url::parse(id).ok()?;
+    let mut segments = url.path_segments()?;
+    match segments.next()? {
+        "secrets" | "deletedsecrets" => {}
+        _ => return None,
+    }
+    let name = segments.next().filter(|s| !s.is_empty())?.to_owned();
+    let version = segments.next().filter(|s| !s.is_empty()).map(str::to_owned);
+    Some((name, version))
+}
+
+fn name_of_id(id: &str) -> Option<String> {
+    split_id(id).map(|(name, _)| name)
+}
+
+fn properties_of(
+    name: &str,
+    id: Option<&str>,
+    attributes: Option<&SdkAttributes>,
+    tags: Option<HashMap<String, String>>,
+) -> StoredProperties {
+    let mut properties = StoredProperties::new(name);
+    properties.version = id.and_then(split_id).and_then(|(_, version)| version);
+    if let Some(a) = attributes {
+        properties.enabled = a.enabled;
+        properties.not_before = a.not_before;
+        properties.expires = a.expires;
+        properties.updated = a.updated;
+    }
+    properties.tags = tags
+        .unwrap_or_default()
+        .into_iter()
+        .collect::<BTreeMap<_, _>>();
+    properties
+}
+
+fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
+    DeletedCredential {
+        properties: properties_of(
+            name,
+            deleted.id.as_deref(),
+            deleted.attributes.as_ref(),
+            deleted.tags,
+        ),
+        recovery_id: deleted.recovery_id,
+        deleted_date: deleted.deleted_date,
+        scheduled_purge_date: deleted.scheduled_purge_date,
+    }
+}
+
+fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
+    ErrorKind::InvalidStoredSecret {
+        name: name.to_owned(),
+        reason: format!("Key Vault's answer cannot be read: {}", e.kind()),
+    }
+    .into()
+}
+
+/// An SDK error as the crate's: Key Vault's status with its error code and message, the
+/// 409 of a name held by a deleted secret, a credential failure, or a transport failure.
+fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error {
+    match e.kind() {
+        AzureErrorKind::HttpResponse {
+            status,
+            error_code,
+            raw_response,
+        } => {
+            let status = u16::from(*status);
+            #[derive(serde::Deserialize)]
+            struct Body {
+                error: Option<Inner>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Inner {
+                code: Option<String>,
+                message: Option<String>,
+            }
+            let inner = raw_response
+                .as_ref()
+                .and_then(|r| serde_json::from_slice::<Body>(r.body()).ok())
+                .and_then(|b| b.error);
+            let (code, message) = match inner {
+                Some(i) => (i.code.or_else(|| error_code.clone()), i.message),
+                None => (error_code.clone(), None),
+            };
+            if status == 409 && operation == "set" {
+                return ErrorKind::SecretNameHeldByDeletedSecret {
+                    name: name.to_owned(),
+                }
+                .into();
+            }
+            ErrorKind::KeyVault {
+                operation,
+                name: name.to_owned(),
+                status,
+                code,
+                message,
+            }
+            .into()
+        }
+        AzureErrorKind::Credential => {
+            let ours = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<Error>())
+                .cloned();
+            ours.unwrap_or_else(|| {
+                ErrorKind::ExternalCredential {
+                    message: e.to_string(),
+                }
+                .into()
+            })
+        }
+        _ => ErrorKind::KeyVaultTransport {
+            message: format!("{operation} `{name}`: {}", chain(&e)),
+        }
+        .into(),
+    }
+}
+
+/// An error and its sources, `: `-separated (azure_core's wrapping hides the cause).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_split_into_name_and_version() {
+        assert_eq!(
+            split_id("https://v.vault.azure.net/secrets/uamsi-a/0123"),
+            Some(("uamsi-a".into(), Some("0123".into())))
+        );
+        assert_eq!(
+            split_id("https://v.vault.azure.net/secrets/uamsi-a"),
+            Some(("uamsi-a".into(), None))
+        );
+        assert_eq!(split_id("https://v.vault.azure.net/keys/a"), None);
+        assert_eq!(split_id("not a url"), None);
+    }
+}

@@ -1,0 +1,489 @@
+//! The Key Vault credential store (feature `keyvault`) against the test Key Vault: every
+//! operation over HTTPS with the challenge, soft delete, purge, recover, the 409 of a held
+//! name, paging across many pages, throttling, and what the vault rejects.
+#![cfg(feature = "keyvault")]
+
+mod support;
+
+use std::sync::Arc;
+
+use azure_core::http::{FixedRetryOptions, RetryOptions};
+use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, keyvault};
+use serde_json::json;
+use support::entra::{EntraServer, Scripted};
+use support::fixtures::{load, secret};
+use support::harness::{credential, https_client};
+use support::keyvault::KeyVaultServer;
+
+const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
+
+struct Setup {
+    _entra: EntraServer,
+    vault: KeyVaultServer,
+    store: CredentialStore,
+}
+
+fn quick_retry() -> RetryOptions {
+    RetryOptions::fixed(FixedRetryOptions {
+        delay: azure_core::time::Duration::milliseconds(10),
+        max_retries: 3,
+        ..Default::default()
+    })
+}
+
+async fn setup() -> Setup {
+    let entra = EntraServer::start().await;
+    let vault = KeyVaultServer::start(&entra, TENANT).await;
+    let app = credential(&entra, "pem-pkcs8");
+    let store = CredentialStore::new(
+        &vault.url(),
+        Arc::new(app),
+        StoreOptions::default()
+            .with_http_client(https_client())
+            .verify_challenge_resource(false)
+            .with_retry(quick_retry()),
+    )
+    .unwrap();
+    Setup {
+        _entra: entra,
+        vault,
+        store,
+    }
+}
+
+fn kind(e: &msi_dataplane::Error) -> &ErrorKind {
+    e.kind()
+}
+
+#[tokio::test]
+async fn put_then_get_round_trips_user_assigned_credentials_with_the_format_s_attributes() {
+    let s = setup().await;
+    let creds = load("rotation-1");
+    let put = s
+        .store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    assert_eq!(put.name, format!("uamsi-{ID}"));
+    assert!(put.version.is_some());
+    let expected =
+        keyvault::format_user_assigned_identity_credentials_for_storage(ID, &creds).unwrap();
+    assert_eq!(put.not_before, Some(expected.attributes().not_before));
+    assert_eq!(put.expires, Some(expected.attributes().expires));
+    assert_eq!(put.tags, *expected.tags());
+
+    // The challenge: the first request went without a token and without its body.
+    let requests = s.vault.requests();
+    assert_eq!(requests[0].status, 401);
+    assert!(!requests[0].authorized);
+    assert!(
+        requests[0].body.is_empty(),
+        "the unauthenticated try carries no secret"
+    );
+    let set = requests
+        .iter()
+        .find(|r| r.authorized && r.method == "PUT")
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_str(&set.body).unwrap();
+    assert_eq!(body["attributes"]["enabled"], json!(true));
+    assert_eq!(
+        body["attributes"]["nbf"],
+        json!(expected.attributes().not_before.unix_timestamp())
+    );
+    assert_eq!(
+        body["attributes"]["exp"],
+        json!(expected.attributes().expires.unix_timestamp())
+    );
+    assert_eq!(
+        body["tags"]["renew_after"],
+        json!(creds.renew_after.clone().unwrap())
+    );
+
+    let got = s.store.get_user_assigned_identity(ID, None).await.unwrap();
+    assert_eq!(got.credentials, creds);
+    assert_eq!(got.properties.version, put.version);
+    // Secrets never print.
+    let needle = secret("rotation-1");
+    assert!(!format!("{got:?}").contains(&needle[..40]));
+}
+
+#[tokio::test]
+async fn get_reads_the_latest_or_a_named_version_of_a_managed_identity() {
+    let s = setup().await;
+    let wrap = |name: &str| -> ManagedIdentityCredentials {
+        let one = serde_json::to_value(load(name)).unwrap();
+        serde_json::from_value(json!({ "explicit_identities": [one] })).unwrap()
+    };
+    let first = s
+        .store
+        .put_managed_identity("cluster-1", &wrap("rotation-1"))
+        .await
+        .unwrap();
+    let second = s
+        .store
+        .put_managed_identity("cluster-1", &wrap("rotation-2"))
+        .await
+        .unwrap();
+    assert_ne!(first.version, second.version);
+    assert_eq!(s.vault.version_count("msi-cluster-1"), 2);
+
+    let latest = s
+        .store
+        .get_managed_identity("cluster-1", None)
+        .await
+        .unwrap();
+    assert_eq!(latest.credentials, wrap("rotation-2"));
+    let old = s
+        .store
+        .get_managed_identity("cluster-1", first.version.as_deref())
+        .await
+        .unwrap();
+    assert_eq!(old.credentials, wrap("rotation-1"));
+    assert_eq!(old.properties.version, first.version);
+
+    // Either kind by name.
+    let any = s.store.get("msi-cluster-1", None).await.unwrap();
+    assert!(matches!(
+        any.credentials,
+        msi_dataplane::store::AnyCredentials::ManagedIdentity(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_a_typed_404() {
+    let s = setup().await;
+    let err = s
+        .store
+        .get_user_assigned_identity("absent", None)
+        .await
+        .unwrap_err();
+    match kind(&err) {
+        ErrorKind::KeyVault {
+            status,
+            code,
+            operation,
+            name,
+            ..
+        } => {
+            assert_eq!(*status, 404);
+            assert_eq!(code.as_deref(), Some("SecretNotFound"));
+            assert_eq!(*operation, "get");
+            assert_eq!(name, "uamsi-absent");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(!err.is_transient());
+}
+
+#[tokio::test]
+async fn soft_delete_holds_the_name_until_purged() {
+    let s = setup().await;
+    let creds = load("rotation-1");
+    s.store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    let name = format!("uamsi-{ID}");
+
+    let deleted = s.store.delete(&name).await.unwrap();
+    assert_eq!(deleted.properties.name, name);
+    assert!(
+        deleted
+            .recovery_id
+            .as_deref()
+            .unwrap()
+            .ends_with(&format!("/deletedsecrets/{name}"))
+    );
+    let (when, purge) = (
+        deleted.deleted_date.unwrap(),
+        deleted.scheduled_purge_date.unwrap(),
+    );
+    assert_eq!(purge - when, time::Duration::days(90));
+
+    // Gone from reads and listings, present as deleted.
+    assert!(matches!(
+        kind(&s.store.get(&name, None).await.unwrap_err()),
+        ErrorKind::KeyVault { status: 404, .. }
+    ));
+    assert!(s.store.list().await.unwrap().is_empty());
+    assert_eq!(
+        s.store.get_deleted(&name).await.unwrap().recovery_id,
+        deleted.recovery_id
+    );
+
+    // The name is held: a typed error that says what to do.
+    let err = s
+        .store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::SecretNameHeldByDeletedSecret { name: n } if *n == name),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("purge") && text.contains("recover"), "{text}");
+
+    s.store.purge_deleted(&name).await.unwrap();
+    assert!(matches!(
+        kind(&s.store.get_deleted(&name).await.unwrap_err()),
+        ErrorKind::KeyVault { status: 404, .. }
+    ));
+    s.store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    assert_eq!(s.vault.version_count(&name), 1, "purged versions are gone");
+}
+
+#[tokio::test]
+async fn recover_brings_back_every_version() {
+    let s = setup().await;
+    s.store
+        .put_user_assigned_identity(ID, &load("rotation-1"))
+        .await
+        .unwrap();
+    s.store
+        .put_user_assigned_identity(ID, &load("rotation-2"))
+        .await
+        .unwrap();
+    let name = format!("uamsi-{ID}");
+    s.store.delete(&name).await.unwrap();
+    let recovered = s.store.recover_deleted(&name).await.unwrap();
+    assert_eq!(recovered.name, name);
+    assert_eq!(s.vault.version_count(&name), 2);
+    let got = s.store.get_user_assigned_identity(ID, None).await.unwrap();
+    assert_eq!(got.credentials, load("rotation-2"));
+    assert!(matches!(
+        kind(&s.store.get_deleted(&name).await.unwrap_err()),
+        ErrorKind::KeyVault { status: 404, .. }
+    ));
+}
+
+#[tokio::test]
+async fn list_follows_next_link_across_many_pages_without_reading_values() {
+    let s = setup().await;
+    s.vault.set_page_size(7);
+    let tags = json!({"renew_after": "2036-01-01T00:00:00Z", "cannot_renew_after": "2046-01-01T00:00:00Z"});
+    for i in 0..40 {
+        s.vault.seed(
+            &format!("uamsi-id-{i:03}"),
+            "{\"secret\":\"VALUE-NEEDLE\"}",
+            tags.clone(),
+            1_700_000_000,
+            2_400_000_000,
+        );
+    }
+    for i in 0..5 {
+        s.vault.seed(
+            &format!("msi-cluster-{i}"),
+            "{}",
+            tags.clone(),
+            1_700_000_000,
+            2_400_000_000,
+        );
+        s.vault.seed(
+            &format!("other-{i}"),
+            "x",
+            json!({}),
+            1_700_000_000,
+            2_400_000_000,
+        );
+    }
+    let listed = s.store.list().await.unwrap();
+    assert_eq!(
+        listed.len(),
+        45,
+        "msi- and uamsi- secrets only, across every page"
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|p| p.tags["renew_after"] == "2036-01-01T00:00:00Z")
+    );
+    assert_eq!(listed[0].expires.unwrap().unix_timestamp(), 2_400_000_000);
+    let pages: Vec<_> = s
+        .vault
+        .requests()
+        .into_iter()
+        .filter(|r| r.authorized)
+        .collect();
+    assert_eq!(
+        pages.len(),
+        50usize.div_ceil(7),
+        "one request per page of 7"
+    );
+    assert!(
+        pages
+            .iter()
+            .all(|r| r.path == "/secrets" && r.status == 200)
+    );
+    assert!(
+        pages[1..]
+            .iter()
+            .all(|r| r.query.iter().any(|(k, _)| k == "$skiptoken"))
+    );
+    assert!(
+        pages
+            .iter()
+            .all(|r| r.query.iter().any(|(k, v)| k == "maxresults" && v == "25"))
+    );
+}
+
+#[tokio::test]
+async fn throttling_and_unavailability_are_retried_with_retry_after() {
+    let s = setup().await;
+    // Authenticate first, so the scripted answers meet authorized requests.
+    s.store.list().await.unwrap();
+    s.vault.enqueue(
+        Scripted::status(429)
+            .retry_after("0")
+            .body(r#"{"error":{"code":"Throttled","message":"slow down"}}"#),
+    );
+    s.vault.enqueue(Scripted::status(503).retry_after("0"));
+    s.store
+        .put_user_assigned_identity(ID, &load("rotation-1"))
+        .await
+        .unwrap();
+    let statuses: Vec<u16> = s
+        .vault
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [429, 503, 200]);
+
+    // Past the retries: a typed, transient error with Key Vault's code.
+    for _ in 0..4 {
+        s.vault.enqueue(
+            Scripted::status(429)
+                .retry_after("0")
+                .body(r#"{"error":{"code":"Throttled","message":"slow down"}}"#),
+        );
+    }
+    let err = s
+        .store
+        .get_user_assigned_identity(ID, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::KeyVault { status: 429, code: Some(c), .. } if c == "Throttled"),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+}
+
+#[tokio::test]
+async fn the_sdk_s_challenge_resource_check_refuses_a_vault_on_another_host() {
+    let entra = EntraServer::start().await;
+    let vault = KeyVaultServer::start(&entra, TENANT).await;
+    let store = CredentialStore::new(
+        &vault.url(),
+        Arc::new(credential(&entra, "pem-pkcs8")),
+        StoreOptions::default().with_http_client(https_client()),
+    )
+    .unwrap();
+    let err = store.list().await.unwrap_err();
+    assert!(err.to_string().contains("doesn't match"), "{err}");
+    assert!(
+        vault.requests().iter().all(|r| !r.authorized),
+        "no token was sent"
+    );
+    assert_eq!(entra.token_requests(), 0, "no token was even asked for");
+}
+
+#[tokio::test]
+async fn bad_names_fail_before_anything_is_sent() {
+    let s = setup().await;
+    let err = s.store.get("uamsi-bad_name", None).await.unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::InvalidSecretName { .. }),
+        "{err:?}"
+    );
+    assert!(s.vault.requests().is_empty());
+    let err = CredentialStore::new(
+        "http://vault.example/",
+        Arc::new(credential(&s._entra, "pem-pkcs8")),
+        StoreOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        kind(&err),
+        ErrorKind::InvalidField {
+            field: "vault_url",
+            ..
+        }
+    ));
+}
+
+/// The test vault rejects what Key Vault rejects, for any client.
+#[tokio::test]
+async fn the_test_vault_rejects_no_token_missing_api_version_and_bad_names() {
+    let s = setup().await;
+    s.store.list().await.unwrap();
+    let http = https_client();
+    let base = s.vault.url();
+    // No token: 401 with the challenge naming the tenant and resource.
+    let r = http
+        .get(format!("{base}secrets?api-version=2025-07-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.contains(&format!("login.microsoftonline.com/{TENANT}")));
+    assert!(challenge.contains(r#"resource="https://vault.azure.net""#));
+    // A token the Entra server never issued.
+    let r = http
+        .get(format!("{base}secrets?api-version=2025-07-01"))
+        .bearer_auth("forged")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // With a real token: no api-version, a bad name, a too large page.
+    let entra = &s._entra;
+    let app = credential(entra, "pem-pkcs8");
+    let token = app.get_token(&[support::keyvault::SCOPE]).await.unwrap();
+    let get = |path: &str| {
+        http.get(format!("{base}{path}"))
+            .bearer_auth(token.token())
+            .send()
+    };
+    assert_eq!(get("secrets").await.unwrap().status(), 400);
+    let r = get("secrets/bad_name?api-version=2025-07-01")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("BadParameter"));
+    assert_eq!(
+        get(&format!(
+            "secrets/{}?api-version=2025-07-01",
+            "a".repeat(128)
+        ))
+        .await
+        .unwrap()
+        .status(),
+        400
+    );
+    assert_eq!(
+        get("secrets?api-version=2025-07-01&maxresults=26")
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    // A token for another audience.
+    let arm = app.get_token(&[support::harness::ARM]).await.unwrap();
+    let r = http
+        .get(format!("{base}secrets?api-version=2025-07-01"))
+        .bearer_auth(arm.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
