@@ -4,45 +4,71 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "token/assertion.rs"]
 mod assertion;
 #[cfg(feature = "azure_core")]
+#[path = "azure/token_credential.rs"]
 mod azure;
+#[path = "file/bundle.rs"]
 mod bundle;
+#[path = "token/cache.rs"]
 mod cache;
+#[path = "file/certificate.rs"]
 mod certificate;
 mod clock;
 mod cloud;
+#[path = "azure/cloud_config.rs"]
 mod cloud_config;
+#[path = "token/credential.rs"]
 mod credential;
 pub mod dataplane;
+#[path = "token/endpoint.rs"]
 mod endpoint;
 mod error;
+#[path = "hypershift/mod.rs"]
 pub mod hypershift;
 mod inspect;
 #[cfg(feature = "k8s")]
+#[path = "hypershift/k8s.rs"]
 pub mod k8s;
+#[path = "file/key.rs"]
 mod key;
+#[path = "keyvault/format.rs"]
 pub mod keyvault;
+#[path = "hypershift/managed_identities.rs"]
 pub mod managed_identities;
+#[path = "file/model.rs"]
 mod model;
 mod parser_errors;
+#[path = "file/pem_blocks.rs"]
 mod pem_blocks;
+#[path = "file/pkcs12_scan.rs"]
 mod pkcs12_scan;
 mod published;
 mod regular_file;
+#[path = "reload/rule.rs"]
 mod reload;
 #[cfg(feature = "keyvault")]
+#[path = "keyvault/renew.rs"]
 mod renew;
+#[path = "keyvault/renewal.rs"]
 pub mod renewal;
+#[path = "token/retry.rs"]
 mod retry;
+#[path = "token/roots.rs"]
 mod roots;
 #[cfg(feature = "keyvault")]
+#[path = "azure/sdk_transport.rs"]
 mod sdk_transport;
 mod secret;
 #[cfg(feature = "keyvault")]
+#[path = "keyvault/store.rs"]
 pub mod store;
+#[path = "token/access_token.rs"]
 mod token;
+#[path = "reload/user_assigned.rs"]
 mod user_assigned;
+#[path = "reload/watch.rs"]
 mod watch;
 
 pub use assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
