@@ -905,7 +905,7 @@ mod tests {
             let code = kind.code();
             let e = Error::from(kind);
             assert_eq!(e.is_transient(), transient, "{code}");
-            assert_eq!(crate::retry::is_retryable(&e), transient, "{code}");
+            assert_eq!(crate::token::retry::is_retryable(&e), transient, "{code}");
         }
     }
 

@@ -14,13 +14,13 @@ use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::bundle::BundleFormat;
-use crate::certificate::ClientCertificate;
 use crate::clock::saturating_add;
-use crate::credential::NOT_BEFORE_SKEW;
-use crate::endpoint;
 use crate::error::Result;
-use crate::model::UserAssignedIdentityCredentials;
+use crate::file::bundle::BundleFormat;
+use crate::file::certificate::ClientCertificate;
+use crate::file::model::UserAssignedIdentityCredentials;
+use crate::token::credential::NOT_BEFORE_SKEW;
+use crate::token::endpoint;
 
 /// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
 /// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,

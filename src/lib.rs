@@ -4,110 +4,77 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "token/assertion.rs"]
-mod assertion;
-#[cfg(feature = "azure_core")]
-#[path = "azure/token_credential.rs"]
-mod azure;
-#[path = "file/bundle.rs"]
-mod bundle;
-#[path = "token/cache.rs"]
-mod cache;
-#[path = "file/certificate.rs"]
-mod certificate;
+// Shared by everything below: errors, time, secrets, the hot-path publication
+// primitive, reading files safely, parser messages without input, clouds, and the
+// health report (which reads across the file and the token layers).
 mod clock;
 mod cloud;
-#[path = "azure/cloud_config.rs"]
-mod cloud_config;
-#[path = "token/credential.rs"]
-mod credential;
-pub mod dataplane;
-#[path = "token/endpoint.rs"]
-mod endpoint;
 mod error;
-#[path = "hypershift/mod.rs"]
-pub mod hypershift;
 mod inspect;
-#[cfg(feature = "k8s")]
-#[path = "hypershift/k8s.rs"]
-pub mod k8s;
-#[path = "file/key.rs"]
-mod key;
-#[path = "keyvault/format.rs"]
-pub mod keyvault;
-#[path = "hypershift/managed_identities.rs"]
-pub mod managed_identities;
-#[path = "file/model.rs"]
-mod model;
 mod parser_errors;
-#[path = "file/pem_blocks.rs"]
-mod pem_blocks;
-#[path = "file/pkcs12_scan.rs"]
-mod pkcs12_scan;
 mod published;
 mod regular_file;
-#[path = "reload/rule.rs"]
-mod reload;
-#[cfg(feature = "keyvault")]
-#[path = "keyvault/renew.rs"]
-mod renew;
-#[path = "keyvault/renewal.rs"]
-pub mod renewal;
-#[path = "token/retry.rs"]
-mod retry;
-#[path = "token/roots.rs"]
-mod roots;
-#[cfg(feature = "keyvault")]
-#[path = "azure/sdk_transport.rs"]
-mod sdk_transport;
 mod secret;
-#[cfg(feature = "keyvault")]
-#[path = "keyvault/store.rs"]
-pub mod store;
-#[path = "token/access_token.rs"]
-mod token;
-#[path = "reload/user_assigned.rs"]
-mod user_assigned;
-#[path = "reload/watch.rs"]
-mod watch;
 
-pub use assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
-pub use bundle::{BundleFormat, MAX_CERTIFICATES};
-pub use cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
-pub use certificate::ClientCertificate;
+// The layers, each using only those above it: the credential file; file to token;
+// following rotations; Azure glue; HyperShift and Kubernetes; the MSI data plane; Key
+// Vault storage.
+mod azure;
+pub mod dataplane;
+mod file;
+pub mod hypershift;
+pub mod keyvault;
+mod reload;
+mod token;
+
+#[cfg(feature = "k8s")]
+#[doc(inline)]
+pub use hypershift::k8s;
+#[doc(inline)]
+pub use hypershift::managed_identities;
+#[doc(inline)]
+pub use keyvault::renewal;
+#[cfg(feature = "keyvault")]
+#[doc(inline)]
+pub use keyvault::store;
+
+pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use cloud::{Cloud, default_scope};
-pub use cloud_config::CloudConfig;
-pub use credential::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
-    get_credential,
-};
 pub use dataplane::ManagedIdentityCredentials;
-pub use endpoint::MAX_RESPONSE_BYTES;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
+pub use file::bundle::{BundleFormat, MAX_CERTIFICATES};
+pub use file::certificate::ClientCertificate;
+pub use file::key::{MAX_RSA_BITS, MIN_RSA_BITS};
+pub use file::model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+pub use file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
 pub use inspect::{
     CertificateSummary, CredentialReport, EXPIRES_SOON_MARGIN, FileTimes, Problem, ProblemKind,
     Severity, Validity,
 };
-pub use key::{MAX_RSA_BITS, MIN_RSA_BITS};
-pub use model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
-pub use pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
-pub use reload::ReloadOutcome;
 #[cfg(feature = "keyvault")]
-pub use renew::RenewalOutcome;
-pub use retry::RetryPolicy;
-pub use secret::SecretString;
-pub use token::AccessToken;
-/// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
-pub use tokio_util::sync::CancellationToken;
-pub use user_assigned::{
+pub use keyvault::renew::RenewalOutcome;
+pub use reload::rule::ReloadOutcome;
+pub use reload::user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
     new_user_assigned_identity_credential,
 };
 /// How many directory watches (one per watched directory, shared by every credential in
 /// it) are alive in this process: for tests and diagnostics, not a stable API.
 #[doc(hidden)]
-pub use watch::live_directory_watchers;
+pub use reload::watch::live_directory_watchers;
+pub use secret::SecretString;
+pub use token::access_token::AccessToken;
+pub use token::assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
+pub use token::cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
+pub use token::credential::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
+    get_credential,
+};
+pub use token::endpoint::MAX_RESPONSE_BYTES;
+pub use token::retry::RetryPolicy;
+/// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
+pub use tokio_util::sync::CancellationToken;
 
 /// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`, as
 /// `cargo fuzz` does): the parsers that see untrusted bytes.
@@ -116,13 +83,13 @@ pub use watch::live_directory_watchers;
 pub mod fuzzing {
     /// Parse a token endpoint answer (success or error body) as `get_token` does.
     pub fn token_response(status: u16, retry_after: Option<&str>, body: &[u8]) {
-        let raw = crate::endpoint::RawResponse {
+        let raw = crate::token::endpoint::RawResponse {
             status,
             retry_after: retry_after.map(str::to_owned),
             body: body.to_vec(),
         };
         let now = time::OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
-        let _ = crate::endpoint::parse_response(&raw, now, "fuzz");
+        let _ = crate::token::endpoint::parse_response(&raw, now, "fuzz");
     }
 }
 

@@ -159,7 +159,7 @@ fn key_without_certificate_is_no_certificate() {
 
 // ---------------------------------------------------------------------------------------
 // Hostile PKCS#12 archives (issue 11, finding 3): refused by the pre-scan, before any key
-// derivation. (The unit test in src/bundle.rs also checks that the decoder never ran.)
+// derivation. (The unit test in src/file/bundle.rs also checks that the decoder never ran.)
 // ---------------------------------------------------------------------------------------
 
 fn der(tag: u8, contents: &[u8]) -> Vec<u8> {

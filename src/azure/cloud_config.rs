@@ -49,8 +49,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
 use crate::error::{ErrorKind, Result};
-use crate::model::{check_size, json_error, read_limited_as};
-use crate::user_assigned::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+use crate::file::model::{check_size, json_error, read_limited_as};
+use crate::reload::user_assigned::{
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+};
 
 /// How errors name a cloud config file.
 const CLOUD_CONFIG_FILE: &str = "cloud config file";

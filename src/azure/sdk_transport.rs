@@ -9,7 +9,7 @@ use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 
-use crate::endpoint::{MAX_RESPONSE_BYTES, error_chain};
+use crate::token::endpoint::{MAX_RESPONSE_BYTES, error_chain};
 
 /// An azure_core transport over a reqwest client.
 #[derive(Debug, Clone)]

@@ -19,9 +19,9 @@ use super::types::{
     UserAssignedIdentitiesRequest,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::endpoint::{self, MAX_RESPONSE_BYTES};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
-use crate::retry::{self, RetryPolicy};
+use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
+use crate::token::retry::{self, RetryPolicy};
 use crate::{AccessToken, REFRESH_WINDOW};
 
 /// The data plane API version every request carries.
@@ -226,18 +226,18 @@ impl ClientFactory {
         let (http, http_direct) = match options.http_client {
             Some(client) => (client, None),
             None if !options.extra_root_certificates.is_empty() => (
-                crate::credential::build_http_client(
+                crate::token::credential::build_http_client(
                     options.extra_root_certificates.clone(),
                     false,
                 )?,
-                Some(crate::credential::build_http_client(
+                Some(crate::token::credential::build_http_client(
                     options.extra_root_certificates,
                     true,
                 )?),
             ),
             None => (
-                crate::credential::default_http_client(false)?,
-                Some(crate::credential::default_http_client(true)?),
+                crate::token::credential::default_http_client(false)?,
+                Some(crate::token::credential::default_http_client(true)?),
             ),
         };
         Ok(ClientFactory {
@@ -618,7 +618,7 @@ fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
 }
 
 fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(crate::model::json_error)
+    serde_json::to_vec(value).map_err(crate::file::model::json_error)
 }
 
 /// Whether an error is the data plane's own (an answer or a transport failure), which the

@@ -1,14 +1,14 @@
 //! Decoding `client_secret`: base64, then a PEM bundle or a PKCS#12 archive, into raw
 //! certificates (DER, in input order) and raw key material. No cryptography happens here
-//! beyond what PKCS#12 needs to open its bags; [`crate::key`] loads the key and
-//! [`crate::certificate`] pairs it with its certificate.
+//! beyond what PKCS#12 needs to open its bags; [`crate::file::key`] loads the key and
+//! [`crate::file::certificate`] pairs it with its certificate.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
 use crate::error::{ErrorKind, Result};
-use crate::{pem_blocks, pkcs12_scan};
+use crate::file::{pem_blocks, pkcs12_scan};
 
 /// At most this many certificates are accepted in one bundle.
 pub const MAX_CERTIFICATES: usize = 32;
@@ -207,7 +207,7 @@ fn describe_base64_error(e: &base64::DecodeError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pkcs12_scan::tests as build;
+    use crate::file::pkcs12_scan::tests as build;
 
     thread_local! {
         /// How many archives this thread handed to the PKCS#12 decoder (which derives keys).

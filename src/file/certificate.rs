@@ -8,10 +8,10 @@ use aws_lc_rs::signature::RsaKeyPair;
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::bundle::{self, BundleFormat};
 use crate::error::{ErrorKind, Result};
-use crate::key::{self, LoadedKey};
-use crate::model::UserAssignedIdentityCredentials;
+use crate::file::bundle::{self, BundleFormat};
+use crate::file::key::{self, LoadedKey};
+use crate::file::model::UserAssignedIdentityCredentials;
 
 /// A decoded certificate bundle, ready to sign client assertions.
 ///

@@ -8,8 +8,8 @@
 use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
 use pkcs8::der::Decode;
 
-use crate::bundle::RawKey;
 use crate::error::{ErrorKind, Result};
+use crate::file::bundle::RawKey;
 
 /// RSA keys shorter than this are refused.
 pub const MIN_RSA_BITS: usize = 2048;

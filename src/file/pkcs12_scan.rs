@@ -28,7 +28,7 @@ use crate::error::ErrorKind;
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;
 /// Most bags accepted in the unencrypted containers of a PKCS#12 archive
 /// ([`MAX_CERTIFICATES`](crate::MAX_CERTIFICATES) plus the key and a few spare).
-pub const MAX_PKCS12_BAGS: usize = crate::bundle::MAX_CERTIFICATES + 4;
+pub const MAX_PKCS12_BAGS: usize = crate::file::bundle::MAX_CERTIFICATES + 4;
 /// Most containers (`ContentInfo`s of the authenticated safe) accepted in a PKCS#12
 /// archive. Writers use two: one for the certificates, one for the key.
 pub const MAX_PKCS12_CONTAINERS: usize = 8;
@@ -787,7 +787,7 @@ pub(crate) mod tests {
             );
             let creds = crate::UserAssignedIdentityCredentials::from_path(&path).unwrap();
             let secret = creds.client_secret.unwrap();
-            let archive = crate::bundle::decode_base64(secret.expose_secret()).unwrap();
+            let archive = crate::file::bundle::decode_base64(secret.expose_secret()).unwrap();
             let opened = p12_keystore::Pkcs12Archive::from_pkcs12(&archive, "").unwrap();
             let expected = opened.certs.len() + opened.keys.len();
             let scanned = scan(&archive).unwrap();

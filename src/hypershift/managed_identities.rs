@@ -20,7 +20,7 @@
 //! secret names, encodings; `kms` is optional), naming every problem in one
 //! [`ErrorKind::InvalidManagedIdentities`]. With the `k8s` feature,
 //! [`ManagedIdentities::kubernetes_objects`] builds each component's SecretProviderClass,
-//! volume and mount with [`crate::k8s`].
+//! volume and mount with [`crate::hypershift::k8s`].
 
 use serde::Deserialize;
 
@@ -199,7 +199,7 @@ impl ManagedIdentities {
     /// [`ErrorKind::Json`] when it is not JSON of this shape;
     /// [`ErrorKind::InvalidManagedIdentities`] listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let raw: RawFile = serde_json::from_slice(bytes).map_err(crate::model::json_error)?;
+        let raw: RawFile = serde_json::from_slice(bytes).map_err(crate::file::model::json_error)?;
         let mut p = Problems::default();
         let mut key_vault = ManagedIdentitiesKeyVault {
             name: String::new(),
@@ -346,7 +346,7 @@ mod kubernetes {
     use super::{ComponentIdentity, ManagedIdentities};
     use crate::error::{ErrorKind, Result};
     use crate::hypershift::Component;
-    use crate::k8s::{
+    use crate::hypershift::k8s::{
         KeyVaultObject, ObjectEncoding, SecretProviderClass, certs_volume_mount, csi_volume,
         kms_volume_mount,
     };

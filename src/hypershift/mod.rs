@@ -35,12 +35,24 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! This folder also builds HyperShift's Kubernetes objects (`k8s`, feature `k8s`) and
+//! reads the managed identities file a cluster starts from (`managed_identities`). Uses
+//! `reload/` (the credential from the environment) and `keyvault/` (secret names).
+
+#[cfg(feature = "k8s")]
+#[doc(hidden)]
+pub mod k8s;
+#[doc(hidden)]
+pub mod managed_identities;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::error::{ErrorKind, Result};
-use crate::user_assigned::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+use crate::reload::user_assigned::{
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+};
 
 /// Environment variable naming a component's credential file (HyperShift:
 /// `config.ManagedAzureCredentialsFilePath`). HyperShift sets it to

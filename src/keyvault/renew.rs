@@ -9,12 +9,12 @@ use time::OffsetDateTime;
 
 use crate::dataplane::{Client, UserAssignedIdentitiesRequest};
 use crate::error::{ErrorKind, Result};
+use crate::keyvault::renewal::{StoredKind, StoredProperties, should_store};
+use crate::keyvault::store::{CredentialStore, Stored};
 use crate::keyvault::{
     format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage,
 };
-use crate::renewal::{StoredKind, StoredProperties, should_store};
-use crate::store::{CredentialStore, Stored};
 use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// What [`CredentialStore::renew`] did.

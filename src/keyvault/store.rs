@@ -4,7 +4,7 @@
 //! [`CredentialStore`] puts the data plane's credentials as Key Vault secrets in the
 //! storage format of [`crate::keyvault`] (`msi-<id>`, `uamsi-<id>`, with its attributes
 //! and tags, decided there), reads them back as typed objects, deletes (soft), purges and
-//! recovers them, and lists what is stored without reading values; [`crate::renewal`]
+//! recovers them, and lists what is stored without reading values; [`crate::keyvault::renewal`]
 //! decides from that listing what needs renewing, and [`CredentialStore::renew`] renews
 //! one identity from the data plane.
 //!
@@ -50,13 +50,13 @@ use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
 use futures::TryStreamExt as _;
 use time::OffsetDateTime;
 
+use crate::azure::sdk_transport::ReqwestTransport;
 use crate::error::{Error, ErrorKind, Result};
+use crate::keyvault::renewal::{StoredKind, StoredProperties};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
 };
-use crate::renewal::{StoredKind, StoredProperties};
-use crate::sdk_transport::ReqwestTransport;
 use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
@@ -241,13 +241,16 @@ impl CredentialStore {
             .into());
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
-        let direct = crate::endpoint::is_loopback(&parsed);
+        let direct = crate::token::endpoint::is_loopback(&parsed);
         let http = match options.http_client {
             Some(client) => client,
             None if !options.extra_root_certificates.is_empty() => {
-                crate::credential::build_http_client(options.extra_root_certificates, direct)?
+                crate::token::credential::build_http_client(
+                    options.extra_root_certificates,
+                    direct,
+                )?
             }
-            None => crate::credential::default_http_client(direct)?,
+            None => crate::token::credential::default_http_client(direct)?,
         };
         let transport = ReqwestTransport::new(http, options.request_timeout);
         let mut sdk_options = SecretClientOptions {

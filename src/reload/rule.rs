@@ -19,9 +19,9 @@ use std::path::Path;
 use aws_lc_rs::digest;
 use time::OffsetDateTime;
 
-use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 use crate::error::Result;
-use crate::model::{UserAssignedIdentityCredentials, read_limited};
+use crate::file::model::{UserAssignedIdentityCredentials, read_limited};
+use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 
 /// What one re-read of the credential file ended in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,12 +11,12 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Rfc3339, saturating_add};
-use crate::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
-use crate::reload::{self, Loaded, ReloadOutcome};
-use crate::token::AccessToken;
-use crate::watch::{DirSignal, Subscription, subscribe as watch_dir};
+use crate::reload::rule::{self, Loaded, ReloadOutcome};
+use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
+use crate::token::access_token::AccessToken;
+use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 
 /// Options for [`UserAssignedIdentityCredential`], mirroring the Go reference's
 /// (`WithBackstopRefresh`, client options; logging goes through `tracing`).
@@ -349,8 +349,8 @@ async fn load_blocking(
 ) -> Result<(Option<Subscription>, Loaded)> {
     tokio::task::spawn_blocking(move || {
         let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
-        let bytes = reload::read(&path)?;
-        Ok((watcher, reload::build(&path, &bytes, options)?))
+        let bytes = rule::read(&path)?;
+        Ok((watcher, rule::build(&path, &bytes, options)?))
     })
     .await
     .map_err(|_| abandoned())?
@@ -409,7 +409,7 @@ impl Reloader {
     /// background task. Under the lock, only CPU work happens (build, decide, swap).
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
         let path = self.path.clone();
-        let bytes = tokio::task::spawn_blocking(move || reload::read(&path))
+        let bytes = tokio::task::spawn_blocking(move || rule::read(&path))
             .await
             .unwrap_or_else(|_| Err(abandoned()));
         let mut refusal = self.check.lock().await;
@@ -422,14 +422,14 @@ impl Reloader {
                 let options = self.client_options.clone();
                 // Compare, and build only when the bytes are new: off the async threads.
                 tokio::task::spawn_blocking(move || {
-                    let digest = reload::digest_of(&bytes);
+                    let digest = rule::digest_of(&bytes);
                     if digest == active_digest {
                         return Read::Same;
                     }
                     if Some(digest) == refused {
                         return Read::Refused;
                     }
-                    match reload::build(&path, &bytes, options) {
+                    match rule::build(&path, &bytes, options) {
                         Ok(loaded) => Read::Built(Box::new(loaded), digest),
                         Err(e) => Read::Bad(Some(digest), e),
                     }
@@ -463,7 +463,7 @@ impl Reloader {
             }
             Read::Built(loaded, digest) => {
                 let active_not_before = self.active.read(|a| a.not_before);
-                match reload::decide(active_not_before, loaded.not_before) {
+                match rule::decide(active_not_before, loaded.not_before) {
                     ReloadOutcome::Swapped => {
                         tracing::info!(
                             path = %self.path.display(),

@@ -12,8 +12,8 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
-use crate::certificate::ClientCertificate;
 use crate::error::{ErrorKind, Result};
+use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s` (DESIGN §3).
 pub const ASSERTION_LIFETIME_SECS: i64 = 600;

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, unix_millis};
 use crate::error::{ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
-use crate::token::AccessToken;
+use crate::token::access_token::AccessToken;
 
 /// At most this many scope sets are cached per credential.
 pub const MAX_SLOTS: usize = 1024;
@@ -475,7 +475,7 @@ impl FlightGuard {
                     started,
                     token.expires_on(),
                     token.refresh_on(),
-                    crate::retry::jitter(),
+                    crate::token::retry::jitter(),
                 );
                 let cached = Arc::new(Cached::new(token, at));
                 self.shared.update(|current| {
@@ -492,7 +492,7 @@ impl FlightGuard {
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
-                let wait = refresh_backoff(state.failures, crate::retry::jitter());
+                let wait = refresh_backoff(state.failures, crate::token::retry::jitter());
                 let now = clock.now_unix_millis();
                 let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
                 slot.retry_not_before

@@ -9,16 +9,16 @@ use std::time::Duration;
 use reqwest::Url;
 use time::OffsetDateTime;
 
-use crate::assertion::{AssertionAlgorithm, AssertionSigner};
-use crate::cache::{Fetch, TokenCache};
-use crate::certificate::ClientCertificate;
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add};
-use crate::endpoint::{self, TokenRequest};
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::UserAssignedIdentityCredentials;
-use crate::retry::{self, RetryPolicy};
+use crate::file::certificate::ClientCertificate;
+use crate::file::model::UserAssignedIdentityCredentials;
 use crate::secret::SecretString;
-use crate::token::AccessToken;
+use crate::token::access_token::AccessToken;
+use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
+use crate::token::cache::{Fetch, TokenCache};
+use crate::token::endpoint::{self, TokenRequest};
+use crate::token::retry::{self, RetryPolicy};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
@@ -118,7 +118,7 @@ impl ClientCertificateCredentialOptions {
         path: impl AsRef<std::path::Path>,
     ) -> Result<Self> {
         let path = path.as_ref();
-        let pem = crate::model::read_limited_as(path, CA_FILE)?;
+        let pem = crate::file::model::read_limited_as(path, CA_FILE)?;
         if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
             return Err(Error::from(ErrorKind::HttpClient {
                 reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
@@ -832,7 +832,11 @@ pub(crate) fn build_http_client(
     let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(0)
-        .tls_certs_merge(extra_roots.into_iter().chain(crate::roots::bundled()));
+        .tls_certs_merge(
+            extra_roots
+                .into_iter()
+                .chain(crate::token::roots::bundled()),
+        );
     let builder = if direct { builder.no_proxy() } else { builder };
     builder.build().map_err(|e| {
         Error::from(ErrorKind::HttpClient {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::error::{Error, ErrorKind, Result, TokenEndpointError, redact_quoted};
-use crate::token::AccessToken;
+use crate::token::access_token::AccessToken;
 use zeroize::Zeroizing;
 
 /// Token (and error) response bodies larger than this are refused.

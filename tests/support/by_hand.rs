@@ -1,5 +1,5 @@
 //! The token request done by hand, for the benches' baselines: the claims the crate signs
-//! (src/assertion.rs) and the exact POST it sends (src/endpoint.rs), written out without
+//! (src/token/assertion.rs) and the exact POST it sends (src/token/endpoint.rs), written out without
 //! the crate so the benches can compare against them. Self-contained, so a bench can
 //! include this file alone.
 
