@@ -151,6 +151,18 @@ impl TestCertificateBuilder {
         self
     }
 
+    /// Start validity one second after `previous` starts (keeping the same length), so
+    /// the new certificate counts as a renewal: reloads only move to a credential whose
+    /// `not_before` is later.
+    pub fn renewing(mut self, previous: &TestCertificate) -> Self {
+        let length = self.not_after - self.not_before;
+        if self.not_before <= previous.not_before {
+            self.not_before = previous.not_before + Duration::seconds(1);
+            self.not_after = self.not_before + length;
+        }
+        self
+    }
+
     fn params(&self) -> CertificateParams {
         let mut params = CertificateParams::default();
         params.distinguished_name = name(&self.common_name);
@@ -222,7 +234,10 @@ pub struct TestCertificate {
 impl TestCertificate {
     /// Choose subject and validity, then make a self-signed or CA-issued certificate.
     pub fn builder() -> TestCertificateBuilder {
-        let now = OffsetDateTime::now_utc();
+        // X.509 times have whole seconds.
+        let now = OffsetDateTime::now_utc()
+            .replace_nanosecond(0)
+            .unwrap_or(OffsetDateTime::now_utc());
         TestCertificateBuilder {
             common_name: "msi-dataplane test client".to_owned(),
             not_before: now - Duration::hours(1),

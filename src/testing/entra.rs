@@ -68,7 +68,7 @@ const MAX_BODY: usize = 1 << 20;
 /// let options = ClientCertificateCredentialOptions::default().with_http_client(server.client());
 /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 /// let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
-/// let issued = server.issued(token.token.expose_secret()).unwrap();
+/// let issued = server.issued(token.token()).unwrap();
 /// assert_eq!(issued.cert_sha256_hex, cert.sha256_hex());
 /// assert_eq!(server.tokens_issued(), 1);
 /// # }
