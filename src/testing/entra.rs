@@ -185,8 +185,8 @@ impl RecordedRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-/// How a recorded request was answered.
+/// How a recorded request was answered. `Debug` leaves the access token out.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// A token was issued (the access token).
     Token(String),
@@ -201,6 +201,25 @@ pub enum Outcome {
     },
     /// A scripted answer with this status was used (also when it closed the connection).
     Scripted(u16),
+}
+
+impl fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Token(token) => write!(f, "Token(<{} bytes>)", token.len()),
+            Outcome::Error {
+                status,
+                code,
+                error,
+            } => f
+                .debug_struct("Error")
+                .field("status", status)
+                .field("code", code)
+                .field("error", error)
+                .finish(),
+            Outcome::Scripted(status) => f.debug_tuple("Scripted").field(status).finish(),
+        }
+    }
 }
 
 /// What produced an access token.
