@@ -25,6 +25,9 @@ mod file;
 pub mod hypershift;
 pub mod keyvault;
 mod reload;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod testing;
 mod token;
 
 #[cfg(feature = "k8s")]

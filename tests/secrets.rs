@@ -644,3 +644,96 @@ fn malformed_bundles_leave_no_secret_in_cli_output() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The testing kit (feature `test-util`): its servers, certificates and writer print no
+/// key material, client secret, assertion or access token in `Debug`, and nothing secret
+/// reaches the logs during a token flow, a scripted failure and a CSI rotation.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testing_kit_prints_and_logs_no_secret() {
+    use msi_dataplane::BundleFormat;
+    use msi_dataplane::testing::{CsiMount, TestCa, TestCertificate, TestIdentity};
+
+    captured();
+    let server = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let ca = TestCa::new("secrets CA");
+    let cert = TestCertificate::builder().signed_by(&ca);
+    server.register(&identity, &cert);
+    let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
+
+    let mut secrets = Secrets::none();
+    let secret = creds
+        .client_secret
+        .as_ref()
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    secrets.add("client_secret prefix", &secret[..48]);
+    secrets.add(
+        "client_secret middle",
+        &secret[secret.len() / 2..secret.len() / 2 + 48],
+    );
+    for block in pem::parse_many(cert.bundle(BundleFormat::Pem).as_slice()).unwrap() {
+        if block.tag().contains("PRIVATE KEY") {
+            let b64 = STANDARD.encode(block.contents());
+            secrets.add("key base64", &b64[100..160]);
+        }
+    }
+    let p12 = STANDARD.encode(cert.bundle(BundleFormat::Pkcs12).as_slice());
+    secrets.add("PKCS#12 bundle", &p12[200..260]);
+
+    let mut mount = CsiMount::with_credentials(&creds);
+    let cred = UserAssignedIdentityCredential::new(
+        mount.visible_path(),
+        UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(options().with_http_client(server.client()))
+            .with_debounce(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    server.enqueue(Scripted::aadsts(400, "invalid_client", 700027, "scripted"));
+    let _ = cred.get_token(&[ARM]).await;
+    let token = cred.get_token(&[ARM]).await.unwrap();
+    secrets.add("access token", token.token());
+    let second = TestCertificate::builder().renewing(&cert).signed_by(&ca);
+    server.register(&identity, &second);
+    let mut rx = cred.subscribe();
+    mount.rotate_credentials(&identity.credentials(
+        &second,
+        &server.base_url(),
+        BundleFormat::Pkcs12,
+    ));
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        rx.wait_for(|s| {
+            s.thumbprint_sha256
+                .eq_ignore_ascii_case(&second.sha256_hex())
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let token = cred
+        .get_token(&["https://vault.azure.net/.default"])
+        .await
+        .unwrap();
+    secrets.add("second access token", token.token());
+
+    let texts = [
+        ("server", format!("{server:?} {server:#?}")),
+        (
+            "requests",
+            format!("{:?} {:#?}", server.requests(), server.requests()),
+        ),
+        ("issued", format!("{:?}", server.issued(token.token()))),
+        ("certificate", format!("{cert:?} {cert:#?} {second:?}")),
+        ("CA", format!("{ca:?}")),
+        ("identity", format!("{identity:?}")),
+        ("mount", format!("{mount:?}")),
+    ];
+    for (what, text) in &texts {
+        secrets.assert_absent(what, text);
+    }
+    secrets.assert_absent("logs", &support::log_capture::text());
+}

@@ -23,8 +23,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -187,23 +185,6 @@ fn answer(
         .expect("response")
 }
 
-/// The test server certificate (127.0.0.1, ::1, localhost), signed by the test CA that
-/// `https_client()` trusts.
-pub fn server_tls_config() -> Arc<rustls::ServerConfig> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.pem"))
-        .expect("fixtures/tls/server.pem")
-        .collect::<Result<_, _>>()
-        .expect("server certificate PEM");
-    let key =
-        PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("fixtures/tls/server.key");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server certificate/key");
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
+/// The kit's server TLS configuration (certificate from its run-time test CA, which
+/// `https_client()` trusts).
+pub use msi_dataplane::testing::server_tls_config;

@@ -41,6 +41,13 @@ impl Secrets {
         Secrets { needles }
     }
 
+    /// No needles yet (add them with [`Secrets::add`]).
+    pub fn none() -> Secrets {
+        Secrets {
+            needles: Vec::new(),
+        }
+    }
+
     /// Add a value that must not appear (an access token, an assertion).
     pub fn add(&mut self, what: &str, value: &str) {
         self.needles.push((what.to_owned(), value.to_owned()));

@@ -1,0 +1,59 @@
+//! A kit for testing components that use this crate, without Azure (feature
+//! `test-util`; for tests only, never enabled by default).
+//!
+//! What it gives:
+//!
+//! - **Credentials made at run time** ([`TestCertificate`], [`TestCa`],
+//!   [`TestIdentity::credentials`]): a fresh RSA key and certificate with chosen validity,
+//!   as a credential file (PEM or PKCS#12 bundle). Uses rcgen on AWS-LC and p12-keystore;
+//!   no `openssl` CLI.
+//! - **The Entra-compatible token server** ([`EntraServer`]): HTTPS on loopback with its
+//!   own test CA made at run time ([`EntraServer::client`] trusts it), verifying every
+//!   client assertion as Entra ID does (signature, thumbprints, `x5c`, `aud`, `iss`/`sub`,
+//!   times, `jti` replay) independently of this crate (the `rsa` crate checks signatures),
+//!   scripting failures and recording which certificate signed each request.
+//! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
+//!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
+//!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
+//!
+//! Servers bind 127.0.0.1 only, stop when their last handle is dropped, and log nothing
+//! (no secret can leak through them). Misuse panics with a message naming what failed: it
+//! is test code.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use msi_dataplane::testing::{EntraServer, TestCertificate, TestIdentity};
+//! use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+//!
+//! let server = EntraServer::start().await;
+//! let identity = TestIdentity::new();
+//! let cert = TestCertificate::self_signed();
+//! server.register(&identity, &cert);
+//! let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
+//! let options = ClientCertificateCredentialOptions::default().with_http_client(server.client());
+//! let credential = ClientCertificateCredential::new(&creds, options).unwrap();
+//! let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
+//! assert_eq!(server.issued(token.token()).unwrap().cert_sha256_hex, cert.sha256_hex());
+//! # }
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod credentials;
+#[cfg(unix)]
+mod csi;
+mod entra;
+mod tls;
+
+pub use credentials::{
+    DEFAULT_VALIDITY, TestCa, TestCertificate, TestCertificateBuilder, TestIdentity,
+    credentials_json, write_credentials_file,
+};
+#[cfg(unix)]
+pub use csi::{
+    CsiMount, InPlaceWrite, TempDir, delete_then_recreate, write_in_place, write_temp_then_rename,
+};
+pub use entra::{
+    CLOCK_SKEW_SECS, EntraServer, IssuedToken, JWT_BEARER, MAX_ASSERTION_LIFETIME_SECS, Outcome,
+    RecordedRequest, Scripted, TokenShape,
+};
+pub use tls::server_tls_config;
