@@ -13,8 +13,8 @@
 //! never the signature, the token, or key material.
 //!
 //! ```text
-//! cargo run --example acquire_token
-//! cargo run --example acquire_token -- --file /mnt/certs/my-identity
+//! cargo run --example acquire_token --features test-util
+//! cargo run --example acquire_token --features test-util -- --file /mnt/certs/my-identity
 //! ```
 
 #[path = "../tests/support/entra.rs"]
