@@ -6,8 +6,8 @@ use time::OffsetDateTime;
 
 use crate::args::InspectArgs;
 use crate::exit::Exit;
-use crate::output;
-use crate::render::{self, Format};
+use crate::output::{self, Format};
+use crate::render;
 
 /// Run the command.
 pub fn run(args: &InspectArgs, format: Format) -> Exit {
