@@ -65,7 +65,7 @@ pub use reload::user_assigned::{
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
-pub use token::assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
+pub use token::assertion::{ASSERTION_LIFETIME, AssertionAlgorithm};
 pub use token::cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
 pub use token::credential::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,

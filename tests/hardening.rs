@@ -281,7 +281,7 @@ async fn faults_during_refresh_are_invisible_while_the_token_is_valid() {
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
     let cred = credential_with(&server, "pem-pkcs8", no_retry().with_clock(clock.clone()));
     let token = cred.get_token(&[ARM]).await.unwrap();
-    clock.advance(time::Duration::seconds(260)); // inside the refresh window
+    clock.advance(std::time::Duration::from_secs(260)); // inside the refresh window
     server.enqueue(Scripted::status(200).body("<html>not json</html>"));
     for _ in 0..20 {
         assert_eq!(cred.get_token(&[ARM]).await.unwrap(), token);

@@ -514,7 +514,7 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     );
     assert_active(&cred, "rotation-1");
 
-    clock.advance(time::Duration::try_from(interval).unwrap() + time::Duration::seconds(1));
+    clock.advance(interval + Duration::from_secs(1));
     let want = nb("rotation-2");
     let s = wait_status(&cred, "the backstop to pick up rotation-2", |s| {
         s.not_before == want

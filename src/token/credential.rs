@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::Url;
 use time::OffsetDateTime;
 
-use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add};
+use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
@@ -22,7 +22,7 @@ use crate::token::retry::{self, RetryPolicy};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
-pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
+pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";
@@ -392,8 +392,7 @@ impl ClientCertificateCredential {
                 signer,
                 file_not_after: file_times.0,
                 renew_after: file_times.1,
-                expiry_warning_margin: time::Duration::try_from(options.expiry_warning_margin)
-                    .unwrap_or(time::Duration::MAX),
+                expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
                 timeout: options.request_timeout,
@@ -513,7 +512,7 @@ impl ClientCertificateCredential {
     }
 
     /// A signed client assertion for this credential's token URL, valid for
-    /// [`ASSERTION_LIFETIME_SECS`](crate::ASSERTION_LIFETIME_SECS) from now: for callers that
+    /// [`ASSERTION_LIFETIME`](crate::ASSERTION_LIFETIME) from now: for callers that
     /// make the token request themselves (with another OAuth library, say). Each call
     /// signs a new assertion with a fresh `jti`. It is a credential: keep it secret.
     pub fn client_assertion(&self) -> Result<SecretString> {
@@ -717,7 +716,7 @@ impl Inner {
             .into());
         }
         let start = self.certificate.not_before();
-        if saturating_add(now, NOT_BEFORE_SKEW) < start {
+        if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < start {
             return Err(ErrorKind::CredentialNotYetValid {
                 valid_from: start,
                 now,
