@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Rfc3339, saturating_add};
+use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
@@ -536,8 +536,7 @@ struct ReloadTask {
 impl ReloadTask {
     async fn run(mut self) {
         let clock = self.options.client.clock.clone();
-        let interval =
-            time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
+        let interval = to_time(self.options.backstop_interval);
         let mut next_backstop = saturating_add(clock.now(), interval);
         loop {
             let trigger = tokio::select! {
@@ -545,9 +544,11 @@ impl ReloadTask {
                 Some(signal) = self.changed.recv() => match signal {
                     DirSignal::Changed => {
                         // Debounce: let the writer finish, then read once for all events.
+                        // On the injected clock, like every timer here.
+                        let settled = saturating_add(clock.now(), to_time(self.options.debounce));
                         tokio::select! {
                             _ = self.cancel.cancelled() => break,
-                            _ = tokio::time::sleep(self.options.debounce) => {}
+                            _ = clock.sleep_until(settled) => {}
                         }
                         let mut rearmed = false;
                         while let Ok(signal) = self.changed.try_recv() {
