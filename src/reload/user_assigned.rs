@@ -106,7 +106,9 @@ impl UserAssignedIdentityCredentialOptions {
 }
 
 /// What a reloading credential is serving, and how its last re-read went: for health
-/// endpoints, metrics and the CLI. Secrets are not included.
+/// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
+/// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
+/// `PartialEq` (errors compared by code and message).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ReloadStatus {
