@@ -42,7 +42,8 @@ pub struct ClientOptions {
     /// The HTTP client. `None` uses the crate's shared client (rustls, system roots, no
     /// redirects). A client of your own should follow no redirects either.
     pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built client. Ignored when `http_client` is set.
+    /// Extra trusted root CAs for the crate-built client. Setting both this and
+    /// `http_client` is refused ([`ErrorKind::ConflictingOptions`](crate::ErrorKind::ConflictingOptions)).
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// Accept `http://` identity URLs on a loopback host (tests only). Default `false`.
     pub allow_http_loopback: bool,
@@ -224,6 +225,9 @@ impl ClientFactory {
             .into());
         }
         let (http, http_direct) = match options.http_client {
+            Some(_) if !options.extra_root_certificates.is_empty() => {
+                return Err(crate::token::credential::client_with_extra_roots());
+            }
             Some(client) => (client, None),
             None if !options.extra_root_certificates.is_empty() => (
                 crate::token::credential::build_http_client(

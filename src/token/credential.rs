@@ -50,7 +50,8 @@ pub struct ClientCertificateCredentialOptions {
     /// that opened them runs.
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
-    /// roots), for authorities behind a private CA. Ignored when `http_client` is set.
+    /// roots), for authorities behind a private CA. Setting both this and `http_client`
+    /// is refused ([`ErrorKind::ConflictingOptions`]) when the credential is built.
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
@@ -377,6 +378,9 @@ impl ClientCertificateCredential {
         // A loopback authority is never reached through a proxy from the environment.
         let direct = endpoint::is_loopback(&token_url);
         let http = match options.http_client {
+            Some(_) if !options.extra_root_certificates.is_empty() => {
+                return Err(client_with_extra_roots());
+            }
             Some(client) => client,
             None if !options.extra_root_certificates.is_empty() => {
                 build_http_client(options.extra_root_certificates, direct)?
@@ -813,6 +817,18 @@ pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
     }
     let client = build_http_client(Vec::new(), direct)?;
     Ok(cell.get_or_init(|| client).clone())
+}
+
+/// Both an HTTP client of the caller's and extra roots (which only the crate-built client
+/// would use): refused rather than silently dropping the roots.
+pub(crate) fn client_with_extra_roots() -> Error {
+    ErrorKind::ConflictingOptions {
+        first: "http_client",
+        second: "extra_root_certificates",
+        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
+               client with `reqwest::ClientBuilder::add_root_certificate`",
+    }
+    .into()
 }
 
 /// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
