@@ -1,6 +1,6 @@
 //! `msi-credential token FILE --scope S`: get one access token and print its expiry.
 //!
-//! The token itself is put in the output only with `--show-token`: [`TokenOutput`](crate::render::TokenOutput) holds
+//! The token itself is put in the output only with `--show-token`: [`TokenOutput`] holds
 //! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
 
 use msi_dataplane::{
