@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use msi_dataplane::{
-    ClientCertificateCredential, ErrorKind, MIN_REFRESH_BACKOFF, ManualClock, RetryPolicy,
-};
+use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
+use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::harness::{ARM, credential, credential_with, options};
 

@@ -6,9 +6,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorKind, MAX_CERTIFICATES,
-    MAX_RESPONSE_BYTES, ManualClock, RetryPolicy, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
+    UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;

@@ -18,11 +18,12 @@ use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
+use crate::AccessToken;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
+use crate::token::cache::REFRESH_WINDOW;
 use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
 use crate::token::retry::{self, RetryPolicy};
-use crate::{AccessToken, REFRESH_WINDOW};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";

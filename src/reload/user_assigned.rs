@@ -213,6 +213,9 @@ impl UserAssignedIdentityCredential {
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](UserAssignedIdentityCredentialOptions::with_dedicated_thread).
+    /// (The Go reference's `NewUserAssignedIdentityCredential`.)
+    #[doc(alias = "new_user_assigned_identity_credential")]
+    #[doc(alias = "NewUserAssignedIdentityCredential")]
     pub async fn new(
         path: impl Into<PathBuf>,
         options: UserAssignedIdentityCredentialOptions,
@@ -323,14 +326,6 @@ impl fmt::Debug for UserAssignedIdentityCredential {
             .field("reloads", &status.reloads)
             .finish_non_exhaustive()
     }
-}
-
-/// The Go reference's name for [`UserAssignedIdentityCredential::new`].
-pub async fn new_user_assigned_identity_credential(
-    path: impl Into<PathBuf>,
-    options: UserAssignedIdentityCredentialOptions,
-) -> Result<UserAssignedIdentityCredential> {
-    UserAssignedIdentityCredential::new(path, options).await
 }
 
 fn active_from(loaded: Loaded) -> Active {

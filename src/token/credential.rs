@@ -268,7 +268,9 @@ struct TenantFetch {
 
 impl ClientCertificateCredential {
     /// Build the credential: validate the file's content, decode the certificate bundle,
-    /// and check the authority. Makes no network call.
+    /// and check the authority. Makes no network call. (The Go reference's
+    /// `dataplane.GetCredential`.)
+    #[doc(alias = "get_credential", alias = "GetCredential")]
     pub fn new(
         creds: &UserAssignedIdentityCredentials,
         options: ClientCertificateCredentialOptions,
@@ -516,7 +518,7 @@ impl ClientCertificateCredential {
     }
 
     /// A signed client assertion for this credential's token URL, valid for
-    /// [`ASSERTION_LIFETIME`](crate::ASSERTION_LIFETIME) from now: for callers that
+    /// [`ASSERTION_LIFETIME`](crate::limits::ASSERTION_LIFETIME) from now: for callers that
     /// make the token request themselves (with another OAuth library, say). Each call
     /// signs a new assertion with a fresh `jti`. It is a credential: keep it secret.
     pub fn client_assertion(&self) -> Result<SecretString> {
@@ -741,15 +743,6 @@ impl fmt::Debug for ClientCertificateCredential {
             .field("certificate", &self.inner.certificate)
             .finish_non_exhaustive()
     }
-}
-
-/// The same as [`ClientCertificateCredential::new`], under the Go reference's name
-/// (`dataplane.GetCredential`).
-pub fn get_credential(
-    creds: &UserAssignedIdentityCredentials,
-    options: ClientCertificateCredentialOptions,
-) -> Result<ClientCertificateCredential> {
-    ClientCertificateCredential::new(creds, options)
 }
 
 /// Pure: why a credential deserves a warning at `now`, if it does: it ends within `margin`,

@@ -8,7 +8,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind, Severity};
+use msi_dataplane::inspect::Severity;
+use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind};
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
