@@ -64,7 +64,7 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
         client = client.with_extra_root_certificates_pem(&std::fs::read(ca)?)?;
     }
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = UserAssignedIdentityCredential::from_env(options).await?;
+    let credential = UserAssignedIdentityCredential::from_hypershift_env(options).await?;
     let status = credential.status();
     println!(
         "[component] active certificate {} (valid until {})",

@@ -99,6 +99,17 @@ impl fmt::Display for Rfc3339 {
     }
 }
 
+/// `d` as a `time::Duration`, saturating at `time::Duration::MAX` (std durations longer
+/// than `i64::MAX` seconds): the public API speaks `std::time::Duration`; date arithmetic
+/// inside uses `time`'s.
+pub(crate) const fn to_time(d: Duration) -> time::Duration {
+    if d.as_secs() > i64::MAX as u64 {
+        time::Duration::MAX
+    } else {
+        time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32)
+    }
+}
+
 /// `t + d`, saturating at the ends of the representable range instead of panicking.
 pub(crate) fn saturating_add(t: OffsetDateTime, d: time::Duration) -> OffsetDateTime {
     t.checked_add(d).unwrap_or(if d.is_negative() {
@@ -128,7 +139,7 @@ pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
 /// use time::macros::datetime;
 ///
 /// let clock = ManualClock::new(datetime!(2026-01-01 00:00 UTC));
-/// clock.advance(time::Duration::hours(1));
+/// clock.advance(std::time::Duration::from_secs(3600));
 /// assert_eq!(clock.now(), datetime!(2026-01-01 01:00 UTC));
 /// ```
 #[derive(Debug)]
@@ -148,11 +159,12 @@ impl ManualClock {
         }
     }
 
-    /// Move the clock forward (or backward, with a negative duration).
-    pub fn advance(&self, by: time::Duration) {
+    /// Move the clock forward by `by` (saturating at the end of time). To move it back,
+    /// [`set`](ManualClock::set) it.
+    pub fn advance(&self, by: Duration) {
         {
             let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
-            *now += by;
+            *now = saturating_add(*now, to_time(by));
         }
         self.moved.notify_waiters();
     }
@@ -184,7 +196,7 @@ impl Clock for ManualClock {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(duration);
-        self.advance(time::Duration::try_from(duration).unwrap_or(time::Duration::MAX));
+        self.advance(duration);
         Box::pin(std::future::ready(()))
     }
 

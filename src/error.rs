@@ -338,6 +338,17 @@ pub enum ErrorKind {
     /// Signing the client assertion failed.
     #[error("cannot sign the client assertion")]
     Signing,
+    /// Two options that cannot be used together were both set (e.g. `http_client` and
+    /// `extra_root_certificates`: the roots apply only to the crate-built client).
+    #[error("options `{first}` and `{second}` cannot both be set: {hint}")]
+    ConflictingOptions {
+        /// The first option's name.
+        first: &'static str,
+        /// The second option's name.
+        second: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {reason}")]
     HttpClient {
@@ -597,6 +608,7 @@ impl ErrorKind {
     pub fn code(&self) -> &'static str {
         match self {
             ErrorKind::Io { .. } => "io",
+            ErrorKind::ConflictingOptions { .. } => "conflicting_options",
             ErrorKind::FileTooLarge { .. } => "file_too_large",
             ErrorKind::NotARegularFile { .. } => "not_a_regular_file",
             ErrorKind::Json { .. } => "json",

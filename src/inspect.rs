@@ -9,12 +9,13 @@
 //! `msi-credential inspect` command prints.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::clock::saturating_add;
+use crate::clock::{saturating_add, to_time};
 use crate::error::Result;
 use crate::file::bundle::BundleFormat;
 use crate::file::certificate::ClientCertificate;
@@ -25,7 +26,7 @@ use crate::token::endpoint;
 /// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
 /// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
 /// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
-pub const EXPIRES_SOON_MARGIN: time::Duration = time::Duration::days(7);
+pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// What a credential file holds and what is wrong with it, at one instant.
 ///
@@ -35,7 +36,8 @@ pub const EXPIRES_SOON_MARGIN: time::Duration = time::Duration::days(7);
 /// ```
 /// # fn main() -> Result<(), msi_dataplane::Error> {
 /// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/credentials/expired.json");
-/// use msi_dataplane::{CredentialReport, EXPIRES_SOON_MARGIN, ProblemKind, Severity};
+/// use msi_dataplane::CredentialReport;
+/// use msi_dataplane::inspect::{EXPIRES_SOON_MARGIN, ProblemKind, Severity};
 ///
 /// let now = time::OffsetDateTime::now_utc();
 /// let report = CredentialReport::from_path(path, now, EXPIRES_SOON_MARGIN)?;
@@ -199,7 +201,7 @@ impl CredentialReport {
         creds: &UserAssignedIdentityCredentials,
         cert: &ClientCertificate,
         now: OffsetDateTime,
-        expiry_margin: time::Duration,
+        expiry_margin: Duration,
     ) -> Result<Self> {
         creds.validate()?;
         let file_times = FileTimes {
@@ -256,7 +258,7 @@ impl CredentialReport {
     pub fn from_path(
         path: impl AsRef<Path>,
         now: OffsetDateTime,
-        expiry_margin: time::Duration,
+        expiry_margin: Duration,
     ) -> Result<Self> {
         let path = path.as_ref();
         let creds = UserAssignedIdentityCredentials::from_path(path)?;
@@ -310,8 +312,9 @@ fn time_problems(
     file: &FileTimes,
     cert: &CertificateSummary,
     now: OffsetDateTime,
-    margin: time::Duration,
+    margin: Duration,
 ) -> Vec<Problem> {
+    let margin = to_time(margin);
     use ProblemKind as K;
     use Severity::{Error, Info, Warning};
     let mut out = Vec::new();
@@ -339,7 +342,7 @@ fn time_problems(
     } else {
         false
     };
-    if saturating_add(now, NOT_BEFORE_SKEW) < cert.not_before {
+    if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < cert.not_before {
         push(
             Error,
             K::NotYetValid,
@@ -355,7 +358,7 @@ fn time_problems(
             format!(
                 "the certificate is valid from {}, within the {}-minute clock-skew allowance",
                 rfc3339(cert.not_before),
-                NOT_BEFORE_SKEW.whole_minutes()
+                NOT_BEFORE_SKEW.as_secs() / 60
             ),
         );
     }

@@ -6,11 +6,14 @@
 
 // Shared by everything below: errors, time, secrets, the hot-path publication
 // primitive, reading files safely, parser messages without input, clouds, and the
-// health report (which reads across the file and the token layers).
+// health report (which reads across the file and the token layers). `inspect` (the
+// report's parts) and `limits` (fixed limits and timings) are public modules, so the
+// crate root keeps what most users need.
 mod clock;
 mod cloud;
 mod error;
-mod inspect;
+pub mod inspect;
+pub mod limits;
 mod parser_errors;
 mod published;
 mod regular_file;
@@ -46,21 +49,15 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use cloud::{Cloud, default_scope};
 pub use dataplane::ManagedIdentityCredentials;
 pub use error::{Error, ErrorKind, Result, TokenEndpointError};
-pub use file::bundle::{BundleFormat, MAX_CERTIFICATES};
+pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
-pub use file::key::{MAX_RSA_BITS, MIN_RSA_BITS};
-pub use file::model::{CustomClaims, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
-pub use file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
-pub use inspect::{
-    CertificateSummary, CredentialReport, EXPIRES_SOON_MARGIN, FileTimes, Problem, ProblemKind,
-    Severity, Validity,
-};
+pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
+pub use inspect::CredentialReport;
 #[cfg(feature = "keyvault")]
 pub use keyvault::renew::RenewalOutcome;
 pub use reload::rule::ReloadOutcome;
 pub use reload::user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-    new_user_assigned_identity_credential,
 };
 /// How many directory watches (one per watched directory, shared by every credential in
 /// it) are alive in this process: for tests and diagnostics, not a stable API.
@@ -68,13 +65,8 @@ pub use reload::user_assigned::{
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
-pub use token::assertion::{ASSERTION_LIFETIME_SECS, AssertionAlgorithm};
-pub use token::cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
-pub use token::credential::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, NOT_BEFORE_SKEW,
-    get_credential,
-};
-pub use token::endpoint::MAX_RESPONSE_BYTES;
+pub use token::assertion::AssertionAlgorithm;
+pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 pub use token::retry::RetryPolicy;
 /// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
 pub use tokio_util::sync::CancellationToken;

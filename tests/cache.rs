@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use msi_dataplane::{
-    ClientCertificateCredential, ErrorKind, MIN_REFRESH_BACKOFF, ManualClock, RetryPolicy,
-};
+use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
+use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::harness::{ARM, credential, credential_with, options};
 
@@ -34,7 +33,7 @@ async fn short_lived_tokens() -> EntraServer {
     server
 }
 
-const INTO_WINDOW: time::Duration = time::Duration::seconds(260);
+const INTO_WINDOW: Duration = Duration::from_secs(260);
 
 /// Poll once: a cache hit must be ready without waiting.
 fn poll_once<F: Future>(fut: F) -> Poll<F::Output> {
@@ -194,11 +193,11 @@ async fn refresh_in_from_the_server_is_honoured() {
     let clock = manual_clock();
     let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
     cred.get_token(&[ARM]).await.unwrap();
-    clock.advance(time::Duration::seconds(1700));
+    clock.advance(Duration::from_secs(1700));
     cred.get_token(&[ARM]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(server.token_requests(), 1, "not yet in the window");
-    clock.advance(time::Duration::seconds(101));
+    clock.advance(Duration::from_secs(101));
     cred.get_token(&[ARM]).await.unwrap();
     wait_for_requests(&server, 2).await;
 }
@@ -227,7 +226,7 @@ async fn failed_refresh_while_valid_serves_the_cached_token_and_backs_off() {
     tokio::time::sleep(Duration::from_millis(50)).await; // let the failure be recorded
 
     // Within the backoff: the cached token, and no new request.
-    clock.advance(time::Duration::seconds(10));
+    clock.advance(Duration::from_secs(10));
     for _ in 0..50 {
         assert_eq!(cred.get_token(&[ARM]).await.unwrap(), old);
     }
@@ -239,7 +238,7 @@ async fn failed_refresh_while_valid_serves_the_cached_token_and_backs_off() {
     );
 
     // After the backoff (≥ 30 s since the failure), the next call tries again.
-    clock.advance(time::Duration::try_from(MIN_REFRESH_BACKOFF).unwrap());
+    clock.advance(MIN_REFRESH_BACKOFF);
     assert_eq!(cred.get_token(&[ARM]).await.unwrap(), old);
     wait_for_requests(&server, 3).await;
 }
@@ -256,7 +255,7 @@ async fn expired_token_and_failing_server_yield_the_error() {
             .with_retry_policy(RetryPolicy::none()),
     );
     cred.get_token(&[ARM]).await.unwrap();
-    clock.advance(time::Duration::seconds(3600));
+    clock.advance(Duration::from_secs(3600));
     server.enqueue(Scripted::aadsts(
         401,
         "invalid_client",

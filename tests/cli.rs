@@ -906,7 +906,7 @@ fn the_report_type_round_trips_the_fixture_times() {
         &creds,
         &cert,
         now,
-        msi_dataplane::EXPIRES_SOON_MARGIN,
+        msi_dataplane::inspect::EXPIRES_SOON_MARGIN,
     )
     .unwrap();
     assert_eq!(report.certificate.chain_length, 3);

@@ -415,7 +415,9 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap();
-    s.dp.enqueue(Scripted::status(200).body(&"x".repeat(msi_dataplane::MAX_RESPONSE_BYTES + 1)));
+    s.dp.enqueue(
+        Scripted::status(200).body(&"x".repeat(msi_dataplane::limits::MAX_RESPONSE_BYTES + 1)),
+    );
     let e = s
         .client
         .get_system_assigned_identity_credentials()

@@ -6,9 +6,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorKind, MAX_CERTIFICATES,
-    MAX_RESPONSE_BYTES, ManualClock, RetryPolicy, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
+    UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
@@ -113,6 +114,58 @@ async fn redirects_are_not_followed() {
     };
     assert_eq!(e.status, 307);
     assert_eq!(server.token_requests(), 2, "the redirect was not followed");
+}
+
+#[test]
+fn an_http_client_and_extra_roots_together_are_refused() {
+    // The roots would apply only to the crate-built client: refused, not dropped.
+    let creds = load_with_endpoint("pem-pkcs8", "https://127.0.0.1:1/");
+    let both = options()
+        .with_extra_root_certificates_pem(&EntraServer::ca_pem())
+        .unwrap();
+    let err = ClientCertificateCredential::new(&creds, both).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::ConflictingOptions {
+                first: "http_client",
+                second: "extra_root_certificates",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.kind().code(), "conflicting_options");
+    assert!(err.to_string().contains("add_root_certificate"), "{err}");
+    // Each alone is fine.
+    ClientCertificateCredential::new(&creds, options()).unwrap();
+}
+
+#[tokio::test]
+async fn one_decoded_bundle_serves_two_credentials() {
+    let server = EntraServer::start().await;
+    register(&server, "pem-pkcs8");
+    let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
+    let cert = ClientCertificate::from_credentials(&creds).unwrap();
+    let copy = cert.clone();
+    assert_eq!(copy.thumbprint_sha256(), cert.thumbprint_sha256());
+    let make = |cert: ClientCertificate| {
+        ClientCertificateCredential::from_parts(
+            &server.base_url(),
+            creds.tenant_id.as_deref().unwrap(),
+            creds.client_id.as_deref().unwrap(),
+            cert,
+            no_retry(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (make(cert), make(copy));
+    // The server checks each assertion's signature against the registered leaf.
+    let ta = a.request_token(&[ARM]).await.unwrap();
+    let tb = b.request_token(&[ARM]).await.unwrap();
+    assert_ne!(ta.token(), tb.token());
+    assert_eq!(server.token_requests(), 2);
+    assert!(server.issued(ta.token()).is_some() && server.issued(tb.token()).is_some());
 }
 
 #[tokio::test]
@@ -281,7 +334,7 @@ async fn faults_during_refresh_are_invisible_while_the_token_is_valid() {
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
     let cred = credential_with(&server, "pem-pkcs8", no_retry().with_clock(clock.clone()));
     let token = cred.get_token(&[ARM]).await.unwrap();
-    clock.advance(time::Duration::seconds(260)); // inside the refresh window
+    clock.advance(std::time::Duration::from_secs(260)); // inside the refresh window
     server.enqueue(Scripted::status(200).body("<html>not json</html>"));
     for _ in 0..20 {
         assert_eq!(cred.get_token(&[ARM]).await.unwrap(), token);

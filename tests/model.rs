@@ -2,7 +2,8 @@
 
 mod support;
 
-use msi_dataplane::{ErrorKind, MAX_CREDENTIAL_FILE_BYTES, UserAssignedIdentityCredentials};
+use msi_dataplane::limits::MAX_CREDENTIAL_FILE_BYTES;
+use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
 use support::fixtures::{GOOD, credential_path, load};
 
 #[test]

@@ -514,7 +514,7 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     );
     assert_active(&cred, "rotation-1");
 
-    clock.advance(time::Duration::try_from(interval).unwrap() + time::Duration::seconds(1));
+    clock.advance(interval + Duration::from_secs(1));
     let want = nb("rotation-2");
     let s = wait_status(&cred, "the backstop to pick up rotation-2", |s| {
         s.not_before == want
@@ -524,6 +524,43 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
     assert_active(&cred, "rotation-2");
     // No get_token here: the manual clock is an hour ahead of the server's.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debounce_runs_on_the_injected_clock() {
+    let server = server().await;
+    let (_dir, path) = plain_dir(&server, "rotation-1");
+    let clock = Arc::new(ManualClock::new(OffsetDateTime::now_utc()));
+    let debounce = Duration::from_secs(60);
+    let cred = UserAssignedIdentityCredential::new(
+        &path,
+        UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(options().with_clock(clock.clone()))
+            .with_debounce(debounce)
+            .with_backstop_interval(Duration::from_secs(24 * 3600)),
+    )
+    .await
+    .expect("new");
+    assert!(cred.status().watching, "{:#?}", cred.status());
+    token_signed_by(&server, &cred, "rotation-1").await;
+
+    // The watcher sees the write, and the debounce starts; in real time it never ends.
+    write_temp_then_rename(&path, &bytes(&server, "rotation-2"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = cred.status();
+    assert_eq!(s.reloads, 0, "re-read before the debounce elapsed: {s:#?}");
+    assert!(s.last_check.is_none(), "{s:#?}");
+    assert_active(&cred, "rotation-1");
+
+    // Not yet: one second short of the debounce.
+    clock.advance(debounce - Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(cred.status().reloads, 0, "{:#?}", cred.status());
+
+    clock.advance(Duration::from_secs(1));
+    let s = wait_active(&cred, "rotation-2").await;
+    assert_eq!(s.reloads, 1, "{s:#?}");
+    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

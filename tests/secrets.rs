@@ -487,7 +487,7 @@ fn malformed_bundles_are_refused_without_quoting_them() {
         let report = msi_dataplane::CredentialReport::from_path(
             &path,
             time::OffsetDateTime::now_utc(),
-            msi_dataplane::EXPIRES_SOON_MARGIN,
+            msi_dataplane::inspect::EXPIRES_SOON_MARGIN,
         );
         let report = report.err().unwrap_or_else(|| panic!("{what}: a report"));
         assert_eq!(report.path(), Some(path.as_path()), "{what}");

@@ -10,7 +10,7 @@ mod support;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, CredentialReport, EXPIRES_SOON_MARGIN,
+    ClientCertificate, ClientCertificateCredential, CredentialReport,
     UserAssignedIdentityCredentials,
 };
 use support::fixtures::credential_path;
@@ -67,7 +67,7 @@ fn loading_signing_and_dropping_a_pem_credential_leaves_no_key_material_in_freed
         let report = CredentialReport::from_path(
             &path,
             time::OffsetDateTime::now_utc(),
-            EXPIRES_SOON_MARGIN,
+            msi_dataplane::inspect::EXPIRES_SOON_MARGIN,
         )
         .unwrap();
         assert_eq!(report.certificate.key_bits, 2048);

@@ -6,7 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use msi_dataplane::{ClientCertificate, MAX_CERTIFICATES, MAX_RSA_BITS, MIN_RSA_BITS};
+use msi_dataplane::ClientCertificate;
+use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RSA_BITS, MIN_RSA_BITS};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(cert) = ClientCertificate::from_bundle(data) {

@@ -108,7 +108,7 @@ pub struct CloudConfig {
 
 impl CloudConfig {
     /// Parse a cloud config's bytes (at most
-    /// [`MAX_CREDENTIAL_FILE_BYTES`](crate::MAX_CREDENTIAL_FILE_BYTES)).
+    /// [`MAX_CREDENTIAL_FILE_BYTES`](crate::limits::MAX_CREDENTIAL_FILE_BYTES)).
     ///
     /// # Errors
     ///

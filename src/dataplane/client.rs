@@ -18,11 +18,12 @@ use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
+use crate::AccessToken;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
+use crate::token::cache::REFRESH_WINDOW;
 use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
 use crate::token::retry::{self, RetryPolicy};
-use crate::{AccessToken, REFRESH_WINDOW};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -42,7 +43,8 @@ pub struct ClientOptions {
     /// The HTTP client. `None` uses the crate's shared client (rustls, system roots, no
     /// redirects). A client of your own should follow no redirects either.
     pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built client. Ignored when `http_client` is set.
+    /// Extra trusted root CAs for the crate-built client. Setting both this and
+    /// `http_client` is refused ([`ErrorKind::ConflictingOptions`](crate::ErrorKind::ConflictingOptions)).
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// Accept `http://` identity URLs on a loopback host (tests only). Default `false`.
     pub allow_http_loopback: bool,
@@ -224,6 +226,9 @@ impl ClientFactory {
             .into());
         }
         let (http, http_direct) = match options.http_client {
+            Some(_) if !options.extra_root_certificates.is_empty() => {
+                return Err(crate::token::credential::client_with_extra_roots());
+            }
             Some(client) => (client, None),
             None if !options.extra_root_certificates.is_empty() => (
                 crate::token::credential::build_http_client(

@@ -2,6 +2,7 @@
 //! the rest of the chain in input order, and the leaf's thumbprints.
 
 use std::fmt;
+use std::sync::Arc;
 
 use aws_lc_rs::digest;
 use aws_lc_rs::signature::RsaKeyPair;
@@ -18,6 +19,8 @@ use crate::file::model::UserAssignedIdentityCredentials;
 /// The **leaf** is the certificate whose public key matches the private key, wherever it
 /// stands in the bundle; the other certificates follow it in input order.
 /// `Debug` shows the thumbprint, validity and sizes, never key material.
+/// `Clone` is cheap for the key (shared, never copied): one decoded bundle can serve
+/// several credentials ([`ClientCertificateCredential::from_parts`](crate::ClientCertificateCredential::from_parts)).
 ///
 /// ```
 /// # fn main() -> Result<(), msi_dataplane::Error> {
@@ -31,8 +34,10 @@ use crate::file::model::UserAssignedIdentityCredentials;
 /// assert!(cert.subject()?.contains("msi-dataplane-test-pem-chain"));
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct ClientCertificate {
-    key: RsaKeyPair,
+    /// Shared by every clone: one decoded bundle serves several credentials.
+    key: Arc<RsaKeyPair>,
     key_bits: usize,
     /// Leaf first, then the others in input order.
     chain: Vec<Vec<u8>>,
@@ -104,7 +109,7 @@ impl ClientCertificate {
         ));
         let sha256 = fixed(digest::digest(&digest::SHA256, &certificates[0]));
         Ok(ClientCertificate {
-            key: loaded.pair,
+            key: Arc::new(loaded.pair),
             key_bits: loaded.bits,
             chain: certificates,
             sha1,

@@ -27,7 +27,7 @@ use crate::error::ErrorKind;
 /// Largest iteration count accepted for the MAC or any encryption of a PKCS#12 archive.
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;
 /// Most bags accepted in the unencrypted containers of a PKCS#12 archive
-/// ([`MAX_CERTIFICATES`](crate::MAX_CERTIFICATES) plus the key and a few spare).
+/// ([`MAX_CERTIFICATES`](crate::limits::MAX_CERTIFICATES) plus the key and a few spare).
 pub const MAX_PKCS12_BAGS: usize = crate::file::bundle::MAX_CERTIFICATES + 4;
 /// Most containers (`ContentInfo`s of the authenticated safe) accepted in a PKCS#12
 /// archive. Writers use two: one for the certificates, one for the key.

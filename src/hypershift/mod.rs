@@ -11,7 +11,7 @@
 //!
 //! | environment variable | meaning | read by |
 //! |---|---|---|
-//! | [`CREDENTIALS_FILE_PATH_ENV`] | the credential file: an absolute path, or a bare secret name under [`CERTS_MOUNT_PATH`] | [`credentials_path`], [`UserAssignedIdentityCredential::from_env`] |
+//! | [`CREDENTIALS_FILE_PATH_ENV`] | the credential file: an absolute path, or a bare secret name under [`CERTS_MOUNT_PATH`] | [`credentials_path`], [`UserAssignedIdentityCredential::from_hypershift_env`] |
 //! | [`MANAGED_SERVICE_ENV`] | [`ARO_HCP`] on managed Azure | [`is_aro_hcp`] |
 //! | [`KEY_VAULT_USER_CLIENT_ID_ENV`] | client ID of the identity the CSI driver uses to read Key Vault | [`key_vault_user_client_id`] |
 //! | [`SECRET_PROVIDER_CLASS_ENV`] | a SecretProviderClass name | (name only) |
@@ -28,7 +28,7 @@
 //! if hypershift::is_aro_hcp() {
 //!     // MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<secret> (or just <secret>)
 //!     let credential =
-//!         UserAssignedIdentityCredential::from_env(UserAssignedIdentityCredentialOptions::default())
+//!         UserAssignedIdentityCredential::from_hypershift_env(UserAssignedIdentityCredentialOptions::default())
 //!             .await?;
 //!     let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
 //!     # let _ = token;
@@ -332,7 +332,9 @@ pub fn key_vault_user_client_id() -> Result<String> {
 }
 
 impl UserAssignedIdentityCredential {
-    /// The reloading credential for the file named by [`CREDENTIALS_FILE_PATH_ENV`] (an
+    /// The reloading credential for the file named by HyperShift's
+    /// [`CREDENTIALS_FILE_PATH_ENV`] (`MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH`, not the
+    /// usual `AZURE_*` variables; an
     /// absolute path or a bare secret name under `/mnt/certs`; see
     /// [`resolve_credentials_path`]): what a HyperShift-managed component does at start.
     ///
@@ -345,12 +347,16 @@ impl UserAssignedIdentityCredential {
     ///
     /// # async fn run() -> Result<(), msi_dataplane::Error> {
     /// let credential =
-    ///     UserAssignedIdentityCredential::from_env(UserAssignedIdentityCredentialOptions::default())
-    ///         .await?;
+    ///     UserAssignedIdentityCredential::from_hypershift_env(
+    ///         UserAssignedIdentityCredentialOptions::default(),
+    ///     )
+    ///     .await?;
     /// println!("serving {}", credential.path().display());
     /// # Ok(()) }
     /// ```
-    pub async fn from_env(options: UserAssignedIdentityCredentialOptions) -> Result<Self> {
+    pub async fn from_hypershift_env(
+        options: UserAssignedIdentityCredentialOptions,
+    ) -> Result<Self> {
         let path = credentials_path()?;
         tracing::debug!(
             variable = CREDENTIALS_FILE_PATH_ENV,
@@ -358,6 +364,14 @@ impl UserAssignedIdentityCredential {
             "credential file named by the environment"
         );
         Self::new(path, options).await
+    }
+
+    /// The former name of [`from_hypershift_env`](Self::from_hypershift_env), which says
+    /// whose variable it reads.
+    #[deprecated(note = "renamed `from_hypershift_env`: it reads HyperShift's variable")]
+    #[doc(hidden)]
+    pub async fn from_env(options: UserAssignedIdentityCredentialOptions) -> Result<Self> {
+        Self::from_hypershift_env(options).await
     }
 }
 

@@ -3,5 +3,6 @@
 //! Uses `token/` for each credential it builds and `file/` to read the file.
 
 pub(crate) mod rule;
+pub(crate) mod status;
 pub(crate) mod user_assigned;
 pub(crate) mod watch;

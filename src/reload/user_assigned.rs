@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Rfc3339, saturating_add};
+use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
@@ -106,7 +106,9 @@ impl UserAssignedIdentityCredentialOptions {
 }
 
 /// What a reloading credential is serving, and how its last re-read went: for health
-/// endpoints, metrics and the CLI. Secrets are not included.
+/// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
+/// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
+/// `PartialEq` (errors compared by code and message).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ReloadStatus {
@@ -211,6 +213,9 @@ impl UserAssignedIdentityCredential {
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](UserAssignedIdentityCredentialOptions::with_dedicated_thread).
+    /// (The Go reference's `NewUserAssignedIdentityCredential`.)
+    #[doc(alias = "new_user_assigned_identity_credential")]
+    #[doc(alias = "NewUserAssignedIdentityCredential")]
     pub async fn new(
         path: impl Into<PathBuf>,
         options: UserAssignedIdentityCredentialOptions,
@@ -321,14 +326,6 @@ impl fmt::Debug for UserAssignedIdentityCredential {
             .field("reloads", &status.reloads)
             .finish_non_exhaustive()
     }
-}
-
-/// The Go reference's name for [`UserAssignedIdentityCredential::new`].
-pub async fn new_user_assigned_identity_credential(
-    path: impl Into<PathBuf>,
-    options: UserAssignedIdentityCredentialOptions,
-) -> Result<UserAssignedIdentityCredential> {
-    UserAssignedIdentityCredential::new(path, options).await
 }
 
 fn active_from(loaded: Loaded) -> Active {
@@ -536,8 +533,7 @@ struct ReloadTask {
 impl ReloadTask {
     async fn run(mut self) {
         let clock = self.options.client.clock.clone();
-        let interval =
-            time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
+        let interval = to_time(self.options.backstop_interval);
         let mut next_backstop = saturating_add(clock.now(), interval);
         loop {
             let trigger = tokio::select! {
@@ -545,9 +541,11 @@ impl ReloadTask {
                 Some(signal) = self.changed.recv() => match signal {
                     DirSignal::Changed => {
                         // Debounce: let the writer finish, then read once for all events.
+                        // On the injected clock, like every timer here.
+                        let settled = saturating_add(clock.now(), to_time(self.options.debounce));
                         tokio::select! {
                             _ = self.cancel.cancelled() => break,
-                            _ = tokio::time::sleep(self.options.debounce) => {}
+                            _ = clock.sleep_until(settled) => {}
                         }
                         let mut rearmed = false;
                         while let Ok(signal) = self.changed.try_recv() {

@@ -7,6 +7,8 @@
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{RSA_PKCS1_SHA256, RSA_PSS_SHA256, RsaEncoding};
 use base64::Engine;
+use std::time::Duration;
+
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -16,7 +18,8 @@ use crate::error::{ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s` (DESIGN §3).
-pub const ASSERTION_LIFETIME_SECS: i64 = 600;
+pub const ASSERTION_LIFETIME: Duration = Duration::from_secs(600);
+const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
 
 /// The client-assertion signature algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

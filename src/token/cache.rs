@@ -30,7 +30,7 @@ use hashbrown::HashTable;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::clock::{Clock, unix_millis};
+use crate::clock::{Clock, to_time, unix_millis};
 use crate::error::{ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
 use crate::token::access_token::AccessToken;
@@ -39,12 +39,12 @@ use crate::token::access_token::AccessToken;
 pub const MAX_SLOTS: usize = 1024;
 
 /// The refresh window opens at least this long before expiry.
-pub const REFRESH_WINDOW: time::Duration = time::Duration::minutes(5);
+pub const REFRESH_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// Tokens this close to expiry are not handed out: a caller would get a token that may
 /// expire before its request arrives.
-pub const EXPIRY_MARGIN: time::Duration = time::Duration::seconds(10);
-const EXPIRY_MARGIN_MS: i64 = 10_000;
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
+const EXPIRY_MARGIN_MS: i64 = EXPIRY_MARGIN.as_millis() as i64;
 
 /// Tokens living longer than this are refreshed at half-life.
 const LONG_LIVED: time::Duration = time::Duration::hours(2);
@@ -95,7 +95,7 @@ pub(crate) fn refresh_at(
 ) -> OffsetDateTime {
     let lifetime = expires_on - issued;
     let half: time::Duration = lifetime / 2i32;
-    let latest = expires_on - REFRESH_WINDOW.min(half);
+    let latest = expires_on - to_time(REFRESH_WINDOW).min(half);
     let planned = match refresh_on {
         Some(at) => at.min(latest),
         None if lifetime > LONG_LIVED => issued + half,
@@ -560,10 +560,7 @@ mod tests {
             freshness(expires + 3_600_000, refresh, expires),
             Freshness::Expired
         );
-        assert_eq!(
-            EXPIRY_MARGIN.whole_milliseconds(),
-            i128::from(EXPIRY_MARGIN_MS)
-        );
+        assert_eq!(EXPIRY_MARGIN.as_millis(), 10_000);
     }
 
     #[test]

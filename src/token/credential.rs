@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::Url;
 use time::OffsetDateTime;
 
-use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add};
+use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
@@ -22,7 +22,7 @@ use crate::token::retry::{self, RetryPolicy};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
-pub const NOT_BEFORE_SKEW: time::Duration = time::Duration::minutes(5);
+pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";
@@ -50,7 +50,8 @@ pub struct ClientCertificateCredentialOptions {
     /// that opened them runs.
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
-    /// roots), for authorities behind a private CA. Ignored when `http_client` is set.
+    /// roots), for authorities behind a private CA. Setting both this and `http_client`
+    /// is refused ([`ErrorKind::ConflictingOptions`]) when the credential is built.
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
@@ -267,7 +268,9 @@ struct TenantFetch {
 
 impl ClientCertificateCredential {
     /// Build the credential: validate the file's content, decode the certificate bundle,
-    /// and check the authority. Makes no network call.
+    /// and check the authority. Makes no network call. (The Go reference's
+    /// `dataplane.GetCredential`.)
+    #[doc(alias = "get_credential", alias = "GetCredential")]
     pub fn new(
         creds: &UserAssignedIdentityCredentials,
         options: ClientCertificateCredentialOptions,
@@ -377,6 +380,9 @@ impl ClientCertificateCredential {
         // A loopback authority is never reached through a proxy from the environment.
         let direct = endpoint::is_loopback(&token_url);
         let http = match options.http_client {
+            Some(_) if !options.extra_root_certificates.is_empty() => {
+                return Err(client_with_extra_roots());
+            }
             Some(client) => client,
             None if !options.extra_root_certificates.is_empty() => {
                 build_http_client(options.extra_root_certificates, direct)?
@@ -392,8 +398,7 @@ impl ClientCertificateCredential {
                 signer,
                 file_not_after: file_times.0,
                 renew_after: file_times.1,
-                expiry_warning_margin: time::Duration::try_from(options.expiry_warning_margin)
-                    .unwrap_or(time::Duration::MAX),
+                expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
                 timeout: options.request_timeout,
@@ -513,7 +518,7 @@ impl ClientCertificateCredential {
     }
 
     /// A signed client assertion for this credential's token URL, valid for
-    /// [`ASSERTION_LIFETIME_SECS`](crate::ASSERTION_LIFETIME_SECS) from now: for callers that
+    /// [`ASSERTION_LIFETIME`](crate::limits::ASSERTION_LIFETIME) from now: for callers that
     /// make the token request themselves (with another OAuth library, say). Each call
     /// signs a new assertion with a fresh `jti`. It is a credential: keep it secret.
     pub fn client_assertion(&self) -> Result<SecretString> {
@@ -717,7 +722,7 @@ impl Inner {
             .into());
         }
         let start = self.certificate.not_before();
-        if saturating_add(now, NOT_BEFORE_SKEW) < start {
+        if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < start {
             return Err(ErrorKind::CredentialNotYetValid {
                 valid_from: start,
                 now,
@@ -738,15 +743,6 @@ impl fmt::Debug for ClientCertificateCredential {
             .field("certificate", &self.inner.certificate)
             .finish_non_exhaustive()
     }
-}
-
-/// The same as [`ClientCertificateCredential::new`], under the Go reference's name
-/// (`dataplane.GetCredential`).
-pub fn get_credential(
-    creds: &UserAssignedIdentityCredentials,
-    options: ClientCertificateCredentialOptions,
-) -> Result<ClientCertificateCredential> {
-    ClientCertificateCredential::new(creds, options)
 }
 
 /// Pure: why a credential deserves a warning at `now`, if it does: it ends within `margin`,
@@ -814,6 +810,18 @@ pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
     }
     let client = build_http_client(Vec::new(), direct)?;
     Ok(cell.get_or_init(|| client).clone())
+}
+
+/// Both an HTTP client of the caller's and extra roots (which only the crate-built client
+/// would use): refused rather than silently dropping the roots.
+pub(crate) fn client_with_extra_roots() -> Error {
+    ErrorKind::ConflictingOptions {
+        first: "http_client",
+        second: "extra_root_certificates",
+        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
+               client with `reqwest::ClientBuilder::add_root_certificate`",
+    }
+    .into()
 }
 
 /// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),

@@ -1,18 +1,19 @@
 //! `msi-credential inspect FILE`: load, inspect ([`CredentialReport`], a pure function of
 //! the file and `now` in the library), print, and choose the exit code.
 
-use msi_dataplane::{CredentialReport, Severity};
+use msi_dataplane::CredentialReport;
+use msi_dataplane::inspect::Severity;
 use time::OffsetDateTime;
 
 use crate::args::InspectArgs;
 use crate::exit::Exit;
-use crate::output;
-use crate::render::{self, Format};
+use crate::output::{self, Format};
+use crate::render;
 
 /// Run the command.
 pub fn run(args: &InspectArgs, format: Format) -> Exit {
     let now = OffsetDateTime::now_utc();
-    let margin = time::Duration::days(i64::from(args.warn_days));
+    let margin = std::time::Duration::from_secs(u64::from(args.warn_days) * 24 * 60 * 60);
     match CredentialReport::from_path(&args.file, now, margin) {
         Err(err) => {
             output::failure(&render::error(&err, Some(&args.file), format), format);

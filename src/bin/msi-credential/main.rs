@@ -42,6 +42,9 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// Uses point one way, bottom to top: `args`, `exit`, `signals`, `logging` (no crate
+// imports but `exit`); `output` (the `Format` and writing); `render` (the printed shapes
+// and their text or JSON, pure); the commands `inspect`, `token`, `watch`, `vault`; main.
 mod args;
 mod exit;
 mod inspect;
@@ -60,7 +63,7 @@ use clap::Parser as _;
 
 use crate::args::{Cli, Command};
 use crate::exit::Exit;
-use crate::render::Format;
+use crate::output::Format;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -4,7 +4,6 @@
 use std::io::Write as _;
 
 use crate::exit::Exit;
-use crate::render::Format;
 
 /// Write `text` and a newline to stdout, and flush (so `watch` lines reach a pipe at
 /// once). A write failure is an internal failure (exit 6).
@@ -27,4 +26,13 @@ pub fn failure(text: &str, format: Format) {
             let _ = writeln!(err, "{text}");
         }
     }
+}
+
+/// Text or JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned text for people.
+    Text,
+    /// One JSON object (per line, for `watch`).
+    Json,
 }

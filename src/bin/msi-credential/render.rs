@@ -6,23 +6,101 @@
 //! the caller put it in the [`TokenOutput`].
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind, Severity};
+use msi_dataplane::inspect::Severity;
+use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind};
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::token::TokenOutput;
-use crate::watch::WatchEvent;
+use crate::output::Format;
 
-/// Text or JSON.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// Aligned text for people.
-    Text,
-    /// One JSON object (per line, for `watch`).
-    Json,
+/// What `token` prints.
+#[derive(Debug, Serialize)]
+pub struct TokenOutput {
+    /// The application (client) id.
+    pub client_id: String,
+    /// The tenant id.
+    pub tenant_id: String,
+    /// Where the token was requested.
+    pub token_url: String,
+    /// The scopes requested.
+    pub scopes: Vec<String>,
+    /// When the token expires.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_on: OffsetDateTime,
+    /// Seconds from now to `expires_on`.
+    pub expires_in_seconds: i64,
+    /// When the server asked the token to be refreshed, if it did.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub refresh_on: Option<OffsetDateTime>,
+    /// SHA-256 thumbprint of the certificate that signed the request.
+    pub thumbprint_sha256: String,
+    /// The access token: only with `--show-token`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_token: Option<String>,
+}
+
+/// The credential being served, as a watch line shows it.
+#[derive(Debug, Serialize)]
+pub struct Active {
+    /// Its effective `not_before`.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_before: OffsetDateTime,
+    /// Its end.
+    #[serde(with = "time::serde::rfc3339")]
+    pub not_after: OffsetDateTime,
+    /// Its leaf's SHA-256 thumbprint.
+    pub thumbprint_sha256: String,
+}
+
+/// One line of `watch` output (`"event"` is the JSON tag).
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WatchEvent {
+    /// The first load succeeded.
+    Loaded {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// The file.
+        path: PathBuf,
+        /// What is served.
+        active: Active,
+        /// Whether the directory is watched.
+        watching: bool,
+    },
+    /// A re-read ended in a decision.
+    Decision {
+        /// When the file was re-read.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// `swapped`, `unchanged`, `not_newer` or `invalid`.
+        outcome: &'static str,
+        /// How many swaps so far.
+        reloads: u64,
+        /// What is served after the decision.
+        active: Active,
+        /// Why the file was refused, for `invalid`.
+        error: Option<String>,
+    },
+    /// The directory watch was lost or re-armed.
+    Watching {
+        /// When this was seen.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// Whether the directory is watched now.
+        watching: bool,
+    },
+    /// A signal stopped the command.
+    Stopped {
+        /// When.
+        #[serde(with = "time::serde::rfc3339")]
+        at: OffsetDateTime,
+        /// `SIGTERM`, `SIGINT` or `Ctrl-C`.
+        signal: &'static str,
+    },
 }
 
 /// The `inspect` JSON object: the report, the file and an overall status.

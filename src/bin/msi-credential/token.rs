@@ -7,39 +7,12 @@ use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::args::TokenArgs;
 use crate::exit::Exit;
-use crate::output;
-use crate::render::{self, Format};
-
-/// What `token` prints.
-#[derive(Debug, Serialize)]
-pub struct TokenOutput {
-    /// The application (client) id.
-    pub client_id: String,
-    /// The tenant id.
-    pub tenant_id: String,
-    /// Where the token was requested.
-    pub token_url: String,
-    /// The scopes requested.
-    pub scopes: Vec<String>,
-    /// When the token expires.
-    #[serde(with = "time::serde::rfc3339")]
-    pub expires_on: OffsetDateTime,
-    /// Seconds from now to `expires_on`.
-    pub expires_in_seconds: i64,
-    /// When the server asked the token to be refreshed, if it did.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub refresh_on: Option<OffsetDateTime>,
-    /// SHA-256 thumbprint of the certificate that signed the request.
-    pub thumbprint_sha256: String,
-    /// The access token: only with `--show-token`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub access_token: Option<String>,
-}
+use crate::output::{self, Format};
+use crate::render::{self, TokenOutput};
 
 /// Run the command.
 pub fn run(args: &TokenArgs, format: Format) -> Exit {

@@ -15,8 +15,8 @@ use time::OffsetDateTime;
 
 use crate::args::VaultListArgs;
 use crate::exit::Exit;
-use crate::output;
-use crate::render::{self, Format};
+use crate::output::{self, Format};
+use crate::render;
 
 /// One stored credential as `vault list` prints it.
 #[derive(Debug, Serialize)]

@@ -7,81 +7,17 @@
 //! re-reads finishing before this loop wakes would show as one line; the `reloads`
 //! counter in every line stays exact.
 
-use std::path::PathBuf;
-
 use msi_dataplane::{
     ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::args::WatchArgs;
 use crate::exit::Exit;
-use crate::output;
-use crate::render::{self, Format};
+use crate::output::{self, Format};
+use crate::render::{self, Active, WatchEvent};
 use crate::signals::StopSignals;
-
-/// The credential being served, as a watch line shows it.
-#[derive(Debug, Serialize)]
-pub struct Active {
-    /// Its effective `not_before`.
-    #[serde(with = "time::serde::rfc3339")]
-    pub not_before: OffsetDateTime,
-    /// Its end.
-    #[serde(with = "time::serde::rfc3339")]
-    pub not_after: OffsetDateTime,
-    /// Its leaf's SHA-256 thumbprint.
-    pub thumbprint_sha256: String,
-}
-
-/// One line of `watch` output (`"event"` is the JSON tag).
-#[derive(Debug, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum WatchEvent {
-    /// The first load succeeded.
-    Loaded {
-        /// When.
-        #[serde(with = "time::serde::rfc3339")]
-        at: OffsetDateTime,
-        /// The file.
-        path: PathBuf,
-        /// What is served.
-        active: Active,
-        /// Whether the directory is watched.
-        watching: bool,
-    },
-    /// A re-read ended in a decision.
-    Decision {
-        /// When the file was re-read.
-        #[serde(with = "time::serde::rfc3339")]
-        at: OffsetDateTime,
-        /// `swapped`, `unchanged`, `not_newer` or `invalid`.
-        outcome: &'static str,
-        /// How many swaps so far.
-        reloads: u64,
-        /// What is served after the decision.
-        active: Active,
-        /// Why the file was refused, for `invalid`.
-        error: Option<String>,
-    },
-    /// The directory watch was lost or re-armed.
-    Watching {
-        /// When this was seen.
-        #[serde(with = "time::serde::rfc3339")]
-        at: OffsetDateTime,
-        /// Whether the directory is watched now.
-        watching: bool,
-    },
-    /// A signal stopped the command.
-    Stopped {
-        /// When.
-        #[serde(with = "time::serde::rfc3339")]
-        at: OffsetDateTime,
-        /// `SIGTERM`, `SIGINT` or `Ctrl-C`.
-        signal: &'static str,
-    },
-}
 
 /// Run the command.
 pub fn run(args: &WatchArgs, format: Format) -> Exit {

@@ -1,0 +1,18 @@
+//! The crate's fixed limits and timings, for callers who size buffers, tune alerts or
+//! write tests against them. Most users never need them; each is also named in the
+//! error it causes (for example [`ErrorKind::FileTooLarge`](crate::ErrorKind::FileTooLarge)
+//! carries its `limit`).
+//!
+//! Durations are `std::time::Duration`.
+
+// Reading the credential file.
+pub use crate::file::bundle::MAX_CERTIFICATES;
+pub use crate::file::key::{MAX_RSA_BITS, MIN_RSA_BITS};
+pub use crate::file::model::MAX_CREDENTIAL_FILE_BYTES;
+pub use crate::file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
+
+// Getting and caching tokens.
+pub use crate::token::assertion::ASSERTION_LIFETIME;
+pub use crate::token::cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
+pub use crate::token::credential::NOT_BEFORE_SKEW;
+pub use crate::token::endpoint::MAX_RESPONSE_BYTES;

@@ -1,0 +1,142 @@
+//! How health endpoints, metrics and logs see a reloading credential: [`ReloadStatus`]
+//! and [`ReloadOutcome`] as JSON (`Serialize`), as one line of text (`Display`), and
+//! compared (`PartialEq`).
+//!
+//! Errors appear as their stable [`code`](crate::ErrorKind::code), their message (which
+//! the crate keeps free of secrets: it names the file and the field, never their
+//! content) and whether they are transient. Two statuses are equal when every field is;
+//! their errors are equal when code and message are (an [`Error`] carries sources such
+//! as I/O errors that cannot be compared). Times are RFC 3339 in UTC, to the second.
+
+use std::fmt;
+
+use serde::ser::{Serialize, SerializeStruct as _, Serializer};
+use time::OffsetDateTime;
+
+use crate::clock::Rfc3339;
+use crate::error::Error;
+use crate::reload::rule::ReloadOutcome;
+use crate::reload::user_assigned::ReloadStatus;
+
+impl ReloadOutcome {
+    /// The outcome's stable name: `swapped`, `unchanged`, `not_newer` or `invalid` (its
+    /// JSON and `Display` form).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadOutcome::Swapped => "swapped",
+            ReloadOutcome::Unchanged => "unchanged",
+            ReloadOutcome::NotNewer => "not_newer",
+            ReloadOutcome::Invalid => "invalid",
+        }
+    }
+}
+
+impl fmt::Display for ReloadOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ReloadOutcome {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// An error as a status shows it: `{"code", "message", "transient"}`.
+struct ErrorSummary<'a>(&'a Error);
+
+impl Serialize for ErrorSummary<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Error", 3)?;
+        s.serialize_field("code", self.0.kind().code())?;
+        s.serialize_field("message", &self.0.to_string())?;
+        s.serialize_field("transient", &self.0.is_transient())?;
+        s.end()
+    }
+}
+
+/// A time as RFC 3339 text.
+struct Time(OffsetDateTime);
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&Rfc3339(self.0))
+    }
+}
+
+/// `{"path", "not_before", "not_after", "thumbprint_sha256", "loaded_at", "last_check",
+/// "last_outcome", "last_error": {"code", "message", "transient"}, "reloads",
+/// "watching"}`; absent values are `null`.
+impl Serialize for ReloadStatus {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("ReloadStatus", 10)?;
+        s.serialize_field("path", &self.path.to_string_lossy())?;
+        s.serialize_field("not_before", &Time(self.not_before))?;
+        s.serialize_field("not_after", &Time(self.not_after))?;
+        s.serialize_field("thumbprint_sha256", &self.thumbprint_sha256)?;
+        s.serialize_field("loaded_at", &Time(self.loaded_at))?;
+        s.serialize_field("last_check", &self.last_check.map(Time))?;
+        s.serialize_field("last_outcome", &self.last_outcome)?;
+        s.serialize_field("last_error", &self.last_error.as_ref().map(ErrorSummary))?;
+        s.serialize_field("reloads", &self.reloads)?;
+        s.serialize_field("watching", &self.watching)?;
+        s.end()
+    }
+}
+
+/// One line: `<path>: serving <thumbprint> (valid <not_before> to <not_after>, since
+/// <loaded_at>), <n> reloads, watching|not watching[; last check <time>: <outcome>[
+/// (<code>: <message>)]]`.
+impl fmt::Display for ReloadStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: serving {} (valid {} to {}, since {}), {} reloads, {}",
+            self.path.display(),
+            self.thumbprint_sha256,
+            Rfc3339(self.not_before),
+            Rfc3339(self.not_after),
+            Rfc3339(self.loaded_at),
+            self.reloads,
+            if self.watching {
+                "watching"
+            } else {
+                "not watching"
+            },
+        )?;
+        if let Some(at) = self.last_check {
+            write!(f, "; last check {}", Rfc3339(at))?;
+            if let Some(outcome) = self.last_outcome {
+                write!(f, ": {outcome}")?;
+            }
+            if let Some(err) = &self.last_error {
+                write!(f, " ({}: {err})", err.kind().code())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every field equal; errors compared by code and message (see the module docs).
+impl PartialEq for ReloadStatus {
+    fn eq(&self, other: &Self) -> bool {
+        let same_error = match (&self.last_error, &other.last_error) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.kind().code() == b.kind().code() && a.to_string() == b.to_string()
+            }
+            _ => false,
+        };
+        same_error
+            && self.path == other.path
+            && self.not_before == other.not_before
+            && self.not_after == other.not_after
+            && self.thumbprint_sha256 == other.thumbprint_sha256
+            && self.loaded_at == other.loaded_at
+            && self.last_check == other.last_check
+            && self.last_outcome == other.last_outcome
+            && self.reloads == other.reloads
+            && self.watching == other.watching
+    }
+}
