@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -154,6 +154,11 @@ struct Reloader {
     /// Serializes re-reads (task and `check_now`); holds the digest of the last file
     /// that was refused, so the same bad bytes are not parsed and logged again.
     check: AsyncMutex<Option<Refusal>>,
+    /// For subscribing to the directory the visible path resolves to (`None`: not
+    /// watching).
+    target_tx: Option<UnboundedSender<DirSignal>>,
+    /// The watch on that directory, when it is not the visible directory.
+    target: std::sync::Mutex<Option<(PathBuf, Subscription)>>,
 }
 
 impl Drop for Reloader {
@@ -217,8 +222,9 @@ impl UserAssignedIdentityCredential {
     ) -> Result<Self> {
         let path = path.into();
         let (changed_tx, changed) = unbounded_channel();
+        let target_tx = options.watch.then(|| changed_tx.clone());
         let subscribe = options.watch.then(|| (watched_dir(&path), changed_tx));
-        let (watcher, loaded) =
+        let (watcher, target, loaded) =
             load_blocking(path.clone(), options.client.clone(), subscribe).await?;
         let clock = options.client.clock.clone();
         let now = clock.now();
@@ -245,6 +251,8 @@ impl UserAssignedIdentityCredential {
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
+            target_tx,
+            target: std::sync::Mutex::new(target),
         });
         tracing::info!(path = %path.display(), "loaded credential file");
         let dedicated = options.dedicated_thread;
@@ -346,11 +354,15 @@ async fn load_blocking(
     path: PathBuf,
     options: ClientCertificateCredentialOptions,
     subscribe: Option<(PathBuf, tokio::sync::mpsc::UnboundedSender<DirSignal>)>,
-) -> Result<(Option<Subscription>, Loaded)> {
+) -> Result<(Option<Subscription>, Option<(PathBuf, Subscription)>, Loaded)> {
     tokio::task::spawn_blocking(move || {
+        let target = subscribe.as_ref().and_then(|(_, tx)| {
+            let dir = resolved_dir(&path).flatten()?;
+            Some((dir.clone(), watch_dir(dir, tx.clone())))
+        });
         let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
         let bytes = rule::read(&path)?;
-        Ok((watcher, rule::build(&path, &bytes, options)?))
+        Ok((watcher, target, rule::build(&path, &bytes, options)?))
     })
     .await
     .map_err(|_| abandoned())?
@@ -495,6 +507,7 @@ impl Reloader {
                 }
             }
         };
+        self.follow_target().await;
         let now = self.client_options.clock.now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
@@ -510,6 +523,33 @@ impl Reloader {
             s.thumbprint_sha256 = active.credential.certificate().thumbprint_sha256_hex();
         });
         outcome
+    }
+
+    /// Watch the directory the visible path resolves to (the real file's directory:
+    /// `..<timestamp>/` in the AtomicWriter layout, a symlink target's directory
+    /// elsewhere) as well as the visible directory, so that a write through the symlink is
+    /// seen. Re-armed after every re-read: each AtomicWriter swap changes the target.
+    async fn follow_target(&self) {
+        let Some(tx) = self.target_tx.clone() else {
+            return;
+        };
+        let path = self.path.clone();
+        let current = lock(&self.target).as_ref().map(|(dir, _)| dir.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            let resolved = resolved_dir(&path)?;
+            if resolved == current {
+                return None;
+            }
+            Some(resolved.map(|dir| {
+                tracing::debug!(dir = %dir.display(), "watching the credential file's real directory");
+                (dir.clone(), watch_dir(dir, tx))
+            }))
+        })
+        .await;
+        // `None`: unresolvable now (keep what is watched) or unchanged.
+        if let Ok(Some(next)) = found {
+            *lock(&self.target) = next;
+        }
     }
 
     fn set_watching(&self, watching: bool) {
@@ -539,21 +579,45 @@ impl ReloadTask {
         let interval =
             time::Duration::try_from(self.options.backstop_interval).unwrap_or(time::Duration::MAX);
         let mut next_backstop = saturating_add(clock.now(), interval);
-        loop {
+        'run: loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 Some(signal) = self.changed.recv() => match signal {
                     DirSignal::Changed => {
-                        // Debounce: let the writer finish, then read once for all events.
-                        tokio::select! {
-                            _ = self.cancel.cancelled() => break,
-                            _ = tokio::time::sleep(self.options.debounce) => {}
+                        // Debounce: let the writer finish, then read once for all events;
+                        // an atomic swap meanwhile ends the wait (its content is complete).
+                        let deadline = tokio::time::Instant::now() + self.options.debounce;
+                        let mut rearmed = false;
+                        let mut swapped = false;
+                        while !swapped {
+                            tokio::select! {
+                                _ = self.cancel.cancelled() => break 'run,
+                                _ = tokio::time::sleep_until(deadline) => break,
+                                Some(signal) = self.changed.recv() => {
+                                    rearmed |= signal == DirSignal::Armed;
+                                    swapped |= signal == DirSignal::Swapped;
+                                }
+                            }
                         }
+                        while let Ok(signal) = self.changed.try_recv() {
+                            rearmed |= signal == DirSignal::Armed;
+                            swapped |= signal == DirSignal::Swapped;
+                        }
+                        Some(if rearmed {
+                            "directory re-armed"
+                        } else if swapped {
+                            "atomic swap"
+                        } else {
+                            "file event"
+                        })
+                    }
+                    DirSignal::Swapped => {
+                        // The swap is atomic: no debounce. Fold what is already queued.
                         let mut rearmed = false;
                         while let Ok(signal) = self.changed.try_recv() {
                             rearmed |= signal == DirSignal::Armed;
                         }
-                        Some(if rearmed { "directory re-armed" } else { "file event" })
+                        Some(if rearmed { "directory re-armed" } else { "atomic swap" })
                     }
                     DirSignal::Armed => Some("directory re-armed"),
                     DirSignal::Disarmed => None,
@@ -612,6 +676,19 @@ impl Drop for ReloadTask {
             );
         });
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Blocking: the directory the visible path resolves to, when it is not the visible
+/// path's own directory (`Some(None)`: the same directory; `None`: unresolvable now).
+fn resolved_dir(path: &Path) -> Option<Option<PathBuf>> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let real_dir = real.parent()?.to_path_buf();
+    let visible_dir = std::fs::canonicalize(watched_dir(path)).ok()?;
+    Some((real_dir != visible_dir).then_some(real_dir))
 }
 
 /// The directory to watch: the visible path's parent (the file itself may be a symlink
