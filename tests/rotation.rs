@@ -902,3 +902,83 @@ async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
     .await;
     assert!(started.elapsed() >= debounce, "picked up before the debounce");
 }
+
+// ---------------------------------------------------------------------------------------
+// zero-wait swaps (issue 12, item 2)
+// ---------------------------------------------------------------------------------------
+
+const VAULT: &str = "https://vault.azure.net/.default";
+
+/// Wait until the server has answered `want` token requests.
+async fn wait_requests(server: &EntraServer, want: usize, what: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    while server.token_requests() < want {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {} of {want} requests",
+            server.token_requests()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// After a swap, the new credential fetches tokens for the scopes the old one served, in
+/// the background: the first `get_token` for each makes no request, and its token was
+/// obtained with the new certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_swap_the_first_get_token_for_a_served_scope_makes_no_request() {
+    let server = server().await;
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = new_cred(&dir.visible_path()).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+    cred.get_token(&[VAULT]).await.expect("vault token");
+    assert_eq!(server.token_requests(), 2);
+
+    dir.rotate(&bytes(&server, "rotation-2"));
+    wait_active(&cred, "rotation-2").await;
+    wait_requests(&server, 4, "the two tokens fetched ahead").await;
+
+    token_signed_by(&server, &cred, "rotation-2").await;
+    let vault = cred.get_token(&[VAULT]).await.expect("vault token");
+    let issued = server.issued(vault.token()).expect("issued by the server");
+    assert_eq!(issued.cert_sha256_hex, leaf_sha256_hex("rotation-2"));
+    assert_eq!(
+        server.token_requests(),
+        4,
+        "a get_token after the swap made a request"
+    );
+    let s = cred.status();
+    assert!(s.last_prefetch_error.is_none(), "{s:#?}");
+}
+
+/// A new credential that Entra rejects (its certificate is not registered) is reported in
+/// `status()` by the fetch ahead, before any caller asks for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_credential_entra_rejects_is_reported_before_any_caller_asks() {
+    let server = EntraServer::start().await;
+    register(&server, "rotation-1");
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = new_cred(&dir.visible_path()).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+
+    dir.rotate(&bytes(&server, "rotation-2"));
+    let s = wait_status(&cred, "the prefetch failure in status()", |s| {
+        s.last_prefetch_error.is_some()
+    })
+    .await;
+    assert_eq!(s.not_before, nb("rotation-2"), "{s:#?}");
+    let error = s.last_prefetch_error.expect("error");
+    assert!(
+        error.to_string().to_lowercase().contains("invalid_client")
+            || error.to_string().contains("AADSTS"),
+        "{error}"
+    );
+    // Only the fetch ahead asked: no caller has since the first token.
+    assert!(
+        server.requests()[1..]
+            .iter()
+            .all(|r| r.matched_cert_sha256.as_deref() != Some(&leaf_sha256_hex("rotation-1"))),
+        "{:#?}",
+        server.requests()
+    );
+}

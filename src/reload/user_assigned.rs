@@ -130,6 +130,11 @@ pub struct ReloadStatus {
     pub reloads: u64,
     /// Whether the directory watch is in place (false: backstop only, or stopped).
     pub watching: bool,
+    /// Why fetching tokens ahead with the last swapped-in credential failed (for the
+    /// scopes its predecessor had served), `None` when the last such fetch succeeded or
+    /// none was made. Set as soon as it fails, before any caller asks: a new credential
+    /// that Entra rejects shows here while the old one may still be valid.
+    pub last_prefetch_error: Option<Error>,
 }
 
 /// The active credential and what is known of it.
@@ -239,6 +244,7 @@ impl UserAssignedIdentityCredential {
             last_error: None,
             reloads: 0,
             watching: watcher.as_ref().is_some_and(Subscription::is_armed),
+            last_prefetch_error: None,
         };
         let cancel = match &options.cancellation {
             Some(parent) => parent.child_token(),
@@ -425,6 +431,7 @@ impl Reloader {
             .await
             .unwrap_or_else(|_| Err(abandoned()));
         let mut refusal = self.check.lock().await;
+        let mut prefetch = None;
         let read = match bytes {
             Err(e) => Read::Bad(None, e),
             Ok(bytes) => {
@@ -486,6 +493,7 @@ impl Reloader {
                             "credential file rotated; the new credential is active"
                         );
                         *refusal = None;
+                        prefetch = Some((self.active.load_full(), loaded.credential.clone()));
                         self.active.store(active_from(*loaded));
                         (ReloadOutcome::Swapped, None, true)
                     }
@@ -522,6 +530,11 @@ impl Reloader {
             s.not_after = active.not_after;
             s.thumbprint_sha256 = active.credential.certificate().thumbprint_sha256_hex();
         });
+        // After the swap and its status: the new credential's tokens are cached only once
+        // it is the active one.
+        if let Some((old, new)) = prefetch {
+            self.prefetch(&old, new);
+        }
         outcome
     }
 
@@ -550,6 +563,51 @@ impl Reloader {
         if let Ok(Some(next)) = found {
             *lock(&self.target) = next;
         }
+    }
+
+    /// In the background, fetch tokens with the new (now active) credential for the
+    /// scopes the old one served recently (at most [`MAX_PREFETCH`]; single flight as for
+    /// any caller), so that the first `get_token` after the swap finds them cached. A
+    /// failure is reported at once (`tracing` warning, `last_prefetch_error`).
+    fn prefetch(&self, old: &Active, new: ClientCertificateCredential) {
+        let scope_sets = old.credential.live_scopes(MAX_PREFETCH);
+        if scope_sets.is_empty() {
+            return;
+        }
+        let status = self.status.clone();
+        let path = self.path.clone();
+        let old_not_after = old.not_after;
+        let clock = self.client_options.clock.clone();
+        tokio::spawn(async move {
+            let mut fetches = tokio::task::JoinSet::new();
+            for scopes in scope_sets {
+                let new = new.clone();
+                fetches.spawn(async move {
+                    let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+                    new.get_token(&refs).await.map(drop).map_err(|e| (scopes.join(" "), e))
+                });
+            }
+            let mut failed = None;
+            while let Some(done) = fetches.join_next().await {
+                if let Ok(Err((scope, error))) = done {
+                    if failed.is_none() {
+                        tracing::warn!(
+                            path = %path.display(),
+                            scope,
+                            error = %error,
+                            old_still_valid = clock.now() < old_not_after,
+                            old_not_after = %Rfc3339(old_not_after),
+                            "the new credential's token request failed; callers will see this error"
+                        );
+                        status.send_modify(|s| s.last_prefetch_error = Some(error.clone()));
+                    }
+                    failed = Some(error);
+                }
+            }
+            if failed.is_none() {
+                status.send_if_modified(|s| s.last_prefetch_error.take().is_some());
+            }
+        });
     }
 
     fn set_watching(&self, watching: bool) {
@@ -677,6 +735,9 @@ impl Drop for ReloadTask {
         });
     }
 }
+
+/// At most this many scope sets are fetched ahead after a swap.
+const MAX_PREFETCH: usize = 16;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -305,10 +305,16 @@ fn is_symlink_swap(event: &notify::Event) -> bool {
     lands && event.paths.iter().any(|p| is_swap_target(p))
 }
 
-/// Pure but for the `lstat`: `..data`, or any path that is now a symlink.
+/// Pure but for the `lstat`: `..data`, or any path that is now a symlink, except
+/// `..data_tmp`: the AtomicWriter's staging link, whose creation changes nothing a reader
+/// of the visible path sees (the rename that follows is the swap; reacting to both would
+/// re-read twice).
 fn is_swap_target(path: &Path) -> bool {
-    path.file_name().is_some_and(|n| n == "..data")
-        || std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+    match path.file_name() {
+        Some(n) if n == "..data" => true,
+        Some(n) if n == "..data_tmp" => false,
+        _ => std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()),
+    }
 }
 
 fn removes_or_moves(kind: &EventKind) -> bool {

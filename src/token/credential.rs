@@ -580,6 +580,13 @@ impl ClientCertificateCredential {
         inner.assertion(now, &inner.token_url)
     }
 
+    /// The scope sets this credential holds an unexpired token for (its own tenant), at
+    /// most `max`: what a reloading credential fetches ahead with its successor.
+    pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
+        let inner = &self.inner;
+        inner.cache.live_scopes(inner.clock.now_unix_millis(), max)
+    }
+
     /// The application (client) id.
     pub fn client_id(&self) -> &str {
         &self.inner.client_id
