@@ -82,7 +82,8 @@ async fn a_spare_older_than_half_its_lifetime_is_not_used() {
             built.unix_timestamp() + age
         };
         assert_eq!(
-            iat, want,
+            iat,
+            want,
             "spare {age} s old: expected it {}used",
             if expect_spare { "" } else { "not " }
         );

@@ -900,7 +900,10 @@ async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
         s.not_before == want
     })
     .await;
-    assert!(started.elapsed() >= debounce, "picked up before the debounce");
+    assert!(
+        started.elapsed() >= debounce,
+        "picked up before the debounce"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

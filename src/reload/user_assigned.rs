@@ -360,7 +360,11 @@ async fn load_blocking(
     path: PathBuf,
     options: ClientCertificateCredentialOptions,
     subscribe: Option<(PathBuf, tokio::sync::mpsc::UnboundedSender<DirSignal>)>,
-) -> Result<(Option<Subscription>, Option<(PathBuf, Subscription)>, Loaded)> {
+) -> Result<(
+    Option<Subscription>,
+    Option<(PathBuf, Subscription)>,
+    Loaded,
+)> {
     tokio::task::spawn_blocking(move || {
         let target = subscribe.as_ref().and_then(|(_, tx)| {
             let dir = resolved_dir(&path).flatten()?;
@@ -584,7 +588,10 @@ impl Reloader {
                 let new = new.clone();
                 fetches.spawn(async move {
                     let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
-                    new.get_token(&refs).await.map(drop).map_err(|e| (scopes.join(" "), e))
+                    new.get_token(&refs)
+                        .await
+                        .map(drop)
+                        .map_err(|e| (scopes.join(" "), e))
                 });
             }
             let mut failed = None;

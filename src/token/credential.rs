@@ -731,7 +731,8 @@ impl Inner {
         let now = self.clock.now();
         self.check_validity(now)?;
         self.warn_if_expiring(now);
-        let assertion = match self.take_spare(now, token_url) {
+        let own_url = self.ready_assertion && *token_url == self.token_url;
+        let assertion = match own_url.then(|| self.take_spare(now)).flatten() {
             Some(ready) => ready,
             None => self.assertion(now, token_url)?,
         };
@@ -743,7 +744,13 @@ impl Inner {
             assertion: assertion.expose_secret(),
             client_request_id: &client_request_id,
         };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
+        let raw = endpoint::send(&self.http, &request, self.timeout).await;
+        // The next ready assertion is signed once this request is answered, so that its
+        // signature never competes with the round trip.
+        if own_url {
+            self.refill_spare();
+        }
+        let raw = raw?;
         let result = endpoint::parse_response(&raw, now, &client_request_id);
         match &result {
             Ok(token) => tracing::debug!(
@@ -762,15 +769,14 @@ impl Inner {
         result
     }
 
-    /// The ready assertion, if it is for `token_url` and usable at `now`; taken (it is
-    /// never sent twice), and a new one is signed in the background.
-    fn take_spare(self: &Arc<Self>, now: OffsetDateTime, token_url: &Url) -> Option<SecretString> {
-        if !self.ready_assertion || *token_url != self.token_url {
-            return None;
-        }
-        let taken = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
-        self.refill_spare();
-        let spare = taken?;
+    /// The ready assertion (for the own token URL), if it is usable at `now`; taken: it
+    /// is never sent twice.
+    fn take_spare(&self, now: OffsetDateTime) -> Option<SecretString> {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
         if spare_usable(spare.signed_at, now) {
             Some(spare.assertion)
         } else {
