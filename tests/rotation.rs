@@ -826,3 +826,199 @@ async fn get_token_is_not_blocked_by_a_reload() {
     let issued = server.issued(token).expect("issued by the server");
     assert_eq!(issued.cert_sha256_hex, leaf_sha256_hex("rotation-2"));
 }
+
+// ---------------------------------------------------------------------------------------
+// writes through the symlink; the atomic swap without the debounce (issue 12, items 1, 4)
+// ---------------------------------------------------------------------------------------
+
+/// In the CSI layout, a tool that rewrites the file in place through the visible path
+/// (open, truncate, write) changes `..<timestamp>/<name>`: nothing happens in the mount
+/// directory itself. The credential watches the directory the path resolves to as well,
+/// re-armed after each swap (the first rotation below moves it to a new `..<timestamp>/`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_through_the_symlink_is_picked_up_in_the_atomic_writer_layout() {
+    let server = server().await;
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = new_cred(&dir.visible_path()).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+
+    // A swap first: the watch must follow the new timestamped directory.
+    dir.rotate(&bytes(&server, "rotation-2"));
+    wait_active(&cred, "rotation-2").await;
+
+    let visible = dir.visible_path();
+    let b3 = bytes(&server, "rotation-3");
+    tokio::task::spawn_blocking(move || write_in_place(&visible, &b3))
+        .await
+        .expect("writer");
+    let want = nb("rotation-3");
+    let s = wait_status_within(
+        &cred,
+        "the in-place write through the symlink",
+        Duration::from_secs(1),
+        |s| s.not_before == want,
+    )
+    .await;
+    assert_eq!(s.reloads, 2, "{s:#?}");
+    assert!(
+        dir.dir().join(dir.current_ts_dir()).join(NAME).exists(),
+        "the write went to the timestamped directory"
+    );
+    token_signed_by(&server, &cred, "rotation-3").await;
+}
+
+/// The visible path is a symlink to a file in another directory: an in-place write of the
+/// target is seen through the watch on the target's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_through_a_symlink_into_another_directory_is_picked_up() {
+    let server = server().await;
+    let real_dir = TempDir::new("symlink-target");
+    let real = real_dir.join("real-credential.json");
+    std::fs::write(&real, bytes(&server, "rotation-1")).expect("write target");
+    let visible_dir = TempDir::new("symlink-visible");
+    let visible = visible_dir.join(NAME);
+    std::os::unix::fs::symlink(&real, &visible).expect("symlink");
+    let cred = new_cred(&visible).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+
+    let b2 = bytes(&server, "rotation-2");
+    let through = visible.clone();
+    tokio::task::spawn_blocking(move || write_in_place(&through, &b2))
+        .await
+        .expect("writer");
+    let want = nb("rotation-2");
+    wait_status_within(
+        &cred,
+        "the in-place write of the symlink's target",
+        Duration::from_secs(1),
+        |s| s.not_before == want,
+    )
+    .await;
+    token_signed_by(&server, &cred, "rotation-2").await;
+}
+
+/// The `..data` rename is atomic: it is acted on at once, whatever the debounce. A plain
+/// write (which may be partial) still waits for the debounce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
+    let server = server().await;
+    let debounce = Duration::from_secs(3);
+    let options = reload_options().with_debounce(debounce);
+
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = UserAssignedIdentityCredential::new(dir.visible_path(), options.clone())
+        .await
+        .expect("new");
+    dir.rotate(&bytes(&server, "rotation-2"));
+    let want = nb("rotation-2");
+    let s = wait_status_within(
+        &cred,
+        "the atomic swap without the debounce",
+        Duration::from_secs(1),
+        |s| s.not_before == want,
+    )
+    .await;
+    assert_eq!(s.reloads, 1, "{s:#?}");
+    token_signed_by(&server, &cred, "rotation-2").await;
+
+    let (_plain, path) = plain_dir(&server, "rotation-1");
+    let plain = UserAssignedIdentityCredential::new(&path, options)
+        .await
+        .expect("new");
+    let started = Instant::now();
+    let b2 = bytes(&server, "rotation-2");
+    tokio::task::spawn_blocking(move || write_in_place(&path, &b2))
+        .await
+        .expect("writer");
+    // A fixed wait that gives the write a chance to be (wrongly) acted on early.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(plain.status().reloads, 0, "{:#?}", plain.status());
+    wait_status(&plain, "the plain write after the debounce", |s| {
+        s.not_before == want
+    })
+    .await;
+    assert!(
+        started.elapsed() >= debounce,
+        "picked up before the debounce"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// zero-wait swaps (issue 12, item 2)
+// ---------------------------------------------------------------------------------------
+
+const VAULT: &str = "https://vault.azure.net/.default";
+
+/// Wait until the server has answered `want` token requests.
+async fn wait_requests(server: &EntraServer, want: usize, what: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    while server.token_requests() < want {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {} of {want} requests",
+            server.token_requests()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// After a swap, the new credential fetches tokens for the scopes the old one served, in
+/// the background: the first `get_token` for each makes no request, and its token was
+/// obtained with the new certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_swap_the_first_get_token_for_a_served_scope_makes_no_request() {
+    let server = server().await;
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = new_cred(&dir.visible_path()).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+    cred.get_token(&[VAULT]).await.expect("vault token");
+    assert_eq!(server.token_requests(), 2);
+
+    dir.rotate(&bytes(&server, "rotation-2"));
+    wait_active(&cred, "rotation-2").await;
+    wait_requests(&server, 4, "the two tokens fetched ahead").await;
+
+    token_signed_by(&server, &cred, "rotation-2").await;
+    let vault = cred.get_token(&[VAULT]).await.expect("vault token");
+    let issued = server.issued(vault.token()).expect("issued by the server");
+    assert_eq!(issued.cert_sha256_hex, leaf_sha256_hex("rotation-2"));
+    assert_eq!(
+        server.token_requests(),
+        4,
+        "a get_token after the swap made a request"
+    );
+    let s = cred.status();
+    assert!(s.last_prefetch_error.is_none(), "{s:#?}");
+}
+
+/// A new credential that Entra rejects (its certificate is not registered) is reported in
+/// `status()` by the fetch ahead, before any caller asks for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_credential_entra_rejects_is_reported_before_any_caller_asks() {
+    let server = EntraServer::start().await;
+    register(&server, "rotation-1");
+    let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
+    let cred = new_cred(&dir.visible_path()).await;
+    token_signed_by(&server, &cred, "rotation-1").await;
+
+    dir.rotate(&bytes(&server, "rotation-2"));
+    let s = wait_status(&cred, "the prefetch failure in status()", |s| {
+        s.last_prefetch_error.is_some()
+    })
+    .await;
+    assert_eq!(s.not_before, nb("rotation-2"), "{s:#?}");
+    let error = s.last_prefetch_error.expect("error");
+    assert!(
+        error.to_string().to_lowercase().contains("invalid_client")
+            || error.to_string().contains("AADSTS"),
+        "{error}"
+    );
+    // Only the fetch ahead asked: no caller has since the first token.
+    assert!(
+        server.requests()[1..]
+            .iter()
+            .all(|r| r.matched_cert_sha256.as_deref() != Some(&leaf_sha256_hex("rotation-1"))),
+        "{:#?}",
+        server.requests()
+    );
+}

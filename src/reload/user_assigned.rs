@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -132,6 +132,11 @@ pub struct ReloadStatus {
     pub reloads: u64,
     /// Whether the directory watch is in place (false: backstop only, or stopped).
     pub watching: bool,
+    /// Why fetching tokens ahead with the last swapped-in credential failed (for the
+    /// scopes its predecessor had served), `None` when the last such fetch succeeded or
+    /// none was made. Set as soon as it fails, before any caller asks: a new credential
+    /// that Entra rejects shows here while the old one may still be valid.
+    pub last_prefetch_error: Option<Error>,
 }
 
 /// The active credential and what is known of it.
@@ -156,6 +161,11 @@ struct Reloader {
     /// Serializes re-reads (task and `check_now`); holds the digest of the last file
     /// that was refused, so the same bad bytes are not parsed and logged again.
     check: AsyncMutex<Option<Refusal>>,
+    /// For subscribing to the directory the visible path resolves to (`None`: not
+    /// watching).
+    target_tx: Option<UnboundedSender<DirSignal>>,
+    /// The watch on that directory, when it is not the visible directory.
+    target: std::sync::Mutex<Option<(PathBuf, Subscription)>>,
 }
 
 impl Drop for Reloader {
@@ -222,8 +232,9 @@ impl UserAssignedIdentityCredential {
     ) -> Result<Self> {
         let path = path.into();
         let (changed_tx, changed) = unbounded_channel();
+        let target_tx = options.watch.then(|| changed_tx.clone());
         let subscribe = options.watch.then(|| (watched_dir(&path), changed_tx));
-        let (watcher, loaded) =
+        let (watcher, target, loaded) =
             load_blocking(path.clone(), options.client.clone(), subscribe).await?;
         let clock = options.client.clock.clone();
         let now = clock.now();
@@ -238,6 +249,7 @@ impl UserAssignedIdentityCredential {
             last_error: None,
             reloads: 0,
             watching: watcher.as_ref().is_some_and(Subscription::is_armed),
+            last_prefetch_error: None,
         };
         let cancel = match &options.cancellation {
             Some(parent) => parent.child_token(),
@@ -250,6 +262,8 @@ impl UserAssignedIdentityCredential {
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
+            target_tx,
+            target: std::sync::Mutex::new(target),
         });
         tracing::info!(path = %path.display(), "loaded credential file");
         let dedicated = options.dedicated_thread;
@@ -343,11 +357,19 @@ async fn load_blocking(
     path: PathBuf,
     options: ClientCertificateCredentialOptions,
     subscribe: Option<(PathBuf, tokio::sync::mpsc::UnboundedSender<DirSignal>)>,
-) -> Result<(Option<Subscription>, Loaded)> {
+) -> Result<(
+    Option<Subscription>,
+    Option<(PathBuf, Subscription)>,
+    Loaded,
+)> {
     tokio::task::spawn_blocking(move || {
+        let target = subscribe.as_ref().and_then(|(_, tx)| {
+            let dir = resolved_dir(&path).flatten()?;
+            Some((dir.clone(), watch_dir(dir, tx.clone())))
+        });
         let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
         let bytes = rule::read(&path)?;
-        Ok((watcher, rule::build(&path, &bytes, options)?))
+        Ok((watcher, target, rule::build(&path, &bytes, options)?))
     })
     .await
     .map_err(|_| abandoned())?
@@ -410,6 +432,7 @@ impl Reloader {
             .await
             .unwrap_or_else(|_| Err(abandoned()));
         let mut refusal = self.check.lock().await;
+        let mut prefetch = None;
         let read = match bytes {
             Err(e) => Read::Bad(None, e),
             Ok(bytes) => {
@@ -471,6 +494,7 @@ impl Reloader {
                             "credential file rotated; the new credential is active"
                         );
                         *refusal = None;
+                        prefetch = Some((self.active.load_full(), loaded.credential.clone()));
                         self.active.store(active_from(*loaded));
                         (ReloadOutcome::Swapped, None, true)
                     }
@@ -492,6 +516,7 @@ impl Reloader {
                 }
             }
         };
+        self.follow_target().await;
         let now = self.client_options.clock.now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
@@ -506,7 +531,87 @@ impl Reloader {
             s.not_after = active.not_after;
             s.thumbprint_sha256 = active.credential.certificate().thumbprint_sha256_hex();
         });
+        // After the swap and its status: the new credential's tokens are cached only once
+        // it is the active one.
+        if let Some((old, new)) = prefetch {
+            self.prefetch(&old, new);
+        }
         outcome
+    }
+
+    /// Watch the directory the visible path resolves to (the real file's directory:
+    /// `..<timestamp>/` in the AtomicWriter layout, a symlink target's directory
+    /// elsewhere) as well as the visible directory, so that a write through the symlink is
+    /// seen. Re-armed after every re-read: each AtomicWriter swap changes the target.
+    async fn follow_target(&self) {
+        let Some(tx) = self.target_tx.clone() else {
+            return;
+        };
+        let path = self.path.clone();
+        let current = lock(&self.target).as_ref().map(|(dir, _)| dir.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            let resolved = resolved_dir(&path)?;
+            if resolved == current {
+                return None;
+            }
+            Some(resolved.map(|dir| {
+                tracing::debug!(dir = %dir.display(), "watching the credential file's real directory");
+                (dir.clone(), watch_dir(dir, tx))
+            }))
+        })
+        .await;
+        // `None`: unresolvable now (keep what is watched) or unchanged.
+        if let Ok(Some(next)) = found {
+            *lock(&self.target) = next;
+        }
+    }
+
+    /// In the background, fetch tokens with the new (now active) credential for the
+    /// scopes the old one served recently (at most [`MAX_PREFETCH`]; single flight as for
+    /// any caller), so that the first `get_token` after the swap finds them cached. A
+    /// failure is reported at once (`tracing` warning, `last_prefetch_error`).
+    fn prefetch(&self, old: &Active, new: ClientCertificateCredential) {
+        let scope_sets = old.credential.live_scopes(MAX_PREFETCH);
+        if scope_sets.is_empty() {
+            return;
+        }
+        let status = self.status.clone();
+        let path = self.path.clone();
+        let old_not_after = old.not_after;
+        let clock = self.client_options.clock.clone();
+        tokio::spawn(async move {
+            let mut fetches = tokio::task::JoinSet::new();
+            for scopes in scope_sets {
+                let new = new.clone();
+                fetches.spawn(async move {
+                    let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+                    new.get_token(&refs)
+                        .await
+                        .map(drop)
+                        .map_err(|e| (scopes.join(" "), e))
+                });
+            }
+            let mut failed = None;
+            while let Some(done) = fetches.join_next().await {
+                if let Ok(Err((scope, error))) = done {
+                    if failed.is_none() {
+                        tracing::warn!(
+                            path = %path.display(),
+                            scope,
+                            error = %error,
+                            old_still_valid = clock.now() < old_not_after,
+                            old_not_after = %Rfc3339(old_not_after),
+                            "the new credential's token request failed; callers will see this error"
+                        );
+                        status.send_modify(|s| s.last_prefetch_error = Some(error.clone()));
+                    }
+                    failed = Some(error);
+                }
+            }
+            if failed.is_none() {
+                status.send_if_modified(|s| s.last_prefetch_error.take().is_some());
+            }
+        });
     }
 
     fn set_watching(&self, watching: bool) {
@@ -535,23 +640,46 @@ impl ReloadTask {
         let clock = self.options.client.clock.clone();
         let interval = to_time(self.options.backstop_interval);
         let mut next_backstop = saturating_add(clock.now(), interval);
-        loop {
+        'run: loop {
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 Some(signal) = self.changed.recv() => match signal {
                     DirSignal::Changed => {
-                        // Debounce: let the writer finish, then read once for all events.
+                        // Debounce: let the writer finish, then read once for all events;
+                        // an atomic swap meanwhile ends the wait (its content is complete).
                         // On the injected clock, like every timer here.
                         let settled = saturating_add(clock.now(), to_time(self.options.debounce));
-                        tokio::select! {
-                            _ = self.cancel.cancelled() => break,
-                            _ = clock.sleep_until(settled) => {}
+                        let mut rearmed = false;
+                        let mut swapped = false;
+                        while !swapped {
+                            tokio::select! {
+                                _ = self.cancel.cancelled() => break 'run,
+                                _ = clock.sleep_until(settled) => break,
+                                Some(signal) = self.changed.recv() => {
+                                    rearmed |= signal == DirSignal::Armed;
+                                    swapped |= signal == DirSignal::Swapped;
+                                }
+                            }
                         }
+                        while let Ok(signal) = self.changed.try_recv() {
+                            rearmed |= signal == DirSignal::Armed;
+                            swapped |= signal == DirSignal::Swapped;
+                        }
+                        Some(if rearmed {
+                            "directory re-armed"
+                        } else if swapped {
+                            "atomic swap"
+                        } else {
+                            "file event"
+                        })
+                    }
+                    DirSignal::Swapped => {
+                        // The swap is atomic: no debounce. Fold what is already queued.
                         let mut rearmed = false;
                         while let Ok(signal) = self.changed.try_recv() {
                             rearmed |= signal == DirSignal::Armed;
                         }
-                        Some(if rearmed { "directory re-armed" } else { "file event" })
+                        Some(if rearmed { "directory re-armed" } else { "atomic swap" })
                     }
                     DirSignal::Armed => Some("directory re-armed"),
                     DirSignal::Disarmed => None,
@@ -610,6 +738,22 @@ impl Drop for ReloadTask {
             );
         });
     }
+}
+
+/// At most this many scope sets are fetched ahead after a swap.
+const MAX_PREFETCH: usize = 16;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Blocking: the directory the visible path resolves to, when it is not the visible
+/// path's own directory (`Some(None)`: the same directory; `None`: unresolvable now).
+fn resolved_dir(path: &Path) -> Option<Option<PathBuf>> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let real_dir = real.parent()?.to_path_buf();
+    let visible_dir = std::fs::canonicalize(watched_dir(path)).ok()?;
+    Some((real_dir != visible_dir).then_some(real_dir))
 }
 
 /// The directory to watch: the visible path's parent (the file itself may be a symlink

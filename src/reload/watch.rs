@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -41,8 +41,12 @@ const REARM_POLL: Duration = Duration::from_secs(1);
 /// What a subscriber is told about its directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum DirSignal {
-    /// Something in the directory may have changed: re-read.
+    /// Something in the directory may have changed: re-read (after the debounce: a plain
+    /// write may be partial).
     Changed,
+    /// A symlink was created or renamed into place in the directory (the AtomicWriter's
+    /// `..data` rename): the new content is complete, re-read at once.
+    Swapped,
     /// A new watch is in place (the directory came back): re-read, it may hold a new file.
     Armed,
     /// The directory is gone; nothing is watched until it comes back.
@@ -186,6 +190,10 @@ impl DirEntry {
                         if removes_or_moves(&event.kind) && event.paths.contains(&dir) {
                             dead.store(true, Ordering::Release);
                         }
+                        if is_symlink_swap(event) {
+                            broadcast(&subscribers, DirSignal::Swapped);
+                            return;
+                        }
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "file watcher error; re-reading the credential files");
@@ -283,6 +291,32 @@ fn may_change_content(kind: &EventKind) -> bool {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) => false,
         _ => true,
+    }
+}
+
+/// A symlink created or renamed into place (the AtomicWriter's `..data_tmp` created and
+/// renamed over `..data`): a swap whose new content is already complete. Runs on the
+/// watcher's thread (an `lstat` per path), never on an async worker.
+fn is_symlink_swap(event: &notify::Event) -> bool {
+    let lands = matches!(
+        event.kind,
+        EventKind::Create(_)
+            | EventKind::Modify(ModifyKind::Name(
+                RenameMode::To | RenameMode::Both | RenameMode::Any
+            ))
+    );
+    lands && event.paths.iter().any(|p| is_swap_target(p))
+}
+
+/// Pure but for the `lstat`: `..data`, or any path that is now a symlink, except
+/// `..data_tmp`: the AtomicWriter's staging link, whose creation changes nothing a reader
+/// of the visible path sees (the rename that follows is the swap; reacting to both would
+/// re-read twice).
+fn is_swap_target(path: &Path) -> bool {
+    match path.file_name() {
+        Some(n) if n == "..data" => true,
+        Some(n) if n == "..data_tmp" => false,
+        _ => std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()),
     }
 }
 

@@ -19,7 +19,7 @@ use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s` (DESIGN §3).
 pub const ASSERTION_LIFETIME: Duration = Duration::from_secs(600);
-const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
+pub(crate) const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
 
 /// The client-assertion signature algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

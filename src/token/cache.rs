@@ -345,6 +345,21 @@ impl TokenCache {
         found
     }
 
+    /// The scope sets holding a token still unexpired at `now` (Unix ms), at most `max`
+    /// of them: what this cache served within about a token's lifetime (the hit path
+    /// records nothing, so this is the measure of "recently").
+    pub(crate) fn live_scopes(&self, now: i64, max: usize) -> Vec<Vec<String>> {
+        self.shared.read(|snapshot| {
+            snapshot
+                .entries
+                .iter()
+                .filter(|e| e.cached.as_ref().is_some_and(|c| now < c.expires_on))
+                .take(max)
+                .map(|e| e.slot.scopes.iter().map(|s| s.to_string()).collect())
+                .collect()
+        })
+    }
+
     /// Drop every cached token (slots stay). Requests in flight complete and are cached.
     pub(crate) fn clear(&self) {
         self.shared.update(|current| {

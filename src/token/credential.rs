@@ -72,6 +72,11 @@ pub struct ClientCertificateCredentialOptions {
     /// request tokens in (a multi-tenant application answering data plane challenges);
     /// `"*"` allows any. Default: none.
     pub additionally_allowed_tenants: Vec<String>,
+    /// Keep one signed, single-use client assertion ready (signed after the credential
+    /// is built and after each use, off the request path), so that a cold token request
+    /// does not wait for the signature. Each is sent at most once and is discarded unused
+    /// once older than half its lifetime. Default `true`.
+    pub ready_assertion: bool,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -86,6 +91,7 @@ impl Default for ClientCertificateCredentialOptions {
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             clock: Arc::new(SystemClock),
             additionally_allowed_tenants: Vec::new(),
+            ready_assertion: true,
         }
     }
 }
@@ -166,6 +172,13 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
+    /// Keep a signed assertion ready for the next token request (default) or not (see
+    /// [`ready_assertion`](Self::ready_assertion)).
+    pub fn with_ready_assertion(mut self, ready: bool) -> Self {
+        self.ready_assertion = ready;
+        self
+    }
+
     /// Allow tokens in these tenants too (`"*"` for any), through
     /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
     pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
@@ -196,6 +209,7 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
                 "additionally_allowed_tenants",
                 &self.additionally_allowed_tenants,
             )
+            .field("ready_assertion", &self.ready_assertion)
             .finish()
     }
 }
@@ -247,6 +261,41 @@ struct Inner {
     /// Tokens in other tenants: one cache per tenant (lower-cased), beside `cache` (the
     /// credential's own tenant, whose hit path stays as it is).
     tenant_caches: Mutex<HashMap<String, Arc<TenantCache>>>,
+    /// Keep a [`Spare`] assertion for the own token URL.
+    ready_assertion: bool,
+    /// The ready assertion, if one is signed and unused.
+    spare: Mutex<Option<Spare>>,
+    /// A refill of `spare` is running.
+    refilling: AtomicBool,
+}
+
+/// A signed client assertion for the credential's own token URL, not yet sent.
+struct Spare {
+    assertion: SecretString,
+    signed_at: OffsetDateTime,
+}
+
+/// A running refill of the ready assertion; ends it however its task ends (also when the
+/// task is dropped unrun at runtime shutdown).
+struct Refill(Weak<Inner>);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.refilling.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// A ready assertion older than this is discarded unused: half its lifetime, so that
+/// the server always gets at least as long as it does with one signed on the spot.
+const SPARE_MAX_AGE: time::Duration =
+    time::Duration::seconds(crate::token::assertion::ASSERTION_LIFETIME_SECS / 2);
+
+/// Pure: whether a ready assertion signed at `signed_at` may be sent at `now` (not from
+/// the future, not older than [`SPARE_MAX_AGE`]).
+pub(crate) fn spare_usable(signed_at: OffsetDateTime, now: OffsetDateTime) -> bool {
+    now >= signed_at && now - signed_at <= SPARE_MAX_AGE
 }
 
 /// At most this many other tenants get a token cache of their own; tokens in further
@@ -389,7 +438,7 @@ impl ClientCertificateCredential {
             }
             None => default_http_client(direct)?,
         };
-        Ok(ClientCertificateCredential {
+        let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {
                 client_id: client_id.trim().to_owned(),
                 tenant_id: tenant_id.trim().to_owned(),
@@ -414,8 +463,16 @@ impl ClientCertificateCredential {
                     .filter(|t| !t.is_empty())
                     .collect(),
                 tenant_caches: Mutex::new(HashMap::new()),
+                ready_assertion: options.ready_assertion,
+                spare: Mutex::new(None),
+                refilling: AtomicBool::new(false),
             }),
-        })
+        };
+        // Sign the first ready assertion here, on the thread that built the credential
+        // (a blocking thread when a reloading credential loads a new file): it also warms
+        // the key, whose first signature costs about twice a later one.
+        credential.inner.sign_spare();
+        Ok(credential)
     }
 
     /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
@@ -526,6 +583,13 @@ impl ClientCertificateCredential {
         let now = inner.clock.now();
         inner.check_validity(now)?;
         inner.assertion(now, &inner.token_url)
+    }
+
+    /// The scope sets this credential holds an unexpired token for (its own tenant), at
+    /// most `max`: what a reloading credential fetches ahead with its successor.
+    pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
+        let inner = &self.inner;
+        inner.cache.live_scopes(inner.clock.now_unix_millis(), max)
     }
 
     /// The application (client) id.
@@ -644,7 +708,11 @@ impl Inner {
     }
 
     /// One token fetch: requests until one succeeds or the retry policy gives up.
-    async fn fetch_with_retries(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
+    async fn fetch_with_retries(
+        self: &Arc<Self>,
+        scope: &str,
+        token_url: &Url,
+    ) -> Result<AccessToken> {
         retry::run(
             &self.retry,
             self.clock.as_ref(),
@@ -664,11 +732,15 @@ impl Inner {
     }
 
     /// One token request: check validity, sign, POST, parse.
-    async fn request_once(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
+    async fn request_once(self: &Arc<Self>, scope: &str, token_url: &Url) -> Result<AccessToken> {
         let now = self.clock.now();
         self.check_validity(now)?;
         self.warn_if_expiring(now);
-        let assertion = self.assertion(now, token_url)?;
+        let own_url = self.ready_assertion && *token_url == self.token_url;
+        let assertion = match own_url.then(|| self.take_spare(now)).flatten() {
+            Some(ready) => ready,
+            None => self.assertion(now, token_url)?,
+        };
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let request = TokenRequest {
             url: token_url,
@@ -677,7 +749,13 @@ impl Inner {
             assertion: assertion.expose_secret(),
             client_request_id: &client_request_id,
         };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
+        let raw = endpoint::send(&self.http, &request, self.timeout).await;
+        // The next ready assertion is signed once this request is answered, so that its
+        // signature never competes with the round trip.
+        if own_url {
+            self.refill_spare();
+        }
+        let raw = raw?;
         let result = endpoint::parse_response(&raw, now, &client_request_id);
         match &result {
             Ok(token) => tracing::debug!(
@@ -694,6 +772,63 @@ impl Inner {
             ),
         }
         result
+    }
+
+    /// The ready assertion (for the own token URL), if it is usable at `now`; taken: it
+    /// is never sent twice.
+    fn take_spare(&self, now: OffsetDateTime) -> Option<SecretString> {
+        let spare = self
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if spare_usable(spare.signed_at, now) {
+            Some(spare.assertion)
+        } else {
+            tracing::debug!(
+                client_id = %self.client_id,
+                signed_at = %Rfc3339(spare.signed_at),
+                "ready assertion too old; signing a new one"
+            );
+            None
+        }
+    }
+
+    /// Sign a new ready assertion on a blocking thread (one refill at a time).
+    fn refill_spare(self: &Arc<Self>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let refill = Refill(Arc::downgrade(self));
+        handle.spawn_blocking(move || {
+            if let Some(this) = refill.0.upgrade() {
+                this.sign_spare();
+            }
+        });
+    }
+
+    /// Sign a ready assertion now and keep it (replacing an older one). Blocking (one RSA
+    /// signature). Nothing is kept for a credential outside its validity.
+    fn sign_spare(&self) {
+        if !self.ready_assertion {
+            return;
+        }
+        let now = self.clock.now();
+        if self.check_validity(now).is_err() {
+            return;
+        }
+        match self.assertion(now, &self.token_url) {
+            Ok(assertion) => {
+                *self.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(Spare {
+                    assertion,
+                    signed_at: now,
+                });
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot sign the ready assertion"),
+        }
     }
 
     fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
@@ -857,6 +992,15 @@ pub(crate) fn build_http_client(
 mod tests {
     use super::*;
     use time::macros::datetime;
+
+    #[test]
+    fn spare_ages_out_at_half_its_lifetime() {
+        let t = datetime!(2026-03-01 00:00 UTC);
+        assert!(spare_usable(t, t));
+        assert!(spare_usable(t, t + time::Duration::seconds(300)));
+        assert!(!spare_usable(t, t + time::Duration::seconds(301)));
+        assert!(!spare_usable(t, t - time::Duration::seconds(1)));
+    }
 
     #[test]
     fn tenant_allow_list() {
