@@ -74,8 +74,8 @@ machine_log=/dev/null
 
 if ((run_benches)); then
     for bench in "${benches[@]}"; do
-        echo "== cargo bench --bench $bench -- ${criterion_args[*]:-}"
-        cargo bench --bench "$bench" -- "${criterion_args[@]}"
+        echo "== cargo bench --features full --bench $bench -- ${criterion_args[*]:-}"
+        cargo bench --features full --bench "$bench" -- "${criterion_args[@]}"
     done
 fi
 
