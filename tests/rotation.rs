@@ -108,6 +108,20 @@ async fn wait_active(cred: &UserAssignedIdentityCredential, name: &str) -> Reloa
     .await
 }
 
+/// The last re-read swapped, or (later) found that swapped-in credential unchanged: after
+/// a swap, events the writer's clean-up causes (the old `..<timestamp>` directory
+/// removed, a temporary file's rename seen late) can trigger one more, debounced re-read
+/// before the test looks. Callers assert the exact swap count from `reloads`.
+fn assert_swap_outcome(s: &ReloadStatus) {
+    assert!(
+        matches!(
+            s.last_outcome,
+            Some(ReloadOutcome::Swapped | ReloadOutcome::Unchanged)
+        ),
+        "{s:#?}"
+    );
+}
+
 /// The active credential is fixture `name`, by every view of it.
 fn assert_active(cred: &UserAssignedIdentityCredential, name: &str) {
     let s = cred.status();
@@ -173,7 +187,7 @@ async fn plain_write_style_is_picked_up(change: impl FnOnce(&Path, &[u8]) + Send
 
     let s = wait_active(&cred, "rotation-2").await;
     assert_eq!(s.reloads, 1, "{s:#?}");
-    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+    assert_swap_outcome(&s);
     assert_active(&cred, "rotation-2");
     let new = token_signed_by(&server, &cred, "rotation-2").await;
     assert_ne!(
@@ -225,7 +239,7 @@ async fn first_second_and_third_csi_rotations_are_each_picked_up() {
             .expect("status channel closed")
             .clone();
         assert_eq!(s.reloads, i as u64 + 1, "{s:#?}");
-        assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+        assert_swap_outcome(&s);
         assert!(s.last_error.is_none(), "{s:#?}");
         assert_eq!(s.thumbprint_sha256, thumb(name), "{s:#?}");
         assert!(s.last_check.is_some(), "{s:#?}");
@@ -337,7 +351,7 @@ async fn half_written_file_then_complete_ends_with_the_complete_one_and_no_faile
     writer.finish(&full[half..]);
     let s = wait_active(&cred, "rotation-2").await;
     assert_eq!(s.reloads, 1, "{s:#?}");
-    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+    assert_swap_outcome(&s);
 
     // Let the caller run a few more times on the new credential.
     let seen = calls.load(Ordering::Relaxed);
@@ -479,7 +493,7 @@ async fn bad_files_keep_the_last_good_credential() {
     // A good, newer file is picked up.
     write_temp_then_rename(&path, &b2);
     let s = wait_active(&cred, "rotation-2").await;
-    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+    assert_swap_outcome(&s);
     assert_eq!(s.reloads, 1, "{s:#?}");
     assert_active(&cred, "rotation-2");
     token_signed_by(&server, &cred, "rotation-2").await;
@@ -521,7 +535,7 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     })
     .await;
     assert_eq!(s.reloads, 1, "{s:#?}");
-    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+    assert_swap_outcome(&s);
     assert_active(&cred, "rotation-2");
     // No get_token here: the manual clock is an hour ahead of the server's.
 }
@@ -560,7 +574,7 @@ async fn debounce_runs_on_the_injected_clock() {
     clock.advance(Duration::from_secs(1));
     let s = wait_active(&cred, "rotation-2").await;
     assert_eq!(s.reloads, 1, "{s:#?}");
-    assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+    assert_swap_outcome(&s);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,7 +184,14 @@ fn a_dedicated_thread_keeps_following_the_file_after_the_runtime_ends() {
         let s = wait_status(&cred, &format!("{name} to be picked up"), |s| {
             s.reloads == round as u64 + 1
         });
-        assert_eq!(s.last_outcome, Some(ReloadOutcome::Swapped), "{s:#?}");
+        // `Unchanged` if a late event of the same write re-read it after the swap.
+        assert!(
+            matches!(
+                s.last_outcome,
+                Some(ReloadOutcome::Swapped | ReloadOutcome::Unchanged)
+            ),
+            "{s:#?}"
+        );
         assert!(s.watching, "{s:#?}");
         assert!(s.last_error.is_none(), "{s:#?}");
     }

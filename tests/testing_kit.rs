@@ -64,7 +64,18 @@ async fn run_time_credential_token_rotation_then_token_signed_by_the_new_certifi
     .expect("rotation picked up")
     .expect("status channel open")
     .clone();
-    assert_eq!(status.last_outcome, Some(ReloadOutcome::Swapped));
+    // One swap. The outcome may already read `Unchanged`: after the `..data` swap the
+    // writer removes the old `..<timestamp>` directory, and that event's (debounced)
+    // re-read finds the new credential already active.
+    assert_eq!(status.reloads, 1, "{status:#?}");
+    assert!(
+        matches!(
+            status.last_outcome,
+            Some(ReloadOutcome::Swapped | ReloadOutcome::Unchanged)
+        ),
+        "{status:#?}"
+    );
+    assert!(status.last_error.is_none(), "{status:#?}");
 
     // The old certificate is no longer accepted: only the new one can get a token.
     server.clear_certificates(&identity.client_id, &identity.tenant_id);
