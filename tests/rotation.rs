@@ -26,7 +26,7 @@ use support::harness::{ARM, leaf_sha256_hex, options, register};
 use time::OffsetDateTime;
 
 /// How long a change may take to be noticed before a test fails.
-const DEADLINE: Duration = Duration::from_secs(5);
+const DEADLINE: Duration = Duration::from_secs(20);
 /// The file name used in every directory (as the CSI driver names the object).
 const NAME: &str = "uami-credential";
 
