@@ -67,6 +67,7 @@ pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;
 pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+pub use token::http::HttpOptions;
 pub use token::retry::RetryPolicy;
 /// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
 pub use tokio_util::sync::CancellationToken;

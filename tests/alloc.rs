@@ -61,19 +61,24 @@ fn assert_counters_see_an_allocation() {
     assert_eq!(live_bytes(), b0);
 }
 
+/// A credential on `rt` without the ready assertion: that is re-signed on a blocking
+/// thread after each answered request, at a moment of its own, and would show in the
+/// process-wide heap figures. The hit path never touches it.
+fn hit_path_credential(
+    server: &EntraServer,
+    rt: &tokio::runtime::Runtime,
+) -> ClientCertificateCredential {
+    let _guard = rt.enter();
+    credential_with(server, "pem-pkcs8", options().with_ready_assertion(false))
+}
+
 #[test]
 fn cached_get_token_allocates_nothing_and_the_heap_does_not_grow() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     count_this_thread();
     let (_server_rt, server) = server();
     let rt = client_runtime();
-    let cred = {
-        let _guard = rt.enter();
-        // Without the ready assertion: it is re-signed on a blocking thread after each
-        // answered request, at a moment of its own, and would show in the process-wide
-        // heap figure below. The hit path never touches it.
-        credential_with(&server, "pem-pkcs8", options().with_ready_assertion(false))
-    };
+    let cred = hit_path_credential(&server, &rt);
     let first = rt.block_on(cred.get_token(&[ARM])).unwrap();
     // Warm the thread's first use of the lock-free structures.
     for _ in 0..10 {
@@ -103,13 +108,7 @@ fn hits_on_ten_scopes_from_two_threads_allocate_nothing() {
     count_this_thread();
     let (_server_rt, server) = server();
     let rt = client_runtime();
-    let cred = {
-        let _guard = rt.enter();
-        // Without the ready assertion: it is re-signed on a blocking thread after each
-        // answered request, at a moment of its own, and would show in the process-wide
-        // heap figure below. The hit path never touches it.
-        credential_with(&server, "pem-pkcs8", options().with_ready_assertion(false))
-    };
+    let cred = hit_path_credential(&server, &rt);
     let scopes: Vec<String> = (0..10)
         .map(|i| format!("https://svc{i}.example.com/.default"))
         .collect();

@@ -5,20 +5,17 @@ mod support;
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
 use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy};
 use support::entra::{EntraServer, Scripted, TokenShape};
-use support::harness::{ARM, credential, credential_with, options};
+use support::harness::{
+    ARM, credential, credential_on_clock, credential_with, options, wait_for_token_requests,
+};
 
 const GRAPH: &str = "https://graph.microsoft.com/.default";
-
-fn manual_clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()))
-}
 
 /// Tokens living 500 s: the refresh window opens at half-life (tokens under 10 minutes
 /// cannot open it 5 minutes early), 250 s after issue, up to 25 s earlier with jitter.
@@ -33,26 +30,17 @@ async fn short_lived_tokens() -> EntraServer {
     server
 }
 
+/// The tests' options without retries.
+fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
+    options().with_retry_policy(RetryPolicy::none())
+}
+
 const INTO_WINDOW: Duration = Duration::from_secs(260);
 
 /// Poll once: a cache hit must be ready without waiting.
 fn poll_once<F: Future>(fut: F) -> Poll<F::Output> {
     let mut cx = Context::from_waker(Waker::noop());
     pin!(fut).poll(&mut cx)
-}
-
-/// Wait (really) until the server has seen `n` token requests.
-async fn wait_for_requests(server: &EntraServer, n: usize) {
-    for _ in 0..500 {
-        if server.token_requests() >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "server saw {} token requests, expected {n}",
-        server.token_requests()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,11 +67,7 @@ async fn a_thousand_concurrent_callers_make_one_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_all_get_the_one_error() {
     let server = EntraServer::start().await;
-    let cred = credential_with(
-        &server,
-        "pem-pkcs8",
-        options().with_retry_policy(RetryPolicy::none()),
-    );
+    let cred = credential_with(&server, "pem-pkcs8", no_retry());
     server.enqueue(
         Scripted::aadsts(400, "invalid_request", 90002, "tenant not found")
             .delayed(Duration::from_millis(300)),
@@ -112,7 +96,7 @@ async fn a_slow_scope_does_not_delay_another() {
         let cred = cred.clone();
         async move { cred.get_token(&[GRAPH]).await }
     });
-    wait_for_requests(&server, 1).await; // the slow request is in flight
+    wait_for_token_requests(&server, 1).await; // the slow request is in flight
     let started = std::time::Instant::now();
     cred.get_token(&[ARM]).await.unwrap();
     let fast = started.elapsed();
@@ -150,8 +134,7 @@ async fn cached_hit_is_ready_at_once_and_makes_no_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_ahead_makes_one_request_and_callers_never_wait() {
     let server = short_lived_tokens().await;
-    let clock = manual_clock();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     let old = cred.get_token(&[ARM]).await.unwrap();
     assert_eq!(server.token_requests(), 1);
 
@@ -167,7 +150,7 @@ async fn refresh_ahead_makes_one_request_and_callers_never_wait() {
             "the cached token is served while refreshing"
         );
     }
-    wait_for_requests(&server, 2).await;
+    wait_for_token_requests(&server, 2).await;
     // Once the refresh lands, callers get the new token; exactly one refresh happened.
     let mut new = old.clone();
     for _ in 0..300 {
@@ -190,8 +173,7 @@ async fn refresh_in_from_the_server_is_honoured() {
         refresh_in: Some(1800),
         ..TokenShape::default()
     });
-    let clock = manual_clock();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     cred.get_token(&[ARM]).await.unwrap();
     clock.advance(Duration::from_secs(1700));
     cred.get_token(&[ARM]).await.unwrap();
@@ -199,20 +181,13 @@ async fn refresh_in_from_the_server_is_honoured() {
     assert_eq!(server.token_requests(), 1, "not yet in the window");
     clock.advance(Duration::from_secs(101));
     cred.get_token(&[ARM]).await.unwrap();
-    wait_for_requests(&server, 2).await;
+    wait_for_token_requests(&server, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_refresh_while_valid_serves_the_cached_token_and_backs_off() {
     let server = short_lived_tokens().await;
-    let clock = manual_clock();
-    let cred = credential_with(
-        &server,
-        "pem-pkcs8",
-        options()
-            .with_clock(clock.clone())
-            .with_retry_policy(RetryPolicy::none()),
-    );
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", no_retry());
     let old = cred.get_token(&[ARM]).await.unwrap();
     clock.advance(INTO_WINDOW);
     server.enqueue(Scripted::aadsts(
@@ -222,7 +197,7 @@ async fn failed_refresh_while_valid_serves_the_cached_token_and_backs_off() {
         "refresh refused",
     ));
     assert_eq!(cred.get_token(&[ARM]).await.unwrap(), old);
-    wait_for_requests(&server, 2).await;
+    wait_for_token_requests(&server, 2).await;
     tokio::time::sleep(Duration::from_millis(50)).await; // let the failure be recorded
 
     // Within the backoff: the cached token, and no new request.
@@ -240,20 +215,13 @@ async fn failed_refresh_while_valid_serves_the_cached_token_and_backs_off() {
     // After the backoff (≥ 30 s since the failure), the next call tries again.
     clock.advance(MIN_REFRESH_BACKOFF);
     assert_eq!(cred.get_token(&[ARM]).await.unwrap(), old);
-    wait_for_requests(&server, 3).await;
+    wait_for_token_requests(&server, 3).await;
 }
 
 #[tokio::test]
 async fn expired_token_and_failing_server_yield_the_error() {
     let server = EntraServer::start().await;
-    let clock = manual_clock();
-    let cred = credential_with(
-        &server,
-        "pem-pkcs8",
-        options()
-            .with_clock(clock.clone())
-            .with_retry_policy(RetryPolicy::none()),
-    );
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", no_retry());
     cred.get_token(&[ARM]).await.unwrap();
     clock.advance(Duration::from_secs(3600));
     server.enqueue(Scripted::aadsts(
@@ -273,8 +241,7 @@ async fn expired_token_and_failing_server_yield_the_error() {
 #[tokio::test]
 async fn a_503_then_200_succeeds_after_one_retry() {
     let server = EntraServer::start().await;
-    let clock = manual_clock();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     server.enqueue(Scripted::aadsts(
         503,
         "temporarily_unavailable",
@@ -295,9 +262,8 @@ async fn a_503_then_200_succeeds_after_one_retry() {
 #[tokio::test]
 async fn a_429_retry_after_is_honoured() {
     let server = EntraServer::start().await;
-    let clock = manual_clock();
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     let start = clock.now_for_test();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
     server.enqueue(Scripted::aadsts(429, "too_many_requests", 50196, "slow down").retry_after("2"));
     cred.get_token(&[ARM]).await.unwrap();
     assert_eq!(server.token_requests(), 2);
@@ -308,8 +274,7 @@ async fn a_429_retry_after_is_honoured() {
 #[tokio::test]
 async fn a_400_is_not_retried() {
     let server = EntraServer::start().await;
-    let clock = manual_clock();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     server.enqueue(Scripted::aadsts(400, "invalid_scope", 70011, "bad scope"));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(!err.is_transient());
@@ -324,8 +289,7 @@ async fn a_400_is_not_retried() {
 #[tokio::test]
 async fn retries_are_bounded() {
     let server = EntraServer::start().await;
-    let clock = manual_clock();
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", options());
     for _ in 0..10 {
         server.enqueue(Scripted::status(503));
     }

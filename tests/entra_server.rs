@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
-
-const SCOPE: &str = "https://management.azure.com/.default";
+use support::fixtures::{credential_path, identity_pem_path, leaf_pem_path};
+use support::harness::{ARM as SCOPE, https_client, server_with};
 
 struct Fixture {
     client_id: String,
@@ -27,14 +27,10 @@ struct Fixture {
     key: RsaPrivateKey,
 }
 
-fn fixture_path(rel: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// Loads `fixtures/credentials/NAME.json` (client id, tenant, key from the bundle) and
 /// `fixtures/certs/NAME.leaf.pem`.
 fn fixture(name: &str) -> Fixture {
-    let json_path = fixture_path(&format!("fixtures/credentials/{name}.json"));
+    let json_path = credential_path(name);
     let json: Value = serde_json::from_slice(
         &std::fs::read(&json_path)
             .unwrap_or_else(|e| panic!("{}: {e} (run fixtures/generate.sh)", json_path.display())),
@@ -49,7 +45,7 @@ fn fixture(name: &str) -> Fixture {
         .find(|b| b.tag() == "PRIVATE KEY")
         .expect("PRIVATE KEY block in bundle");
     let key = RsaPrivateKey::from_pkcs8_der(key_block.contents()).unwrap();
-    let leaf_pem = std::fs::read(fixture_path(&format!("fixtures/certs/{name}.leaf.pem"))).unwrap();
+    let leaf_pem = std::fs::read(leaf_pem_path(name)).unwrap();
     let leaf_der = pem::parse(&leaf_pem).unwrap().contents().to_vec();
     assert!(
         blocks
@@ -145,14 +141,6 @@ impl Assertion {
     }
 }
 
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&EntraServer::ca_pem()).unwrap()])
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
 struct Reply {
     status: u16,
     headers: reqwest::header::HeaderMap,
@@ -188,6 +176,24 @@ async fn post_form(client: &reqwest::Client, url: &str, form: &[(&str, &str)]) -
     }
 }
 
+/// The client-credentials form with `assertion` for `fx`.
+fn assertion_form<'a>(
+    fx: &'a Fixture,
+    scope: &'a str,
+    assertion: &'a str,
+) -> [(&'a str, &'a str); 5] {
+    [
+        ("grant_type", "client_credentials"),
+        ("client_id", &fx.client_id),
+        ("scope", scope),
+        (
+            "client_assertion_type",
+            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+        ),
+        ("client_assertion", assertion),
+    ]
+}
+
 async fn post_assertion(
     client: &reqwest::Client,
     url: &str,
@@ -195,33 +201,29 @@ async fn post_assertion(
     scope: &str,
     assertion: &str,
 ) -> Reply {
-    post_form(
-        client,
-        url,
-        &[
-            ("grant_type", "client_credentials"),
-            ("client_id", &fx.client_id),
-            ("scope", scope),
-            (
-                "client_assertion_type",
-                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-            ),
-            ("client_assertion", assertion),
-        ],
-    )
-    .await
+    post_form(client, url, &assertion_form(fx, scope, assertion)).await
 }
 
-/// A started HTTPS server with `pem-pkcs8` registered, a client and the fixture.
-async fn setup() -> (EntraServer, reqwest::Client, Fixture) {
-    let server = EntraServer::start().await;
+/// Post `assertion` for `fx` (scope ARM) and expect Entra's 401 `invalid_client` with
+/// AADSTS `code`.
+async fn assert_refused(
+    client: &reqwest::Client,
+    url: &str,
+    fx: &Fixture,
+    assertion: &str,
+    code: u64,
+) {
+    let reply = post_assertion(client, url, fx, SCOPE, assertion).await;
+    assert_entra_error(&reply, 401, "invalid_client", code);
+}
+
+/// A started HTTPS server with `pem-pkcs8` registered, a client trusting it, the fixture
+/// and its token URL.
+async fn setup() -> (EntraServer, reqwest::Client, Fixture, String) {
+    let server = server_with("pem-pkcs8").await;
     let fx = fixture("pem-pkcs8");
-    server.register_certificate_file(
-        &fx.client_id,
-        &fx.tenant_id,
-        fixture_path("fixtures/certs/pem-pkcs8.leaf.pem"),
-    );
-    (server, http_client(), fx)
+    let url = server.token_url(&fx.tenant_id);
+    (server, https_client(), fx, url)
 }
 
 fn assert_entra_error(reply: &Reply, status: u16, error: &str, code: u64) {
@@ -253,8 +255,7 @@ fn assert_entra_error(reply: &Reply, status: u16, error: &str, code: u64) {
 
 #[tokio::test]
 async fn valid_rs256_with_x5t_gets_a_token() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     assert_eq!(
         url,
         format!("{}{}/oauth2/v2.0/token", server.base_url(), fx.tenant_id)
@@ -303,8 +304,7 @@ async fn valid_rs256_with_x5t_gets_a_token() {
 
 #[tokio::test]
 async fn valid_ps256_with_x5t_s256_gets_a_token() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let assertion = Assertion::new(&fx, &url).ps256(&fx).sign(&fx.key);
     let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
     let token = reply.access_token();
@@ -325,8 +325,7 @@ async fn valid_ps256_with_x5t_s256_gets_a_token() {
 
 #[tokio::test]
 async fn wrong_aud_is_700023() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     for aud in [
         format!(
             "https://login.microsoftonline.com/{}/oauth2/v2.0/token",
@@ -337,15 +336,13 @@ async fn wrong_aud_is_700023() {
         server.base_url(),
     ] {
         let assertion = Assertion::new(&fx, &aud).sign(&fx.key);
-        let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
-        assert_entra_error(&reply, 401, "invalid_client", 700023);
+        assert_refused(&client, &url, &fx, &assertion, 700023).await;
     }
     // aud as an array is not the exact URL either.
     let assertion = Assertion::new(&fx, &url)
         .claim("aud", json!([url]))
         .sign(&fx.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700023);
+    assert_refused(&client, &url, &fx, &assertion, 700023).await;
     let r = server.requests().pop().unwrap();
     assert_eq!(
         r.outcome,
@@ -361,8 +358,7 @@ async fn wrong_aud_is_700023() {
 
 #[tokio::test]
 async fn replayed_jti_is_rejected() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let assertion = Assertion::new(&fx, &url).sign(&fx.key);
     post_assertion(&client, &url, &fx, SCOPE, &assertion)
         .await
@@ -376,8 +372,7 @@ async fn replayed_jti_is_rejected() {
     let again = Assertion::new(&fx, &url)
         .claim("jti", json!(jti))
         .sign(&fx.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &again).await;
-    assert_entra_error(&reply, 401, "invalid_client", 50027);
+    assert_refused(&client, &url, &fx, &again, 50027).await;
 
     // Missing jti.
     let mut no_jti = Assertion::new(&fx, &url);
@@ -388,8 +383,7 @@ async fn replayed_jti_is_rejected() {
 
 #[tokio::test]
 async fn tampered_signature_is_700027() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let assertion = Assertion::new(&fx, &url).sign(&fx.key);
 
     // Flip a bit of the signature.
@@ -417,14 +411,12 @@ async fn tampered_signature_is_700027() {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap()),
         URL_SAFE_NO_PAD.encode(&sig)
     );
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &forged).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &forged, 700027).await;
 
     // Signed by another key while claiming the registered certificate.
     let other = fixture("rotation-1");
     let assertion = Assertion::new(&fx, &url).sign(&other.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &assertion, 700027).await;
 
     // RS256 signature presented as PS256.
     let assertion = Assertion::new(&fx, &url).sign(&fx.key);
@@ -432,14 +424,12 @@ async fn tampered_signature_is_700027() {
     let ps = Assertion::new(&fx, &url).header("alg", json!("PS256"));
     let h = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&ps.header).unwrap());
     let c = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&ps.claims).unwrap());
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &format!("{h}.{c}.{sig}")).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &format!("{h}.{c}.{sig}"), 700027).await;
 }
 
 #[tokio::test]
 async fn unregistered_certificate_is_700027() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let other = fixture("rotation-1");
 
     // Correctly signed by an unregistered certificate.
@@ -450,28 +440,24 @@ async fn unregistered_certificate_is_700027() {
 
     // Same with x5t#S256.
     let assertion = Assertion::new(&other, &url).ps256(&other).sign(&other.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &assertion, 700027).await;
 
     // x5t of the registered cert, x5t#S256 of another: inconsistent.
     let assertion = Assertion::new(&fx, &url)
         .header("x5t#S256", json!(x5t_s256(&other.leaf_der)))
         .sign(&fx.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &assertion).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &assertion, 700027).await;
 
     // No thumbprint at all.
     let mut none = Assertion::new(&fx, &url);
     none.header.remove("x5t");
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &none.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &none.sign(&fx.key), 700027).await;
 
     // Padded x5t is not base64url without padding.
     let padded = Assertion::new(&fx, &url)
         .header("x5t", json!(STANDARD.encode(Sha1::digest(&fx.leaf_der))))
         .sign(&fx.key);
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &padded).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &padded, 700027).await;
 
     // After registering it too (a client may have several), the other cert works.
     server.register_certificate_pem(&fx.client_id, &fx.tenant_id, &other.leaf_pem);
@@ -493,32 +479,26 @@ async fn unregistered_certificate_is_700027() {
 
 #[tokio::test]
 async fn x5c_must_hold_the_matched_certificate() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let other = fixture("rotation-1");
 
     let mut missing = Assertion::new(&fx, &url);
     missing.header.remove("x5c");
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &missing.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &missing.sign(&fx.key), 700027).await;
 
     let empty = Assertion::new(&fx, &url).header("x5c", json!([]));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &empty.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &empty.sign(&fx.key), 700027).await;
 
     let url_safe =
         Assertion::new(&fx, &url).header("x5c", json!([URL_SAFE_NO_PAD.encode(&fx.leaf_der)]));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &url_safe.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700027);
+    assert_refused(&client, &url, &fx, &url_safe.sign(&fx.key), 700027).await;
 
     let wrong = Assertion::new(&fx, &url).header("x5c", json!([STANDARD.encode(&other.leaf_der)]));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &wrong.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700030);
+    assert_refused(&client, &url, &fx, &wrong.sign(&fx.key), 700030).await;
 
     // A chain (leaf first) is fine.
     let intermediate =
-        pem::parse(std::fs::read(fixture_path("fixtures/identity/intermediate.pem")).unwrap())
-            .unwrap();
+        pem::parse(std::fs::read(identity_pem_path("intermediate")).unwrap()).unwrap();
     let chain = Assertion::new(&fx, &url).header(
         "x5c",
         json!([
@@ -534,33 +514,28 @@ async fn x5c_must_hold_the_matched_certificate() {
 
 #[tokio::test]
 async fn header_alg_and_typ_are_checked() {
-    let (_server, client, fx) = setup().await;
-    let url = _server.token_url(&fx.tenant_id);
+    let (_server, client, fx, url) = setup().await;
     for alg in ["ES256", "none", "HS256", "RS384"] {
         let a = Assertion::new(&fx, &url).header("alg", json!(alg));
         let h = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&a.header).unwrap());
         let c = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&a.claims).unwrap());
-        let reply = post_assertion(&client, &url, &fx, SCOPE, &format!("{h}.{c}.AAAA")).await;
-        assert_entra_error(&reply, 401, "invalid_client", 5002738);
+        assert_refused(&client, &url, &fx, &format!("{h}.{c}.AAAA"), 5002738).await;
     }
     let bad_typ = Assertion::new(&fx, &url).header("typ", json!("JOSE+JSON"));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &bad_typ.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 50027);
+    assert_refused(&client, &url, &fx, &bad_typ.sign(&fx.key), 50027).await;
     let mut no_typ = Assertion::new(&fx, &url);
     no_typ.header.remove("typ");
     post_assertion(&client, &url, &fx, SCOPE, &no_typ.sign(&fx.key))
         .await
         .access_token();
     for junk in ["not-a-jwt", "a.b", "a.b.c.d", "e30.e30.", "!!!.e30.AAAA"] {
-        let reply = post_assertion(&client, &url, &fx, SCOPE, junk).await;
-        assert_entra_error(&reply, 401, "invalid_client", 50027);
+        assert_refused(&client, &url, &fx, junk, 50027).await;
     }
 }
 
 #[tokio::test]
 async fn time_claims_are_checked_700024() {
-    let (_server, client, fx) = setup().await;
-    let url = _server.token_url(&fx.tenant_id);
+    let (_server, client, fx, url) = setup().await;
     let t = now();
     let cases = [
         ("exp", json!(t - 600)),                // expired
@@ -572,14 +547,12 @@ async fn time_claims_are_checked_700024() {
     ];
     for (claim, value) in cases {
         let a = Assertion::new(&fx, &url).claim(claim, value.clone());
-        let reply = post_assertion(&client, &url, &fx, SCOPE, &a.sign(&fx.key)).await;
-        assert_entra_error(&reply, 401, "invalid_client", 700024);
+        assert_refused(&client, &url, &fx, &a.sign(&fx.key), 700024).await;
         let _ = (claim, value);
     }
     let mut no_iat = Assertion::new(&fx, &url);
     no_iat.claims.remove("iat");
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &no_iat.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700024);
+    assert_refused(&client, &url, &fx, &no_iat.sign(&fx.key), 700024).await;
 
     // Within the skew: fine.
     let a = Assertion::new(&fx, &url).claim("nbf", json!(t + 120));
@@ -591,7 +564,7 @@ async fn time_claims_are_checked_700024() {
 #[tokio::test]
 async fn expired_registered_certificate_is_700027() {
     let server = EntraServer::start().await;
-    let client = http_client();
+    let client = https_client();
     let fx = fixture("expired");
     server.register_certificate_pem(&fx.client_id, &fx.tenant_id, &fx.leaf_pem);
     let url = server.token_url(&fx.tenant_id);
@@ -603,24 +576,20 @@ async fn expired_registered_certificate_is_700027() {
 
 #[tokio::test]
 async fn iss_or_sub_not_client_id_is_700021() {
-    let (_server, client, fx) = setup().await;
-    let url = _server.token_url(&fx.tenant_id);
+    let (_server, client, fx, url) = setup().await;
     let other = "00000000-0000-0000-0000-000000000000";
     for claim in ["iss", "sub"] {
         let a = Assertion::new(&fx, &url).claim(claim, json!(other));
-        let reply = post_assertion(&client, &url, &fx, SCOPE, &a.sign(&fx.key)).await;
-        assert_entra_error(&reply, 401, "invalid_client", 700021);
+        assert_refused(&client, &url, &fx, &a.sign(&fx.key), 700021).await;
     }
     let mut no_sub = Assertion::new(&fx, &url);
     no_sub.claims.remove("sub");
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &no_sub.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700021);
+    assert_refused(&client, &url, &fx, &no_sub.sign(&fx.key), 700021).await;
 }
 
 #[tokio::test]
 async fn form_fields_are_checked() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let assertion = Assertion::new(&fx, &url).sign(&fx.key);
     let jwt_bearer = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
@@ -717,7 +686,7 @@ async fn form_fields_are_checked() {
 
 #[tokio::test]
 async fn path_prefix_authority_works() {
-    let (server, client, fx) = setup().await;
+    let (server, client, fx, _) = setup().await;
     let url = format!(
         "{}prefix/{}/oauth2/v2.0/token",
         server.base_url(),
@@ -734,14 +703,12 @@ async fn path_prefix_authority_works() {
     );
     // The aud must include the prefix.
     let a = Assertion::new(&fx, &server.token_url(&fx.tenant_id));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &a.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700023);
+    assert_refused(&client, &url, &fx, &a.sign(&fx.key), 700023).await;
 }
 
 #[tokio::test]
 async fn scripted_answers_are_verbatim_then_service_resumes() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     server.enqueue(
         Scripted::status(503)
             .retry_after("7")
@@ -792,21 +759,11 @@ async fn scripted_answers_are_verbatim_then_service_resumes() {
 
 #[tokio::test]
 async fn scripted_close_connection_drops_without_answer() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     server.enqueue(Scripted::status(200).closing());
     server.enqueue(Scripted::drop_connection().delayed(Duration::from_millis(50)));
     let a = Assertion::new(&fx, &url).sign(&fx.key);
-    let form = [
-        ("grant_type", "client_credentials"),
-        ("client_id", fx.client_id.as_str()),
-        ("scope", SCOPE),
-        (
-            "client_assertion_type",
-            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-        ),
-        ("client_assertion", a.as_str()),
-    ];
+    let form = assertion_form(&fx, SCOPE, &a);
     for n in 1..=2 {
         let err = client.post(&url).form(&form).send().await.unwrap_err();
         assert!(!err.is_status(), "{err:?}");
@@ -822,8 +779,7 @@ async fn scripted_close_connection_drops_without_answer() {
 
 #[tokio::test]
 async fn scripted_delay_and_scope_delay_do_not_block_others() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     let slow_scope = "https://vault.azure.net/.default";
     server.set_scope_delay(slow_scope, Duration::from_millis(1500));
 
@@ -861,8 +817,7 @@ async fn scripted_delay_and_scope_delay_do_not_block_others() {
 
 #[tokio::test]
 async fn token_shape_and_client_request_id() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     server.set_token_shape(TokenShape {
         expires_in: 86399,
         expires_in_as_string: true,
@@ -875,16 +830,7 @@ async fn token_shape_and_client_request_id() {
         .post(&url)
         .header("client-request-id", "9f3e0f7e-1111-4222-8333-944445555666")
         .header("return-client-request-id", "true")
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("client_id", fx.client_id.as_str()),
-            ("scope", SCOPE),
-            (
-                "client_assertion_type",
-                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-            ),
-            ("client_assertion", a.as_str()),
-        ])
+        .form(&assertion_form(&fx, SCOPE, &a))
         .send()
         .await
         .unwrap();
@@ -948,14 +894,12 @@ async fn plain_http_mode_works() {
     assert!(server.issued(&token).is_some());
     // An https aud does not match an http endpoint.
     let a = Assertion::new(&fx, &url.replace("http://", "https://"));
-    let reply = post_assertion(&client, &url, &fx, SCOPE, &a.sign(&fx.key)).await;
-    assert_entra_error(&reply, 401, "invalid_client", 700023);
+    assert_refused(&client, &url, &fx, &a.sign(&fx.key), 700023).await;
 }
 
 #[tokio::test]
 async fn https_rejects_untrusted_clients_and_shutdown_stops_it() {
-    let (server, client, fx) = setup().await;
-    let url = server.token_url(&fx.tenant_id);
+    let (server, client, fx, url) = setup().await;
     // Without the test CA the server certificate is not trusted.
     let untrusted = reqwest::Client::builder()
         .tls_certs_only([])
@@ -972,7 +916,7 @@ async fn https_rejects_untrusted_clients_and_shutdown_stops_it() {
     }
     server.shutdown();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let fresh = http_client();
+    let fresh = https_client();
     let a = Assertion::new(&fx, &url).sign(&fx.key);
     let result = fresh
         .post(&url)

@@ -23,6 +23,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
 use crate::token::cache::REFRESH_WINDOW;
 use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
+use crate::token::http::HttpOptions;
 use crate::token::retry::{self, RetryPolicy};
 
 /// The data plane API version every request carries.
@@ -35,21 +36,15 @@ pub const API_VERSION: &str = "2024-01-01";
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
 /// let options = ClientOptions::default().with_request_timeout(Duration::from_secs(10));
-/// assert_eq!(options.request_timeout, Duration::from_secs(10));
+/// assert_eq!(options.http.request_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
-    /// The HTTP client. `None` uses the crate's shared client (rustls, system roots, no
-    /// redirects). A client of your own should follow no redirects either.
-    pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built client. Setting both this and
-    /// `http_client` is refused ([`ErrorKind::ConflictingOptions`](crate::ErrorKind::ConflictingOptions)).
-    pub extra_root_certificates: Vec<reqwest::Certificate>,
-    /// Accept `http://` identity URLs on a loopback host (tests only). Default `false`.
-    pub allow_http_loopback: bool,
-    /// Total time allowed for one HTTP request. Default 30 s.
-    pub request_timeout: Duration,
+    /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
+    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s).
+    /// Shared with the credential and the Key Vault store; see [`HttpOptions`].
+    pub http: HttpOptions,
     /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
     /// `Retry-After` from the service sets the wait.
     pub retry: RetryPolicy,
@@ -60,10 +55,7 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
-            http_client: None,
-            extra_root_certificates: Vec::new(),
-            allow_http_loopback: false,
-            request_timeout: Duration::from_secs(30),
+            http: HttpOptions::default(),
             retry: RetryPolicy::default(),
             clock: Arc::new(SystemClock),
         }
@@ -71,32 +63,44 @@ impl Default for ClientOptions {
 }
 
 impl ClientOptions {
+    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
+    /// with the credential and the Key Vault store.
+    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+
     /// Use this HTTP client.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http_client = Some(client);
+        self.http = self.http.with_http_client(client);
         self
     }
 
     /// Trust these root CAs too (PEM), in a client the crate builds.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
-                reason: format!("extra root certificates: {e}"),
-            })
-        })?;
-        self.extra_root_certificates.extend(certs);
+        self.http = self.http.with_extra_root_certificates_pem(pem)?;
+        Ok(self)
+    }
+
+    /// Trust the root CAs in the PEM file at `path` too (read as
+    /// [`HttpOptions::with_extra_root_certificates_file`] reads it).
+    pub fn with_extra_root_certificates_file(
+        mut self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        self.http = self.http.with_extra_root_certificates_file(path)?;
         Ok(self)
     }
 
     /// Accept `http://` loopback identity URLs (tests only).
     pub fn allow_http_loopback(mut self, allow: bool) -> Self {
-        self.allow_http_loopback = allow;
+        self.http = self.http.allow_http_loopback(allow);
         self
     }
 
     /// Set the total time allowed for one HTTP request.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.http = self.http.with_request_timeout(timeout);
         self
     }
 
@@ -116,13 +120,7 @@ impl ClientOptions {
 impl fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientOptions")
-            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
-            .field(
-                "extra_root_certificates",
-                &self.extra_root_certificates.len(),
-            )
-            .field("allow_http_loopback", &self.allow_http_loopback)
-            .field("request_timeout", &self.request_timeout)
+            .field("http", &self.http)
             .field("retry", &self.retry)
             .field("clock", &self.clock)
             .finish()
@@ -201,7 +199,8 @@ impl ClientFactory {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidField`] for an empty audience; [`ErrorKind::HttpClient`] when
-    /// the HTTP client cannot be built.
+    /// the HTTP client cannot be built; [`ErrorKind::ConflictingOptions`] when both an
+    /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
     pub fn new(
         source: impl TokenSource + 'static,
@@ -225,25 +224,13 @@ impl ClientFactory {
             }
             .into());
         }
-        let (http, http_direct) = match options.http_client {
-            Some(_) if !options.extra_root_certificates.is_empty() => {
-                return Err(crate::token::credential::client_with_extra_roots());
-            }
-            Some(client) => (client, None),
-            None if !options.extra_root_certificates.is_empty() => (
-                crate::token::credential::build_http_client(
-                    options.extra_root_certificates.clone(),
-                    false,
-                )?,
-                Some(crate::token::credential::build_http_client(
-                    options.extra_root_certificates,
-                    true,
-                )?),
-            ),
-            None => (
-                crate::token::credential::default_http_client(false)?,
-                Some(crate::token::credential::default_http_client(true)?),
-            ),
+        // Hosts vary per identity URL: the crate-built client comes in two, the second
+        // without environment proxies for loopback hosts.
+        let http = options.http.client(false)?;
+        let http_direct = if options.http.has_own_client() {
+            None
+        } else {
+            Some(options.http.client(true)?)
         };
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
@@ -252,10 +239,10 @@ impl ClientFactory {
                 scope: scope_for_audience(audience),
                 http,
                 http_direct,
-                timeout: options.request_timeout,
+                timeout: options.http.request_timeout,
                 retry: options.retry,
                 clock: options.clock,
-                allow_http_loopback: options.allow_http_loopback,
+                allow_http_loopback: options.http.allow_http_loopback,
                 hosts: Mutex::new(HashMap::new()),
             }),
         })

@@ -57,6 +57,7 @@ use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
 };
+use crate::token::http::HttpOptions;
 use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
@@ -72,12 +73,12 @@ pub const MAX_PAGE_SIZE: i32 = 25;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct StoreOptions {
-    /// The HTTP client. `None` uses the crate's (rustls, system roots, no redirects).
-    pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built client; ignored with `http_client`.
-    pub extra_root_certificates: Vec<reqwest::Certificate>,
-    /// Total time allowed for one HTTP request. Default 30 s.
-    pub request_timeout: Duration,
+    /// The HTTP settings: the client (or extra roots for the crate-built one; setting
+    /// both is refused with [`ErrorKind::ConflictingOptions`]), the request timeout
+    /// (default 30 s). Shared with the credential and the data plane client; see
+    /// [`HttpOptions`]. Its `allow_http_loopback` does not apply: the SDK authenticates
+    /// only over `https`, so the vault URL is always `https`.
+    pub http: HttpOptions,
     /// The SDK's retry options (429 and 503 honour `Retry-After`). Default: the SDK's
     /// exponential back-off.
     pub retry: RetryOptions,
@@ -94,9 +95,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            http_client: None,
-            extra_root_certificates: Vec::new(),
-            request_timeout: Duration::from_secs(30),
+            http: HttpOptions::default(),
             retry: RetryOptions::default(),
             verify_challenge_resource: true,
             page_size: MAX_PAGE_SIZE,
@@ -106,9 +105,16 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
+    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
+    /// with the credential and the data plane client.
+    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+
     /// Use this HTTP client.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http_client = Some(client);
+        self.http = self.http.with_http_client(client);
         self
     }
 
@@ -118,18 +124,23 @@ impl StoreOptions {
     ///
     /// [`ErrorKind::HttpClient`] when the PEM holds no usable certificate.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
-                reason: format!("extra root certificates: {e}"),
-            })
-        })?;
-        self.extra_root_certificates.extend(certs);
+        self.http = self.http.with_extra_root_certificates_pem(pem)?;
+        Ok(self)
+    }
+
+    /// Trust the root CAs in the PEM file at `path` too (read as
+    /// [`HttpOptions::with_extra_root_certificates_file`] reads it).
+    pub fn with_extra_root_certificates_file(
+        mut self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        self.http = self.http.with_extra_root_certificates_file(path)?;
         Ok(self)
     }
 
     /// Set the total time allowed for one HTTP request.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.http = self.http.with_request_timeout(timeout);
         self
     }
 
@@ -161,12 +172,7 @@ impl StoreOptions {
 impl fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreOptions")
-            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
-            .field(
-                "extra_root_certificates",
-                &self.extra_root_certificates.len(),
-            )
-            .field("request_timeout", &self.request_timeout)
+            .field("http", &self.http)
             .field("verify_challenge_resource", &self.verify_challenge_resource)
             .field("page_size", &self.page_size)
             .field("api_version", &self.api_version)
@@ -223,7 +229,8 @@ impl CredentialStore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidField`] naming `vault_url` when it is not an `https` URL;
-    /// [`ErrorKind::HttpClient`] when the HTTP client cannot be built.
+    /// [`ErrorKind::HttpClient`] when the HTTP client cannot be built;
+    /// [`ErrorKind::ConflictingOptions`] when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
@@ -242,17 +249,8 @@ impl CredentialStore {
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::token::endpoint::is_loopback(&parsed);
-        let http = match options.http_client {
-            Some(client) => client,
-            None if !options.extra_root_certificates.is_empty() => {
-                crate::token::credential::build_http_client(
-                    options.extra_root_certificates,
-                    direct,
-                )?
-            }
-            None => crate::token::credential::default_http_client(direct)?,
-        };
-        let transport = ReqwestTransport::new(http, options.request_timeout);
+        let http = options.http.client(direct)?;
+        let transport = ReqwestTransport::new(http, options.http.request_timeout);
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use reqwest::Url;
@@ -18,14 +18,12 @@ use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
+use crate::token::http::HttpOptions;
 use crate::token::retry::{self, RetryPolicy};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
-
-/// How messages name a file of extra root CAs.
-const CA_FILE: &str = "CA file";
 
 /// Options for [`ClientCertificateCredential`].
 ///
@@ -40,26 +38,12 @@ const CA_FILE: &str = "CA file";
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
-    /// The HTTP client for token requests. `None` uses a shared client built by the crate
-    /// (rustls, system roots, no redirects, proxies from the environment but never for a
-    /// loopback authority, no idle connections so that it works from any runtime: see
-    /// SECURITY.md and the README's "Runtimes"). Supply your own
-    /// for extra root CAs or explicit proxies; disable redirects on it
-    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. A
-    /// client of your own that pools connections must only be used while the runtime
-    /// that opened them runs.
-    pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
-    /// roots), for authorities behind a private CA. Setting both this and `http_client`
-    /// is refused ([`ErrorKind::ConflictingOptions`]) when the credential is built.
-    pub extra_root_certificates: Vec<reqwest::Certificate>,
+    /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
+    /// loopback authorities, the request timeout (default 30 s). Shared with the data plane
+    /// client and the Key Vault store; see [`HttpOptions`].
+    pub http: HttpOptions,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
-    /// Accept an `http://` authority when its host is loopback (`127.0.0.0/8`, `::1`,
-    /// `localhost`): for local test servers and emulators only. Default `false`.
-    pub allow_http_loopback: bool,
-    /// Total time allowed for one token request (connect, send, receive). Default 30 s.
-    pub request_timeout: Duration,
     /// How failed token requests are retried.
     pub retry: RetryPolicy,
     /// Warn (once per credential, through `tracing`) when a token is requested within
@@ -82,11 +66,8 @@ pub struct ClientCertificateCredentialOptions {
 impl Default for ClientCertificateCredentialOptions {
     fn default() -> Self {
         ClientCertificateCredentialOptions {
-            http_client: None,
-            extra_root_certificates: Vec::new(),
+            http: HttpOptions::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            allow_http_loopback: false,
-            request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             clock: Arc::new(SystemClock),
@@ -97,21 +78,23 @@ impl Default for ClientCertificateCredentialOptions {
 }
 
 impl ClientCertificateCredentialOptions {
+    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
+    /// with the data plane client and the Key Vault store.
+    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+
     /// Use this HTTP client for token requests.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http_client = Some(client);
+        self.http = self.http.with_http_client(client);
         self
     }
 
     /// Trust these root CAs too (PEM, one or more certificates), in a client the crate
     /// builds (TLS validation on, no redirects).
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
-                reason: format!("extra root certificates: {e}"),
-            })
-        })?;
-        self.extra_root_certificates.extend(certs);
+        self.http = self.http.with_extra_root_certificates_pem(pem)?;
         Ok(self)
     }
 
@@ -121,19 +104,11 @@ impl ClientCertificateCredentialOptions {
     /// a device is refused, not waited on. Errors name the file; a file without a
     /// `CERTIFICATE` block is an error.
     pub fn with_extra_root_certificates_file(
-        self,
+        mut self,
         path: impl AsRef<std::path::Path>,
     ) -> Result<Self> {
-        let path = path.as_ref();
-        let pem = crate::file::model::read_limited_as(path, CA_FILE)?;
-        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-            return Err(Error::from(ErrorKind::HttpClient {
-                reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
-            })
-            .with_file(path, CA_FILE));
-        }
-        self.with_extra_root_certificates_pem(&pem)
-            .map_err(|e| e.with_file(path, CA_FILE))
+        self.http = self.http.with_extra_root_certificates_file(path)?;
+        Ok(self)
     }
 
     /// Choose the assertion algorithm.
@@ -144,13 +119,13 @@ impl ClientCertificateCredentialOptions {
 
     /// Accept `http://` loopback authorities (tests and local emulators only).
     pub fn allow_http_loopback(mut self, allow: bool) -> Self {
-        self.allow_http_loopback = allow;
+        self.http = self.http.allow_http_loopback(allow);
         self
     }
 
     /// Set the total time allowed for one token request.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.http = self.http.with_request_timeout(timeout);
         self
     }
 
@@ -194,14 +169,8 @@ impl ClientCertificateCredentialOptions {
 impl fmt::Debug for ClientCertificateCredentialOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientCertificateCredentialOptions")
-            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
-            .field(
-                "extra_root_certificates",
-                &self.extra_root_certificates.len(),
-            )
+            .field("http", &self.http)
             .field("assertion_algorithm", &self.assertion_algorithm)
-            .field("allow_http_loopback", &self.allow_http_loopback)
-            .field("request_timeout", &self.request_timeout)
             .field("retry", &self.retry)
             .field("expiry_warning_margin", &self.expiry_warning_margin)
             .field("clock", &self.clock)
@@ -423,21 +392,15 @@ impl ClientCertificateCredential {
         file_times: (Option<OffsetDateTime>, Option<OffsetDateTime>),
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        let token_url =
-            endpoint::token_url(authority, tenant_id.trim(), options.allow_http_loopback)?;
+        let token_url = endpoint::token_url(
+            authority,
+            tenant_id.trim(),
+            options.http.allow_http_loopback,
+        )?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         // A loopback authority is never reached through a proxy from the environment.
         let direct = endpoint::is_loopback(&token_url);
-        let http = match options.http_client {
-            Some(_) if !options.extra_root_certificates.is_empty() => {
-                return Err(client_with_extra_roots());
-            }
-            Some(client) => client,
-            None if !options.extra_root_certificates.is_empty() => {
-                build_http_client(options.extra_root_certificates, direct)?
-            }
-            None => default_http_client(direct)?,
-        };
+        let http = options.http.client(direct)?;
         let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {
                 client_id: client_id.trim().to_owned(),
@@ -450,12 +413,12 @@ impl ClientCertificateCredential {
                 expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
-                timeout: options.request_timeout,
+                timeout: options.http.request_timeout,
                 retry: options.retry,
                 clock: options.clock,
                 cache: TokenCache::new(),
                 authority: authority.trim().to_owned(),
-                allow_http_loopback: options.allow_http_loopback,
+                allow_http_loopback: options.http.allow_http_loopback,
                 allowed_tenants: options
                     .additionally_allowed_tenants
                     .iter()
@@ -931,61 +894,6 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
         .into());
     }
     Ok(())
-}
-
-/// One HTTP client shared by every credential that was not given one (one more, without
-/// proxies, for loopback authorities): building a client loads the system roots, which is
-/// worth doing once per process.
-pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
-    static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
-    static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
-    let cell = if direct { &DIRECT } else { &PROXIED };
-    if let Some(client) = cell.get() {
-        return Ok(client.clone());
-    }
-    let client = build_http_client(Vec::new(), direct)?;
-    Ok(cell.get_or_init(|| client).clone())
-}
-
-/// Both an HTTP client of the caller's and extra roots (which only the crate-built client
-/// would use): refused rather than silently dropping the roots.
-pub(crate) fn client_with_extra_roots() -> Error {
-    ErrorKind::ConflictingOptions {
-        first: "http_client",
-        second: "extra_root_certificates",
-        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
-               client with `reqwest::ClientBuilder::add_root_certificate`",
-    }
-    .into()
-}
-
-/// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
-/// certificate validation on, no redirects (a token request is never re-sent elsewhere),
-/// proxies from the environment unless `direct`.
-///
-/// It keeps no idle connections. A pooled connection is served by a task on the runtime
-/// that opened it; a credential (and this process-wide client) outlives runtimes, and a
-/// request on another runtime that picks up such a connection hangs while that runtime
-/// is not running and fails once it is gone. Tokens are cached for about an hour, so a
-/// new connection per token request costs little (BENCHMARKS.md).
-pub(crate) fn build_http_client(
-    extra_roots: Vec<reqwest::Certificate>,
-    direct: bool,
-) -> Result<reqwest::Client> {
-    let builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(0)
-        .tls_certs_merge(
-            extra_roots
-                .into_iter()
-                .chain(crate::token::roots::bundled()),
-        );
-    let builder = if direct { builder.no_proxy() } else { builder };
-    builder.build().map_err(|e| {
-        Error::from(ErrorKind::HttpClient {
-            reason: e.to_string(),
-        })
-    })
 }
 
 #[cfg(test)]

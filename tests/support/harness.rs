@@ -1,6 +1,9 @@
 //! Wiring a credential to the local Entra-compatible server.
 
-use msi_dataplane::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+use std::sync::Arc;
+use std::time::Duration;
+
+use msi_dataplane::{ClientCertificateCredential, ClientCertificateCredentialOptions, ManualClock};
 
 use super::entra::EntraServer;
 use super::fixtures::{leaf_pem_path, load_with_endpoint};
@@ -44,6 +47,44 @@ pub fn credential_with(
     register(server, name);
     let creds = load_with_endpoint(name, &server.base_url());
     ClientCertificateCredential::new(&creds, options).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// A manual clock at the present: a credential on it signs assertions the server (on real
+/// time) accepts while the clock stays within the server's 5 minutes of skew.
+pub fn manual_clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()))
+}
+
+/// As [`credential_with`], on a fresh [`manual_clock`] (returned too).
+pub fn credential_on_clock(
+    server: &EntraServer,
+    name: &str,
+    options: ClientCertificateCredentialOptions,
+) -> (Arc<ManualClock>, ClientCertificateCredential) {
+    let clock = manual_clock();
+    let credential = credential_with(server, name, options.with_clock(clock.clone()));
+    (clock, credential)
+}
+
+/// A server started with fixture `name` registered (its generator-written leaf).
+pub async fn server_with(name: &str) -> EntraServer {
+    let server = EntraServer::start().await;
+    register(&server, name);
+    server
+}
+
+/// Wait (really, up to 5 s) until the server has seen `n` token requests.
+pub async fn wait_for_token_requests(server: &EntraServer, n: usize) {
+    for _ in 0..500 {
+        if server.token_requests() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "server saw {} token requests, expected {n}",
+        server.token_requests()
+    );
 }
 
 /// Hex (lowercase) SHA-256 of the fixture's leaf DER.

@@ -1,0 +1,252 @@
+//! `HttpOptions`: the HTTP settings that the credential, the data plane client and the Key
+//! Vault store share (a client of the caller's or extra roots, the loopback flag, the
+//! request timeout), and the one decision of which HTTP client they use.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// How messages name a file of extra root CAs.
+const CA_FILE: &str = "CA file";
+
+/// The HTTP settings shared by
+/// [`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions),
+/// [`dataplane::ClientOptions`](crate::dataplane::ClientOptions) and (feature `keyvault`)
+/// `store::StoreOptions`: each holds one as its `http` field, and their `with_http_client`,
+/// `with_extra_root_certificates_pem`, ... set it. One value can serve all three
+/// (`with_http_options`).
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::{ClientCertificateCredentialOptions, HttpOptions};
+/// use msi_dataplane::dataplane::ClientOptions;
+///
+/// let http = HttpOptions::default().with_request_timeout(Duration::from_secs(10));
+/// let credential = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
+/// let data_plane = ClientOptions::default().with_http_options(http);
+/// assert_eq!(credential.http.request_timeout, data_plane.http.request_timeout);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// The HTTP client. `None` uses a shared client built by the crate (rustls, system
+    /// roots, no redirects, proxies from the environment but never for a loopback
+    /// authority, no idle connections so that it works from any runtime: see SECURITY.md
+    /// and the README's "Runtimes"). Supply your own for explicit proxies; disable
+    /// redirects on it (`reqwest::redirect::Policy::none()`): token requests must not
+    /// follow them. A client of your own that pools connections must only be used while
+    /// the runtime that opened them runs.
+    pub http_client: Option<reqwest::Client>,
+    /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
+    /// roots), for hosts behind a private CA. Setting both this and `http_client` is
+    /// refused ([`ErrorKind::ConflictingOptions`]) when the credential, client factory or
+    /// store is built.
+    pub extra_root_certificates: Vec<reqwest::Certificate>,
+    /// Accept an `http://` URL when its host is loopback (`127.0.0.0/8`, `::1`,
+    /// `localhost`): for local test servers and emulators only. Default `false`. (Key
+    /// Vault needs `https` whatever this says: its SDK authenticates only over https.)
+    pub allow_http_loopback: bool,
+    /// Total time allowed for one HTTP request (connect, send, receive). Default 30 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            http_client: None,
+            extra_root_certificates: Vec::new(),
+            allow_http_loopback: false,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Use this HTTP client.
+    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
+        self.http_client = Some(client);
+        self
+    }
+
+    /// Trust these root CAs too (PEM, one or more certificates), in a client the crate
+    /// builds (TLS validation on, no redirects).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::HttpClient`] when the PEM holds no usable certificate.
+    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            Error::from(ErrorKind::HttpClient {
+                reason: format!("extra root certificates: {e}"),
+            })
+        })?;
+        self.extra_root_certificates.extend(certs);
+        Ok(self)
+    }
+
+    /// Trust the root CAs in the PEM file at `path` too (see
+    /// [`with_extra_root_certificates_pem`](Self::with_extra_root_certificates_pem)). The
+    /// file is read as credential files are: only a regular file, at most 1 MiB; a FIFO or
+    /// a device is refused, not waited on. Errors name the file; a file without a
+    /// `CERTIFICATE` block is an error.
+    pub fn with_extra_root_certificates_file(self, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let pem = crate::file::model::read_limited_as(path, CA_FILE)?;
+        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+            return Err(Error::from(ErrorKind::HttpClient {
+                reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
+            })
+            .with_file(path, CA_FILE));
+        }
+        self.with_extra_root_certificates_pem(&pem)
+            .map_err(|e| e.with_file(path, CA_FILE))
+    }
+
+    /// Accept `http://` loopback URLs (tests and local emulators only).
+    pub fn allow_http_loopback(mut self, allow: bool) -> Self {
+        self.allow_http_loopback = allow;
+        self
+    }
+
+    /// Set the total time allowed for one HTTP request.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The HTTP client to use: the caller's, or the crate's (with the extra roots; without
+    /// environment proxies when `direct`, for loopback hosts). The one place that decides.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::ConflictingOptions`] when both a client and extra roots are set (the
+    /// roots would be silently dropped); [`ErrorKind::HttpClient`] when the client cannot
+    /// be built.
+    pub(crate) fn client(&self, direct: bool) -> Result<reqwest::Client> {
+        match &self.http_client {
+            Some(_) if !self.extra_root_certificates.is_empty() => Err(client_with_extra_roots()),
+            Some(client) => Ok(client.clone()),
+            None if self.extra_root_certificates.is_empty() => default_http_client(direct),
+            None => build_http_client(self.extra_root_certificates.clone(), direct),
+        }
+    }
+
+    /// Whether the client is the caller's (`http_client` set) rather than crate-built.
+    pub(crate) fn has_own_client(&self) -> bool {
+        self.http_client.is_some()
+    }
+}
+
+impl fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
+            .field(
+                "extra_root_certificates",
+                &self.extra_root_certificates.len(),
+            )
+            .field("allow_http_loopback", &self.allow_http_loopback)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// One HTTP client shared by every credential that was not given one (one more, without
+/// proxies, for loopback authorities): building a client loads the system roots, which is
+/// worth doing once per process.
+pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
+    static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
+    static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
+    let cell = if direct { &DIRECT } else { &PROXIED };
+    if let Some(client) = cell.get() {
+        return Ok(client.clone());
+    }
+    let client = build_http_client(Vec::new(), direct)?;
+    Ok(cell.get_or_init(|| client).clone())
+}
+
+/// Both an HTTP client of the caller's and extra roots (which only the crate-built client
+/// would use): refused rather than silently dropping the roots.
+pub(crate) fn client_with_extra_roots() -> Error {
+    ErrorKind::ConflictingOptions {
+        first: "http_client",
+        second: "extra_root_certificates",
+        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
+               client with `reqwest::ClientBuilder::add_root_certificate`",
+    }
+    .into()
+}
+
+/// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
+/// certificate validation on, no redirects (a token request is never re-sent elsewhere),
+/// proxies from the environment unless `direct`.
+///
+/// It keeps no idle connections. A pooled connection is served by a task on the runtime
+/// that opened it; a credential (and this process-wide client) outlives runtimes, and a
+/// request on another runtime that picks up such a connection hangs while that runtime
+/// is not running and fails once it is gone. Tokens are cached for about an hour, so a
+/// new connection per token request costs little (BENCHMARKS.md).
+pub(crate) fn build_http_client(
+    extra_roots: Vec<reqwest::Certificate>,
+    direct: bool,
+) -> Result<reqwest::Client> {
+    let builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .tls_certs_merge(
+            extra_roots
+                .into_iter()
+                .chain(crate::token::roots::bundled()),
+        );
+    let builder = if direct { builder.no_proxy() } else { builder };
+    builder.build().map_err(|e| {
+        Error::from(ErrorKind::HttpClient {
+            reason: e.to_string(),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_and_extra_roots_conflict_each_alone_is_fine() {
+        let pem = include_str!("../../fixtures/tls/ca.pem");
+        let roots = HttpOptions::default()
+            .with_extra_root_certificates_pem(pem.as_bytes())
+            .unwrap();
+        assert_eq!(roots.extra_root_certificates.len(), 1);
+        assert!(!roots.has_own_client());
+        roots.client(false).unwrap();
+        let own = HttpOptions::default().with_http_client(reqwest::Client::new());
+        assert!(own.has_own_client());
+        own.client(true).unwrap();
+        let both = roots.with_http_client(reqwest::Client::new());
+        let err = both.client(false).unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::ConflictingOptions {
+                    first: "http_client",
+                    second: "extra_root_certificates",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn debug_names_no_client_internals() {
+        let debug = format!(
+            "{:?}",
+            HttpOptions::default().with_http_client(reqwest::Client::new())
+        );
+        assert!(debug.contains("http_client: Some(\"custom\")"), "{debug}");
+        assert!(debug.contains("request_timeout: 30s"), "{debug}");
+    }
+}
