@@ -8,7 +8,7 @@ use assert_cmd::Command;
 use serde_json::{Value, json};
 use support::entra::EntraServer;
 use support::fixtures::credential_path;
-use support::keyvault::KeyVaultServer;
+use msi_dataplane::testing::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 

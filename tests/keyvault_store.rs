@@ -14,7 +14,7 @@ use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
 use support::harness::{credential, https_client};
-use support::keyvault::KeyVaultServer;
+use msi_dataplane::testing::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
@@ -448,7 +448,7 @@ async fn the_test_vault_rejects_no_token_missing_api_version_and_bad_names() {
     // With a real token: no api-version, a bad name, a too large page.
     let entra = &s._entra;
     let app = credential(entra, "pem-pkcs8");
-    let token = app.get_token(&[support::keyvault::SCOPE]).await.unwrap();
+    let token = app.get_token(&[KeyVaultServer::SCOPE]).await.unwrap();
     let get = |path: &str| {
         http.get(format!("{base}{path}"))
             .bearer_auth(token.token())
