@@ -359,10 +359,18 @@ impl EntraServer {
         self.state.scheme
     }
 
-    /// A file holding the kit's test CA certificate (PEM), written once per process
-    /// under the system temp directory: for programs given a CA file (`--ca-file`).
-    pub fn ca_pem_path() -> PathBuf {
-        super::tls::ca_pem_path()
+    /// Write the kit's test CA certificate (PEM) into `dir` (as
+    /// `msi-dataplane-testing-ca.pem`) and return its path: for programs given a CA file
+    /// (`--ca-file`). The file lives as long as the directory (e.g. a [`TempDir`]); the kit
+    /// leaves no file of its own behind.
+    ///
+    /// [`TempDir`]: crate::testing::TempDir
+    ///
+    /// # Panics
+    ///
+    /// When the file cannot be written (the panic names it).
+    pub fn write_ca_pem(dir: impl AsRef<Path>) -> PathBuf {
+        super::tls::write_ca_pem(dir.as_ref())
     }
 
     /// The kit's test CA certificate, PEM (for `reqwest::Certificate::from_pem`).
