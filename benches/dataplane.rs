@@ -29,8 +29,8 @@ use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCred
 use msi_dataplane::{ClientCertificate, ClientCertificateCredential};
 use tokio::runtime::Runtime;
 
-use support::by_hand::get_data_plane_by_hand;
 use msi_dataplane::testing::DataPlaneServer;
+use support::by_hand::get_data_plane_by_hand;
 use support::entra::EntraServer;
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
 

@@ -23,11 +23,11 @@
 use std::process::ExitCode;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::testing::{DataPlaneServer, EntraServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
     UserAssignedIdentityCredentials, keyvault,
 };
-use msi_dataplane::testing::{DataPlaneServer, EntraServer};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 const SERVICE_TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";

@@ -5,10 +5,10 @@
 mod support;
 
 use assert_cmd::Command;
+use msi_dataplane::testing::KeyVaultServer;
 use serde_json::{Value, json};
 use support::entra::EntraServer;
 use support::fixtures::credential_path;
-use msi_dataplane::testing::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 

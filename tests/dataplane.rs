@@ -10,12 +10,12 @@ use msi_dataplane::dataplane::{
     Client, ClientFactory, ClientOptions, ManagedIdentityCredentials, MoveIdentityRequest,
     UserAssignedIdentitiesRequest,
 };
+use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ErrorKind, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
 use serde_json::json;
-use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
 use support::harness::{ARM, https_client, options, register};

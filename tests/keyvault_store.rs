@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use azure_core::http::{FixedRetryOptions, RetryOptions};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, keyvault};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
 use support::harness::{credential, https_client};
-use msi_dataplane::testing::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
@@ -500,12 +500,22 @@ async fn list_deleted_follows_next_link_across_many_pages_without_reading_values
     names.push("msi-cluster-gone".to_owned());
     names.push("other-gone".to_owned());
     for name in &names {
-        s.vault
-            .seed(name, "{\"secret\":\"VALUE-NEEDLE\"}", tags.clone(), 1_700_000_000, 2_400_000_000);
+        s.vault.seed(
+            name,
+            "{\"secret\":\"VALUE-NEEDLE\"}",
+            tags.clone(),
+            1_700_000_000,
+            2_400_000_000,
+        );
     }
     // One that stays: not listed as deleted.
-    s.vault
-        .seed("uamsi-kept", "{}", tags.clone(), 1_700_000_000, 2_400_000_000);
+    s.vault.seed(
+        "uamsi-kept",
+        "{}",
+        tags.clone(),
+        1_700_000_000,
+        2_400_000_000,
+    );
     for name in &names {
         s.store.delete(name).await.unwrap();
     }
@@ -515,7 +525,10 @@ async fn list_deleted_follows_next_link_across_many_pages_without_reading_values
     let listed: Vec<&str> = deleted.iter().map(|d| d.properties.name.as_str()).collect();
     let mut expected: Vec<&str> = names[..11].iter().map(String::as_str).collect();
     expected.sort_unstable();
-    assert_eq!(listed, expected, "msi- and uamsi- deleted secrets only, every page");
+    assert_eq!(
+        listed, expected,
+        "msi- and uamsi- deleted secrets only, every page"
+    );
     for d in &deleted {
         let name = &d.properties.name;
         assert!(
@@ -527,7 +540,10 @@ async fn list_deleted_follows_next_link_across_many_pages_without_reading_values
         let (when, purge) = (d.deleted_date.unwrap(), d.scheduled_purge_date.unwrap());
         assert_eq!(purge - when, time::Duration::days(90));
         assert_eq!(d.properties.tags["renew_after"], "2036-01-01T00:00:00Z");
-        assert_eq!(d.properties.expires.unwrap().unix_timestamp(), 2_400_000_000);
+        assert_eq!(
+            d.properties.expires.unwrap().unix_timestamp(),
+            2_400_000_000
+        );
     }
     // 12 deleted secrets in pages of 4: three pages, linked by nextLink.
     let pages = s.vault.requests();

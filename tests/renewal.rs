@@ -160,11 +160,11 @@ mod with_the_store {
     use msi_dataplane::{ErrorKind, RenewalOutcome};
     use time::macros::datetime;
 
-    use super::support::fixtures::fixture_credentials;
-    use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
     use super::support::entra::EntraServer;
+    use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
     use super::support::harness::{credential, https_client};
+    use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
 
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
     const IDENTITY: &str = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/msi-test/providers/Microsoft.ManagedIdentity/userAssignedIdentities/renewed";

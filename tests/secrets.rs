@@ -783,21 +783,33 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
             .verify_challenge_resource(false),
     )
     .unwrap();
-    store.put_user_assigned_identity("secrets", &creds).await.unwrap();
-    store.get_user_assigned_identity("secrets", None).await.unwrap();
+    store
+        .put_user_assigned_identity("secrets", &creds)
+        .await
+        .unwrap();
+    store
+        .get_user_assigned_identity("secrets", None)
+        .await
+        .unwrap();
     dp.rotate(RID);
     store.renew(&client, "uamsi-secrets").await.unwrap();
     store.delete("uamsi-secrets").await.unwrap();
 
     let mut secrets = Secrets::none();
-    let secret = creds.client_secret.as_ref().unwrap().expose_secret().to_owned();
+    let secret = creds
+        .client_secret
+        .as_ref()
+        .unwrap()
+        .expose_secret()
+        .to_owned();
     secrets.add("client_secret prefix", &secret[..48]);
     secrets.add(
         "client_secret middle",
         &secret[secret.len() / 2..secret.len() / 2 + 48],
     );
     let latest = dp.certificate(RID).unwrap();
-    for block in pem::parse_many(latest.bundle(msi_dataplane::BundleFormat::Pem).as_slice()).unwrap()
+    for block in
+        pem::parse_many(latest.bundle(msi_dataplane::BundleFormat::Pem).as_slice()).unwrap()
     {
         if block.tag().contains("PRIVATE KEY") {
             let b64 = STANDARD.encode(block.contents());
@@ -810,17 +822,31 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
         .iter()
         .filter_map(|r| r.header("authorization").map(str::to_owned))
     {
-        secrets.add("data plane bearer token", auth.trim_start_matches("Bearer "));
+        secrets.add(
+            "data plane bearer token",
+            auth.trim_start_matches("Bearer "),
+        );
     }
     assert!(vault.requests().iter().any(|r| r.authorized));
-    assert!(vault.requests().iter().any(|r| r.body.contains(&secret[..48])));
+    assert!(
+        vault
+            .requests()
+            .iter()
+            .any(|r| r.body.contains(&secret[..48]))
+    );
 
     let texts = [
         ("data plane", format!("{dp:?} {dp:#?}")),
-        ("data plane requests", format!("{:?} {:#?}", dp.requests(), dp.requests())),
+        (
+            "data plane requests",
+            format!("{:?} {:#?}", dp.requests(), dp.requests()),
+        ),
         ("data plane issue log", format!("{:?}", dp.issued())),
         ("vault", format!("{vault:?} {vault:#?}")),
-        ("vault requests", format!("{:?} {:#?}", vault.requests(), vault.requests())),
+        (
+            "vault requests",
+            format!("{:?} {:#?}", vault.requests(), vault.requests()),
+        ),
         ("vault secrets", format!("{:?}", vault.secrets())),
         ("vault deleted", format!("{:?}", vault.deleted_secrets())),
     ];

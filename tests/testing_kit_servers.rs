@@ -14,8 +14,8 @@ use msi_dataplane::testing::{
     DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions,
-    RenewalOutcome, UserAssignedIdentityCredentials,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, RenewalOutcome,
+    UserAssignedIdentityCredentials,
 };
 
 const RID: &str = "/subscriptions/0b1c2d3e-0000-4000-8000-000000000001/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/cpo";
@@ -72,53 +72,91 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
         .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([RID]))
         .await
         .unwrap();
-    let creds = issued.user_assigned_identity(RID).expect("the identity").clone();
-    assert_eq!(creds.client_id.as_deref(), Some(identity.client_id.as_str()));
+    let creds = issued
+        .user_assigned_identity(RID)
+        .expect("the identity")
+        .clone();
+    assert_eq!(
+        creds.client_id.as_deref(),
+        Some(identity.client_id.as_str())
+    );
     let log = dp.issued();
     assert_eq!(log.len(), 1, "{log:?}");
     assert_eq!(log[0].resource_id.as_deref(), Some(RID));
-    assert_eq!(log[0].client_id.as_deref(), Some(identity.client_id.as_str()));
-    assert_eq!(log[0].cert_sha256_hex.as_deref(), Some(first.sha256_hex().as_str()));
+    assert_eq!(
+        log[0].client_id.as_deref(),
+        Some(identity.client_id.as_str())
+    );
+    assert_eq!(
+        log[0].cert_sha256_hex.as_deref(),
+        Some(first.sha256_hex().as_str())
+    );
     assert_eq!(log[0].not_before, creds.not_before);
     // Its certificate works at the Entra server (the data plane registered it).
     assert_eq!(token_cert(&entra, &creds).await, first.sha256_hex());
 
     // 2. The store puts it in the vault: one version, the format's tags, the value.
-    let put = store.put_user_assigned_identity("cpo", &creds).await.unwrap();
+    let put = store
+        .put_user_assigned_identity("cpo", &creds)
+        .await
+        .unwrap();
     let name = put.name.clone();
     assert_eq!(name, "uamsi-cpo");
     let stored = vault.secret(&name).expect("stored");
     assert_eq!(stored.versions.len(), 1);
     let v1 = &stored.versions[0];
     assert_eq!(Some(&v1.version), put.version.as_ref());
-    assert_eq!(v1.tags.as_ref().unwrap()["renew_after"], creds.renew_after.clone().unwrap());
+    assert_eq!(
+        v1.tags.as_ref().unwrap()["renew_after"],
+        creds.renew_after.clone().unwrap()
+    );
     assert_eq!(v1.not_before, Some(first.not_before().unix_timestamp()));
-    let value = vault.secret_value(&name, Some(&v1.version)).expect("a value");
-    assert_eq!(UserAssignedIdentityCredentials::from_slice(value.as_bytes()).unwrap(), creds);
+    let value = vault
+        .secret_value(&name, Some(&v1.version))
+        .expect("a value");
+    assert_eq!(
+        UserAssignedIdentityCredentials::from_slice(value.as_bytes()).unwrap(),
+        creds
+    );
 
     // 3. The data plane rotates: a later certificate, also registered with Entra.
     let second = dp.rotate(RID);
     assert!(second.not_before() > first.not_before());
     assert_ne!(second.sha256_hex(), first.sha256_hex());
-    assert_eq!(dp.certificate(RID).unwrap().sha256_hex(), second.sha256_hex());
+    assert_eq!(
+        dp.certificate(RID).unwrap().sha256_hex(),
+        second.sha256_hex()
+    );
 
     // 4. Renewal asks the data plane again and stores the newer credentials.
     let outcome = store.renew(&client, &name).await.unwrap();
-    assert!(matches!(outcome, RenewalOutcome::Stored { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, RenewalOutcome::Stored { .. }),
+        "{outcome:?}"
+    );
     let log = dp.issued();
     assert_eq!(log.len(), 2, "{log:?}");
-    assert_eq!(log[1].cert_sha256_hex.as_deref(), Some(second.sha256_hex().as_str()));
+    assert_eq!(
+        log[1].cert_sha256_hex.as_deref(),
+        Some(second.sha256_hex().as_str())
+    );
     assert!(log[1].not_before > log[0].not_before, "{log:?}");
     let stored = vault.secret(&name).unwrap();
     assert_eq!(stored.versions.len(), 2);
-    assert!(stored.versions[1].not_before > stored.versions[0].not_before);
+    assert!(
+        stored.versions[1].not_before > stored.versions[0].not_before,
+        "{stored:?}"
+    );
     let latest = vault.latest_value(&name).unwrap();
     let renewed = UserAssignedIdentityCredentials::from_slice(latest.as_bytes()).unwrap();
     assert_eq!(token_cert(&entra, &renewed).await, second.sha256_hex());
 
     // 5. Again: nothing newer, nothing stored (the data plane was still asked).
     let again = store.renew(&client, &name).await.unwrap();
-    assert!(matches!(again, RenewalOutcome::NotNewer { .. }), "{again:?}");
+    assert!(
+        matches!(again, RenewalOutcome::NotNewer { .. }),
+        "{again:?}"
+    );
     assert_eq!(vault.secret(&name).unwrap().versions.len(), 2);
     assert_eq!(dp.issued().len(), 3);
 
@@ -130,7 +168,11 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
     assert_eq!(deleted.len(), 1);
     assert_eq!(deleted[0].secret.name, name);
     assert_eq!(deleted[0].secret.versions.len(), 2);
-    assert!(deleted[0].recovery_id.ends_with("/deletedsecrets/uamsi-cpo"));
+    assert!(
+        deleted[0]
+            .recovery_id
+            .ends_with("/deletedsecrets/uamsi-cpo")
+    );
     assert_eq!(store.list_deleted().await.unwrap().len(), 1);
 }
 

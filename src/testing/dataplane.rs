@@ -226,11 +226,7 @@ impl DataPlaneServer {
         let query: String = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(inner.identity_query.iter())
             .finish();
-        format!(
-            "https://{}{}?{query}",
-            self.state.addr,
-            Self::IDENTITY_PATH
-        )
+        format!("https://{}{}?{query}", self.state.addr, Self::IDENTITY_PATH)
     }
 
     /// The identity URL's query parameters.
@@ -324,9 +320,7 @@ impl DataPlaneServer {
     pub fn rotate_system_assigned(&self) -> TestCertificate {
         let current = self.lock().system_assigned.clone();
         let Some(Served::Generated { identity, cert }) = current else {
-            panic!(
-                "DataPlaneServer::rotate_system_assigned: not made with create_system_assigned"
-            );
+            panic!("DataPlaneServer::rotate_system_assigned: not made with create_system_assigned");
         };
         let renewed = new_certificate(Some(&cert));
         self.state.entra.register(&identity, &renewed);
@@ -364,7 +358,11 @@ impl DataPlaneServer {
     /// The certificate currently handed out for the user-assigned identity `resource_id`
     /// (`None` when unknown or given as JSON).
     pub fn certificate(&self, resource_id: &str) -> Option<TestCertificate> {
-        match self.lock().user_assigned.get(&resource_id.to_ascii_lowercase()) {
+        match self
+            .lock()
+            .user_assigned
+            .get(&resource_id.to_ascii_lowercase())
+        {
             Some(Served::Generated { cert, .. }) => Some(cert.clone()),
             _ => None,
         }
@@ -448,17 +446,20 @@ impl fmt::Debug for DataPlaneServer {
     }
 }
 
-/// A certificate for an identity: 90 days from an hour ago, or renewing `previous` (its
-/// `not_before` one second later at least).
+/// A certificate for an identity: 90 days from an hour ago, in whole seconds (as X.509
+/// holds them); when renewing `previous`, starting at least one second after it.
 fn new_certificate(previous: Option<&TestCertificate>) -> TestCertificate {
-    let not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
-    let builder = TestCertificate::builder()
-        .common_name("msi-dataplane test identity")
-        .validity(not_before, not_before + time::Duration::days(VALIDITY_DAYS));
-    match previous {
-        Some(previous) => builder.renewing(previous).self_signed(),
-        None => builder.self_signed(),
+    let now = OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| OffsetDateTime::now_utc());
+    let mut not_before = now - time::Duration::hours(1);
+    if let Some(previous) = previous {
+        not_before = not_before.max(previous.not_before() + time::Duration::seconds(1));
     }
+    TestCertificate::builder()
+        .common_name("msi-dataplane test identity")
+        .validity(not_before, not_before + time::Duration::days(VALIDITY_DAYS))
+        .self_signed()
 }
 
 impl Served {
@@ -479,7 +480,12 @@ impl Served {
 
 /// The issue log's entry for credentials handed out.
 fn issued_entry(resource_id: Option<&str>, credentials: &Value) -> IssuedIdentity {
-    let text = |k: &str| credentials.get(k).and_then(Value::as_str).map(str::to_owned);
+    let text = |k: &str| {
+        credentials
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     let cert_sha256_hex = credentials
         .get("client_secret")
         .and_then(Value::as_str)

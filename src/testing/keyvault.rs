@@ -67,7 +67,10 @@ impl fmt::Debug for KeyVaultRequest {
             .field("query", &self.query)
             .field("authorized", &self.authorized)
             .field("status", &self.status)
-            .field("body", &format_args!("** redacted ({} bytes) **", self.body.len()))
+            .field(
+                "body",
+                &format_args!("** redacted ({} bytes) **", self.body.len()),
+            )
             .finish()
     }
 }

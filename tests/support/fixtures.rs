@@ -75,7 +75,8 @@ pub const GOOD: &[&str] = &[
 /// kit's default makes identities at run time).
 pub fn fixture_credentials(name: &str, authority: &str) -> serde_json::Value {
     let path = credential_path(name);
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let text =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let mut value: serde_json::Value = serde_json::from_slice(&text).expect("fixture JSON");
     value["authentication_endpoint"] = serde_json::json!(authority);
     value
