@@ -29,10 +29,12 @@ use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCred
 use msi_dataplane::{ClientCertificate, ClientCertificateCredential};
 use tokio::runtime::Runtime;
 
+use msi_dataplane::testing::DataPlaneServer;
 use support::by_hand::get_data_plane_by_hand;
-use support::dataplane::{AUDIENCE, DataPlaneServer, fixture_credentials};
 use support::entra::EntraServer;
-use support::fixtures::{leaf_pem_path, load};
+use support::fixtures::{fixture_credentials, leaf_pem_path, load};
+
+const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
 use support::harness::{https_client, options};
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";

@@ -30,10 +30,10 @@ use msi_dataplane::{UserAssignedIdentityCredentials, keyvault};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
+use msi_dataplane::testing::KeyVaultServer;
 use support::entra::EntraServer;
 use support::fixtures::load;
 use support::harness::{credential, https_client};
-use support::keyvault::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";

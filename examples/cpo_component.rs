@@ -97,7 +97,7 @@ async fn play_the_pod() -> Result<(), Box<dyn std::error::Error>> {
     let child = Command::new(std::env::current_exe()?)
         .env(MANAGED_SERVICE_ENV, hypershift::ARO_HCP)
         .env(CREDENTIALS_FILE_PATH_ENV, &file)
-        .env(CA_FILE_ENV, EntraServer::ca_pem_path())
+        .env(CA_FILE_ENV, EntraServer::write_ca_pem(certs.path()))
         .spawn()?;
     // The server runs on this process's runtime: wait for the child off it.
     let status = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;

@@ -1,11 +1,11 @@
 //! The producer side: a service asks the MSI data plane for a user-assigned identity's
 //! certificate credentials, formats them for Key Vault, and gets a token with them.
 //!
-//! Everything runs on 127.0.0.1 (HTTPS with the test CA in fixtures/tls): the
-//! Entra-compatible test server and the test data plane (tests/support), which answers
-//! the first request with a 401 challenge naming the identity's tenant, checks that the
-//! bearer token was issued for its audience in that tenant, and serves credentials made
-//! from fixtures/credentials.
+//! Everything runs on 127.0.0.1 (HTTPS with the testing kit's CA, feature `test-util`):
+//! the kit's Entra-compatible server and its data plane (`testing::DataPlaneServer`),
+//! which answers the first request with a 401 challenge naming the identity's tenant,
+//! checks that the bearer token was issued for its audience in that tenant, and serves
+//! the identity's credentials, made at run time and registered with the Entra server.
 //!
 //! 1. The service's own application credential (fixture `pem-pkcs8`, home tenant A),
 //!    built from parts, allowed to answer challenges from other tenants.
@@ -20,14 +20,10 @@
 //! cargo run --example dataplane
 //! ```
 
-#[path = "../tests/support/dataplane.rs"]
-mod dataplane;
-#[path = "../tests/support/entra.rs"]
-mod entra;
-
 use std::process::ExitCode;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::testing::{DataPlaneServer, EntraServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
     UserAssignedIdentityCredentials, keyvault,
@@ -51,7 +47,7 @@ async fn main() -> ExitCode {
 }
 
 fn test_ca_client() -> Result<reqwest::Client, Box<dyn std::error::Error>> {
-    let ca = reqwest::Certificate::from_pem(&entra::EntraServer::ca_pem())?;
+    let ca = reqwest::Certificate::from_pem(&EntraServer::ca_pem())?;
     Ok(reqwest::Client::builder()
         .tls_certs_only([ca])
         .redirect(reqwest::redirect::Policy::none())
@@ -60,12 +56,10 @@ fn test_ca_client() -> Result<reqwest::Client, Box<dyn std::error::Error>> {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // The local services.
-    let entra = entra::EntraServer::start().await;
-    let dp = dataplane::DataPlaneServer::start(&entra, IDENTITY_TENANT, dataplane::AUDIENCE).await;
-    dp.add_user_assigned(
-        IDENTITY,
-        dataplane::fixture_credentials("pfx-aes", &entra.base_url()),
-    );
+    let entra = EntraServer::start().await;
+    let dp = DataPlaneServer::start(&entra, IDENTITY_TENANT, DataPlaneServer::AUDIENCE).await;
+    // The identity: a key and certificate made now, registered with the Entra server.
+    dp.create_user_assigned(IDENTITY);
     let http = test_ca_client()?;
 
     // 1. The service's application credential, from parts.
@@ -98,7 +92,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // 2. The factory, once; a client per identity URL.
     let factory = ClientFactory::new(
         app,
-        dataplane::AUDIENCE,
+        DataPlaneServer::AUDIENCE,
         ClientOptions::default().with_http_client(http.clone()),
     )?;
     let identity_url = dp.identity_url();
@@ -160,12 +154,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("tags               {:?}", secret.tags());
     println!("value              {:?}", secret.value());
 
-    // 5. A token with the identity's own certificate.
-    entra.register_certificate_file(
-        &client_id,
-        identity.tenant_id.as_deref().unwrap_or_default(),
-        format!("{FIXTURES}/certs/pfx-aes.leaf.pem"),
-    );
+    // 5. A token with the identity's own certificate (the data plane registered it).
     let credential = ClientCertificateCredential::new(
         identity,
         ClientCertificateCredentialOptions::default().with_http_client(http),
@@ -182,6 +171,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "issued to          {} in tenant {} (certificate {})",
         issued.client_id, issued.tenant, issued.cert_sha256_hex
+    );
+    let handed_out = dp.issued();
+    println!(
+        "data plane log     {} issue(s), the last with certificate {}",
+        handed_out.len(),
+        handed_out
+            .last()
+            .and_then(|i| i.cert_sha256_hex.as_deref())
+            .unwrap_or("?")
     );
     Ok(())
 }

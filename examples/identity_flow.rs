@@ -5,11 +5,12 @@
 //! the data plane rotates the identity → renewal stores the new version → the writer
 //! swaps it in → the next token is signed by the new certificate.
 //!
-//! Every service is a local test server on 127.0.0.1 (tests/support): Entra, the data
-//! plane and Key Vault, over HTTPS with the test CA in fixtures/tls.
+//! Every service is a server of the testing kit (`msi_dataplane::testing`, feature
+//! `test-util`) on 127.0.0.1: Entra, the data plane and Key Vault, over HTTPS with the
+//! kit's CA; the identity's key and certificates are made at run time.
 //!
 //! ```text
-//! cargo run --example identity_flow --features keyvault
+//! cargo run --example identity_flow --features keyvault,test-util
 //! ```
 
 #[path = "../tests/support/mod.rs"]

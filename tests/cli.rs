@@ -2,7 +2,7 @@
 //! and `--json`, exit codes, and no secret in any output.
 //!
 //! `token` talks HTTPS to the verifying Entra-compatible server running in this test
-//! process (trusted through `--ca-file fixtures/tls/ca.pem`); `watch` follows a real file
+//! process (trusted through `--ca-file` with the testing kit's CA); `watch` follows a real file
 //! through real rotations. Waits are for output lines, with a generous deadline; no
 //! assertion depends on how long anything took.
 #![cfg(feature = "cli")]
@@ -486,8 +486,9 @@ fn issued_tokens(server: &EntraServer) -> Vec<String> {
         .collect()
 }
 
-fn ca_file() -> String {
-    path_str(&EntraServer::ca_pem_path()).to_owned()
+/// The kit's CA in the setup's directory (removed with it).
+fn ca_file(setup: &TokenSetup) -> String {
+    path_str(&EntraServer::write_ca_pem(setup._dir.path())).to_owned()
 }
 
 #[test]
@@ -498,7 +499,7 @@ fn token_prints_the_expiry_and_the_token_only_when_asked() {
         expires_in: 4242,
         ..TokenShape::default()
     });
-    let ca = ca_file();
+    let ca = ca_file(&setup);
     let file = path_str(&setup.file);
     let base = ["token", file, "--scope", ARM, "--ca-file", ca.as_str()];
     let args = |more: &[&'static str]| -> Vec<&str> { base.iter().chain(more).copied().collect() };
@@ -588,7 +589,7 @@ fn token_prints_the_expiry_and_the_token_only_when_asked() {
 #[test]
 fn token_failures_exit_5_and_bad_files_exit_4() {
     let setup = token_setup("pem-pkcs8");
-    let ca = ca_file();
+    let ca = ca_file(&setup);
     let file = path_str(&setup.file);
     let mut secrets = Secrets::of("pem-pkcs8");
 
@@ -1097,7 +1098,7 @@ fn loopback_token_requests_never_go_through_an_environment_proxy() {
 
     // https:// loopback, a client built for --ca-file.
     let setup = token_setup(name);
-    let ca = ca_file();
+    let ca = ca_file(&setup);
     let run = run_proxied(
         &[
             "token",

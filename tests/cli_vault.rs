@@ -5,10 +5,10 @@
 mod support;
 
 use assert_cmd::Command;
+use msi_dataplane::testing::KeyVaultServer;
 use serde_json::{Value, json};
 use support::entra::EntraServer;
 use support::fixtures::credential_path;
-use support::keyvault::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 
@@ -57,12 +57,13 @@ async fn vault_list_reports_each_credential_s_renewal_state_without_values() {
     std::fs::write(&cred_file, creds.to_string()).unwrap();
     let run = |json: bool| {
         let (url, cred_file) = (vault.url(), cred_file.clone());
+        let ca_file = EntraServer::write_ca_pem(dir.path());
         tokio::task::spawn_blocking(move || {
             let mut cmd = Command::cargo_bin("msi-credential").unwrap();
             cmd.args(["vault", "list", &url, "--credential"])
                 .arg(&cred_file);
             cmd.arg("--ca-file")
-                .arg(EntraServer::ca_pem_path())
+                .arg(&ca_file)
                 .arg("--no-verify-challenge-resource");
             if json {
                 cmd.arg("--json");

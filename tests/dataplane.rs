@@ -1,4 +1,4 @@
-//! The MSI data plane client against the test data plane (tests/support/dataplane.rs),
+//! The MSI data plane client against the test data plane (`msi_dataplane::testing::DataPlaneServer`),
 //! whose tokens come from the test Entra server: the four operations on the wire, the
 //! challenge flow, tenants, scripted errors, and the types' serde round trips.
 
@@ -10,15 +10,18 @@ use msi_dataplane::dataplane::{
     Client, ClientFactory, ClientOptions, ManagedIdentityCredentials, MoveIdentityRequest,
     UserAssignedIdentitiesRequest,
 };
+use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ErrorKind, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
 use serde_json::json;
-use support::dataplane::{AUDIENCE, DataPlaneServer, IDENTITY_PATH, fixture_credentials};
 use support::entra::{EntraServer, Scripted, TokenShape};
-use support::fixtures::{leaf_pem_path, load};
+use support::fixtures::{fixture_credentials, leaf_pem_path, load};
 use support::harness::{ARM, https_client, options, register};
+
+const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
+const IDENTITY_PATH: &str = DataPlaneServer::IDENTITY_PATH;
 
 /// The service's own application: fixture pem-pkcs8, home tenant = the fixture's.
 const SERVICE: &str = "pem-pkcs8";
@@ -85,7 +88,7 @@ async fn setup() -> Setup {
 
 /// The checks every authenticated request passes: the identity URL's query in order,
 /// then api-version; JSON accepted; a client request id.
-fn assert_wire_basics(s: &Setup, request: &support::dataplane::DataPlaneRequest) {
+fn assert_wire_basics(s: &Setup, request: &DataPlaneRequest) {
     let mut expected = s.dp.identity_query();
     expected.push(("api-version".into(), "2024-01-01".into()));
     assert_eq!(request.query, expected);

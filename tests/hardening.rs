@@ -257,35 +257,29 @@ async fn an_expired_credential_fails_before_any_network_call() {
 
 // ---- faults ----
 
-/// A TLS server that reads a request, writes the start of an answer, and closes.
-async fn half_answering_server() -> String {
+/// A TLS server (the testing kit's TLS, which the test client trusts) that reads a
+/// request, writes the start of an answer, and closes. The counter tells how many requests
+/// it read: the handshake worked, so the error comes from the cut answer, not from TLS.
+async fn half_answering_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio_rustls::TlsAcceptor;
-    let dir = env!("CARGO_MANIFEST_DIR");
-    let certs: Vec<_> =
-        rustls::pki_types::CertificateDer::pem_file_iter(format!("{dir}/fixtures/tls/server.pem"))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-    use rustls::pki_types::pem::PemObject;
-    let key =
-        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/fixtures/tls/server.key"))
-            .unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = TlsAcceptor::from(msi_dataplane::testing::server_tls_config());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let read = Arc::new(AtomicUsize::new(0));
+    let counter = read.clone();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
+            let counter = counter.clone();
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 let mut buf = vec![0u8; 64 * 1024];
-                let _ = tls.read(&mut buf).await;
+                if matches!(tls.read(&mut buf).await, Ok(n) if n > 0) {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
                 let _ = tls
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"access_tok")
                     .await;
@@ -294,12 +288,12 @@ async fn half_answering_server() -> String {
             });
         }
     });
-    format!("https://{addr}/")
+    (format!("https://{addr}/"), read)
 }
 
 #[tokio::test]
 async fn a_server_closing_mid_response_is_a_transport_error() {
-    let authority = half_answering_server().await;
+    let (authority, read) = half_answering_server().await;
     let creds = load_with_endpoint("pem-pkcs8", &authority);
     let cred = ClientCertificateCredential::new(&creds, no_retry()).unwrap();
     let err = tokio::time::timeout(Duration::from_secs(10), cred.get_token(&[ARM]))
@@ -308,6 +302,11 @@ async fn a_server_closing_mid_response_is_a_transport_error() {
         .unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
     assert!(err.is_transient());
+    assert_eq!(
+        read.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the request got through TLS: the failure is the cut answer"
+    );
 }
 
 #[tokio::test]

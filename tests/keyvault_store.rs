@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use azure_core::http::{FixedRetryOptions, RetryOptions};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, keyvault};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
 use support::harness::{credential, https_client};
-use support::keyvault::KeyVaultServer;
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
@@ -448,7 +448,7 @@ async fn the_test_vault_rejects_no_token_missing_api_version_and_bad_names() {
     // With a real token: no api-version, a bad name, a too large page.
     let entra = &s._entra;
     let app = credential(entra, "pem-pkcs8");
-    let token = app.get_token(&[support::keyvault::SCOPE]).await.unwrap();
+    let token = app.get_token(&[KeyVaultServer::SCOPE]).await.unwrap();
     let get = |path: &str| {
         http.get(format!("{base}{path}"))
             .bearer_auth(token.token())
@@ -486,4 +486,90 @@ async fn the_test_vault_rejects_no_token_missing_api_version_and_bad_names() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+}
+
+#[tokio::test]
+async fn list_deleted_follows_next_link_across_many_pages_without_reading_values() {
+    let s = setup().await;
+    s.vault.set_page_size(4);
+    let tags = json!({"renew_after": "2036-01-01T00:00:00Z", "cannot_renew_after": "2046-01-01T00:00:00Z"});
+    let mut names = Vec::new();
+    for i in 0..10 {
+        names.push(format!("uamsi-gone-{i:02}"));
+    }
+    names.push("msi-cluster-gone".to_owned());
+    names.push("other-gone".to_owned());
+    for name in &names {
+        s.vault.seed(
+            name,
+            "{\"secret\":\"VALUE-NEEDLE\"}",
+            tags.clone(),
+            1_700_000_000,
+            2_400_000_000,
+        );
+    }
+    // One that stays: not listed as deleted.
+    s.vault.seed(
+        "uamsi-kept",
+        "{}",
+        tags.clone(),
+        1_700_000_000,
+        2_400_000_000,
+    );
+    for name in &names {
+        s.store.delete(name).await.unwrap();
+    }
+    s.vault.clear_requests();
+
+    let deleted = s.store.list_deleted().await.unwrap();
+    let listed: Vec<&str> = deleted.iter().map(|d| d.properties.name.as_str()).collect();
+    let mut expected: Vec<&str> = names[..11].iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(
+        listed, expected,
+        "msi- and uamsi- deleted secrets only, every page"
+    );
+    for d in &deleted {
+        let name = &d.properties.name;
+        assert!(
+            d.recovery_id
+                .as_deref()
+                .is_some_and(|r| r.ends_with(&format!("/deletedsecrets/{name}"))),
+            "{d:?}"
+        );
+        let (when, purge) = (d.deleted_date.unwrap(), d.scheduled_purge_date.unwrap());
+        assert_eq!(purge - when, time::Duration::days(90));
+        assert_eq!(d.properties.tags["renew_after"], "2036-01-01T00:00:00Z");
+        assert_eq!(
+            d.properties.expires.unwrap().unix_timestamp(),
+            2_400_000_000
+        );
+    }
+    // 12 deleted secrets in pages of 4: three pages, linked by nextLink.
+    let pages = s.vault.requests();
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert!(
+        pages
+            .iter()
+            .all(|r| r.path == "/deletedsecrets" && r.status == 200 && r.authorized)
+    );
+    assert!(
+        pages[1..]
+            .iter()
+            .all(|r| r.query.iter().any(|(k, _)| k == "$skiptoken"))
+    );
+    // The vault's own view agrees.
+    assert_eq!(s.vault.deleted_secrets().len(), 12);
+    assert_eq!(s.vault.secrets().len(), 1);
+
+    // Recovered or purged secrets leave the deleted listing.
+    s.store.purge_deleted("uamsi-gone-00").await.unwrap();
+    s.store.recover_deleted("uamsi-gone-01").await.unwrap();
+    let after = s.store.list_deleted().await.unwrap();
+    assert_eq!(after.len(), 9);
+    assert!(
+        after
+            .iter()
+            .all(|d| d.properties.name != "uamsi-gone-00" && d.properties.name != "uamsi-gone-01")
+    );
 }

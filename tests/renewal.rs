@@ -160,11 +160,11 @@ mod with_the_store {
     use msi_dataplane::{ErrorKind, RenewalOutcome};
     use time::macros::datetime;
 
-    use super::support::dataplane::{AUDIENCE, DataPlaneServer, fixture_credentials};
     use super::support::entra::EntraServer;
+    use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
     use super::support::harness::{credential, https_client};
-    use super::support::keyvault::KeyVaultServer;
+    use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
 
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
     const IDENTITY: &str = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/msi-test/providers/Microsoft.ManagedIdentity/userAssignedIdentities/renewed";
@@ -182,7 +182,7 @@ mod with_the_store {
     /// The data plane serves `fixture`; the store holds what it served then.
     async fn setup(fixture: &str) -> Setup {
         let entra = EntraServer::start().await;
-        let dp = DataPlaneServer::start(&entra, TENANT, AUDIENCE).await;
+        let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
         dp.add_user_assigned(IDENTITY, fixture_credentials(fixture, &entra.base_url()));
         let vault = KeyVaultServer::start(&entra, TENANT).await;
         let app = credential(&entra, "pem-pkcs8");
@@ -196,7 +196,7 @@ mod with_the_store {
         .unwrap();
         let factory = ClientFactory::new(
             app,
-            AUDIENCE,
+            DataPlaneServer::AUDIENCE,
             ClientOptions::default().with_http_client(https_client()),
         )
         .unwrap();

@@ -737,3 +737,121 @@ async fn the_testing_kit_prints_and_logs_no_secret() {
     }
     secrets.assert_absent("logs", &support::log_capture::text());
 }
+
+/// The kit's data plane and Key Vault servers: a full issue → store → read round, then
+/// their `Debug`, request logs, issue log and stored-state views, and the logs, hold no
+/// client secret, key material or bearer token.
+#[cfg(feature = "keyvault")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
+    use std::sync::Arc;
+
+    use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+    use msi_dataplane::store::{CredentialStore, StoreOptions};
+    use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
+
+    const RID: &str = "/subscriptions/0b1c2d3e-0000-4000-8000-000000000001/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/secrets";
+    const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+    captured();
+    let entra = EntraServer::start().await;
+    register(&entra, "pem-pkcs8");
+    let app = ClientCertificateCredential::new(
+        &load_with_endpoint("pem-pkcs8", &entra.base_url()),
+        options().with_http_client(entra.client()),
+    )
+    .unwrap();
+    let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
+    let vault = KeyVaultServer::start(&entra, TENANT).await;
+    dp.create_user_assigned(RID);
+    let factory = ClientFactory::new(
+        app.clone(),
+        DataPlaneServer::AUDIENCE,
+        ClientOptions::default().with_http_client(entra.client()),
+    )
+    .unwrap();
+    let client = factory.client(&dp.identity_url()).unwrap();
+    let issued = client
+        .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([RID]))
+        .await
+        .unwrap();
+    let creds = issued.user_assigned_identity(RID).unwrap().clone();
+    let store = CredentialStore::new(
+        &vault.url(),
+        Arc::new(app),
+        StoreOptions::default()
+            .with_http_client(entra.client())
+            .verify_challenge_resource(false),
+    )
+    .unwrap();
+    store
+        .put_user_assigned_identity("secrets", &creds)
+        .await
+        .unwrap();
+    store
+        .get_user_assigned_identity("secrets", None)
+        .await
+        .unwrap();
+    dp.rotate(RID);
+    store.renew(&client, "uamsi-secrets").await.unwrap();
+    store.delete("uamsi-secrets").await.unwrap();
+
+    let mut secrets = Secrets::none();
+    let secret = creds
+        .client_secret
+        .as_ref()
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    secrets.add("client_secret prefix", &secret[..48]);
+    secrets.add(
+        "client_secret middle",
+        &secret[secret.len() / 2..secret.len() / 2 + 48],
+    );
+    let latest = dp.certificate(RID).unwrap();
+    for block in
+        pem::parse_many(latest.bundle(msi_dataplane::BundleFormat::Pem).as_slice()).unwrap()
+    {
+        if block.tag().contains("PRIVATE KEY") {
+            let b64 = STANDARD.encode(block.contents());
+            secrets.add("rotated key base64", &b64[100..160]);
+        }
+    }
+    // The bearer tokens the servers saw (read from their logs on purpose).
+    for auth in dp
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("authorization").map(str::to_owned))
+    {
+        secrets.add(
+            "data plane bearer token",
+            auth.trim_start_matches("Bearer "),
+        );
+    }
+    assert!(vault.requests().iter().any(|r| r.authorized));
+    assert!(
+        vault
+            .requests()
+            .iter()
+            .any(|r| r.body.contains(&secret[..48]))
+    );
+
+    let texts = [
+        ("data plane", format!("{dp:?} {dp:#?}")),
+        (
+            "data plane requests",
+            format!("{:?} {:#?}", dp.requests(), dp.requests()),
+        ),
+        ("data plane issue log", format!("{:?}", dp.issued())),
+        ("vault", format!("{vault:?} {vault:#?}")),
+        (
+            "vault requests",
+            format!("{:?} {:#?}", vault.requests(), vault.requests()),
+        ),
+        ("vault secrets", format!("{:?}", vault.secrets())),
+        ("vault deleted", format!("{:?}", vault.deleted_secrets())),
+    ];
+    for (what, text) in &texts {
+        secrets.assert_absent(what, text);
+    }
+    secrets.assert_absent("logs", &support::log_capture::text());
+}

@@ -558,6 +558,48 @@ impl CredentialStore {
         }
         Ok(listed)
     }
+
+    /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
+    /// recovery), across all pages (Key Vault's `GET /deletedsecrets` and its `nextLink`),
+    /// without any value: Go's `GetDeletedCredentialsObjectPager`, read to the end.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::KeyVault`], [`ErrorKind::KeyVaultTransport`].
+    pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
+        use azure_security_keyvault_secrets::models::{
+            DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
+        };
+        let options = SecretClientListDeletedSecretPropertiesOptions {
+            maxresults: Some(self.page_size),
+            ..Default::default()
+        };
+        let mut pager = self
+            .client
+            .list_deleted_secret_properties(Some(options))
+            .map_err(|e| map_error("list deleted", "*", e))?;
+        let mut listed = Vec::new();
+        while let Some(item) = pager
+            .try_next()
+            .await
+            .map_err(|e| map_error("list deleted", "*", e))?
+        {
+            let item: DeletedSecretProperties = item;
+            let Some(name) = item.id.as_deref().and_then(name_of_id) else {
+                continue;
+            };
+            if StoredKind::of(&name).is_none() {
+                continue;
+            }
+            listed.push(DeletedCredential {
+                properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
+                recovery_id: item.recovery_id,
+                deleted_date: item.deleted_date,
+                scheduled_purge_date: item.scheduled_purge_date,
+            });
+        }
+        Ok(listed)
+    }
 }
 
 /// A stored credential of either kind.

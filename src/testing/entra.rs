@@ -23,10 +23,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use rsa::RsaPublicKey;
 use rsa::pkcs8::DecodePublicKey as _;
 use rsa::signature::Verifier as _;
@@ -35,10 +32,8 @@ use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Map, Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
+
+use super::serve::{self, DropConnection, Listening};
 
 /// The only accepted `client_assertion_type`.
 pub const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -76,16 +71,7 @@ const MAX_BODY: usize = 1 << 20;
 #[derive(Clone)]
 pub struct EntraServer {
     state: Arc<State>,
-    _stop: Arc<StopOnDrop>,
-}
-
-/// Stops a server when the last handle holding it is dropped.
-pub(crate) struct StopOnDrop(pub(crate) watch::Sender<bool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.send_replace(true);
-    }
+    listening: Listening,
 }
 
 /// A scripted answer, consumed FIFO by token requests before normal handling.
@@ -333,21 +319,15 @@ impl EntraServer {
     }
 
     async fn start_inner(tls: bool) -> EntraServer {
-        let acceptor = tls.then(|| TlsAcceptor::from(server_tls_config()));
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("EntraServer: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("EntraServer: local_addr");
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let bound = serve::bind("EntraServer").await;
         let state = Arc::new(State {
             scheme: if tls { "https" } else { "http" },
-            addr,
+            addr: bound.addr(),
             inner: Mutex::new(Inner::default()),
-            shutdown: shutdown_tx,
         });
-        tokio::spawn(accept_loop(listener, acceptor, state.clone(), shutdown_rx));
-        let stop = Arc::new(StopOnDrop(state.shutdown.clone()));
-        EntraServer { state, _stop: stop }
+        let handler_state = state.clone();
+        let listening = bound.serve(tls, move |req| handle(handler_state.clone(), req));
+        EntraServer { state, listening }
     }
 
     /// `https://127.0.0.1:PORT/` (`http://` for [`EntraServer::start_http`]): what a
@@ -379,10 +359,18 @@ impl EntraServer {
         self.state.scheme
     }
 
-    /// A file holding the kit's test CA certificate (PEM), written once per process
-    /// under the system temp directory: for programs given a CA file (`--ca-file`).
-    pub fn ca_pem_path() -> PathBuf {
-        super::tls::ca_pem_path()
+    /// Write the kit's test CA certificate (PEM) into `dir` (as
+    /// `msi-dataplane-testing-ca.pem`) and return its path: for programs given a CA file
+    /// (`--ca-file`). The file lives as long as the directory (e.g. a [`TempDir`]); the kit
+    /// leaves no file of its own behind.
+    ///
+    /// [`TempDir`]: crate::testing::TempDir
+    ///
+    /// # Panics
+    ///
+    /// When the file cannot be written (the panic names it).
+    pub fn write_ca_pem(dir: impl AsRef<Path>) -> PathBuf {
+        super::tls::write_ca_pem(dir.as_ref())
     }
 
     /// The kit's test CA certificate, PEM (for `reqwest::Certificate::from_pem`).
@@ -549,7 +537,7 @@ impl EntraServer {
 
     /// Stop accepting connections; open connections (and requests in flight) are dropped.
     pub fn shutdown(&self) {
-        self.state.shutdown.send_replace(true);
+        self.listening.shutdown();
     }
 }
 
@@ -569,7 +557,6 @@ struct State {
     scheme: &'static str,
     addr: SocketAddr,
     inner: Mutex<Inner>,
-    shutdown: watch::Sender<bool>,
 }
 
 impl State {
@@ -619,92 +606,6 @@ impl RegisteredCert {
         }
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// TLS and connection handling
-// ---------------------------------------------------------------------------------------
-
-pub(crate) use super::tls::server_tls_config;
-
-async fn wait_shutdown(mut rx: watch::Receiver<bool>) {
-    // An error means the sender is gone, which cannot happen while State lives.
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: Option<TlsAcceptor>,
-    state: Arc<State>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let stop = wait_shutdown(shutdown.clone());
-    tokio::pin!(stop);
-    loop {
-        let stream = tokio::select! {
-            _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(
-            stream,
-            acceptor.clone(),
-            state.clone(),
-            shutdown.clone(),
-        ));
-    }
-}
-
-async fn serve_connection(
-    stream: TcpStream,
-    acceptor: Option<TlsAcceptor>,
-    state: Arc<State>,
-    shutdown: watch::Receiver<bool>,
-) {
-    let serve = async move {
-        match acceptor {
-            Some(acceptor) => {
-                if let Ok(tls) = acceptor.accept(stream).await {
-                    serve_http(TokioIo::new(tls), state).await;
-                }
-            }
-            None => serve_http(TokioIo::new(stream), state).await,
-        }
-    };
-    tokio::select! {
-        _ = wait_shutdown(shutdown) => {}
-        _ = serve => {}
-    }
-}
-
-async fn serve_http<I>(io: TokioIo<I>, state: Arc<State>)
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req| handle(state.clone(), req));
-    // Errors (including a deliberately dropped connection) just end the connection.
-    let _ = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(io, service)
-        .await;
-}
-
-/// Returned by the service to make hyper drop the connection without answering.
-#[derive(Debug)]
-struct DropConnection;
-
-impl fmt::Display for DropConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("scripted: connection dropped without an answer")
-    }
-}
-
-impl std::error::Error for DropConnection {}
 
 // ---------------------------------------------------------------------------------------
 // Request handling

@@ -12,12 +12,23 @@
 //!   client assertion as Entra ID does (signature, thumbprints, `x5c`, `aud`, `iss`/`sub`,
 //!   times, `jti` replay) independently of this crate (the `rsa` crate checks signatures),
 //!   scripting failures and recording which certificate signed each request.
+//! - **The MSI data plane test server** ([`DataPlaneServer`]): the 401 challenge, bearer
+//!   tokens from the [`EntraServer`] checked for audience and tenant, `api-version` and
+//!   the identity URL's query checked, the four operations; identities made at run time
+//!   (registered with the Entra server) and rotated on demand ([`DataPlaneServer::rotate`]);
+//!   what it issued is logged ([`DataPlaneServer::issued`]); scripted errors.
+//! - **The Key Vault (secrets) test server** ([`KeyVaultServer`]): the routes a credential
+//!   store uses, with versions, soft delete, purge, recover, paging by `nextLink`, the
+//!   challenge and token checks, and what it stores inspectable
+//!   ([`KeyVaultServer::secrets`], [`KeyVaultServer::deleted_secrets`],
+//!   [`KeyVaultServer::secret_value`]).
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
 //!
-//! Servers bind 127.0.0.1 only, stop when their last handle is dropped, and log nothing
-//! (no secret can leak through them). Misuse panics with a message naming what failed: it
+//! Servers bind 127.0.0.1 only (one shared accept loop), stop when their last handle is
+//! dropped, and log nothing (no secret can leak through them); their request logs' `Debug`
+//! hides tokens and secret values. Misuse panics with a message naming what failed: it
 //! is test code.
 //!
 //! ```no_run
@@ -41,7 +52,10 @@
 mod credentials;
 #[cfg(unix)]
 mod csi;
+mod dataplane;
 mod entra;
+mod keyvault;
+mod serve;
 mod tls;
 
 pub use credentials::{
@@ -52,8 +66,12 @@ pub use credentials::{
 pub use csi::{
     CsiMount, InPlaceWrite, TempDir, delete_then_recreate, write_in_place, write_temp_then_rename,
 };
+pub use dataplane::{DataPlaneRequest, DataPlaneServer, IssuedIdentity};
 pub use entra::{
     CLOCK_SKEW_SECS, EntraServer, IssuedToken, JWT_BEARER, MAX_ASSERTION_LIFETIME_SECS, Outcome,
     RecordedRequest, Scripted, TokenShape,
+};
+pub use keyvault::{
+    KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
 pub use tls::server_tls_config;

@@ -14,19 +14,13 @@ pub(crate) fn test_ca() -> &'static TestCa {
     CA.get_or_init(|| TestCa::new("msi-dataplane testing CA"))
 }
 
-/// The CA certificate written once to `$TMPDIR/msi-dataplane-testing-ca-<pid>.pem`.
-pub(crate) fn ca_pem_path() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!(
-            "msi-dataplane-testing-ca-{}.pem",
-            std::process::id()
-        ));
-        std::fs::write(&path, test_ca().certificate_pem())
-            .unwrap_or_else(|e| panic!("testing: write {}: {e}", path.display()));
-        path
-    })
-    .clone()
+/// Write the test CA certificate (PEM) to `dir/msi-dataplane-testing-ca.pem`, for
+/// programs given a CA file; the caller's directory owns (and removes) it.
+pub(crate) fn write_ca_pem(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("msi-dataplane-testing-ca.pem");
+    std::fs::write(&path, test_ca().certificate_pem())
+        .unwrap_or_else(|e| panic!("testing: write {}: {e}", path.display()));
+    path
 }
 
 /// The rustls configuration every kit server uses (HTTP/1.1, AWS-LC provider), with a

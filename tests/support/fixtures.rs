@@ -68,3 +68,16 @@ pub const GOOD: &[&str] = &[
     "pfx-aes",
     "rotation-1",
 ];
+
+/// Credentials JSON from `fixtures/credentials/<name>.json` with `authentication_endpoint`
+/// set to `authority` (the test Entra server), as the data plane would hand them out: for
+/// `DataPlaneServer::set_system_assigned` / `add_user_assigned` (the fixture path; the
+/// kit's default makes identities at run time).
+pub fn fixture_credentials(name: &str, authority: &str) -> serde_json::Value {
+    let path = credential_path(name);
+    let text =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut value: serde_json::Value = serde_json::from_slice(&text).expect("fixture JSON");
+    value["authentication_endpoint"] = serde_json::json!(authority);
+    value
+}

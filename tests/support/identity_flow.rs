@@ -25,10 +25,12 @@ use msi_dataplane::{
     UserAssignedIdentityCredentials,
 };
 
+use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
+
 use super::atomic_writer::AtomicDir;
-use super::dataplane::{AUDIENCE, DataPlaneServer, fixture_credentials};
 use super::entra::EntraServer;
-use super::keyvault::KeyVaultServer;
+
+const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -57,16 +59,6 @@ fn https_client() -> Result<reqwest::Client, BoxError> {
         .tls_certs_only([ca])
         .redirect(reqwest::redirect::Policy::none())
         .build()?)
-}
-
-fn sha256_hex_of_leaf(name: &str) -> Result<String, BoxError> {
-    let pem = std::fs::read(format!("{ROOT}/fixtures/certs/{name}.leaf.pem"))?;
-    let der = ::pem::parse(&pem)?.into_contents();
-    Ok(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
 }
 
 /// Run the flow; `print` writes each step to stdout as it happens.
@@ -101,10 +93,12 @@ pub async fn run(print: bool) -> Result<FlowReport, BoxError> {
     let tenant = file.key_vault.tenant_id.clone();
     let entra = EntraServer::start().await;
     let dp = DataPlaneServer::start(&entra, &tenant, AUDIENCE).await;
-    dp.add_user_assigned(
-        IDENTITY,
-        fixture_credentials("rotation-1", &entra.base_url()),
-    );
+    // The identity's key and certificate are made at run time and registered with Entra.
+    dp.create_user_assigned(IDENTITY);
+    let expected_first = dp
+        .certificate(IDENTITY)
+        .ok_or("the data plane has no certificate for the identity")?
+        .sha256_hex();
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     let http = https_client()?;
 
@@ -172,13 +166,6 @@ pub async fn run(print: bool) -> Result<FlowReport, BoxError> {
     ));
 
     // 5. The component's reloading credential gets a token, verified against that certificate.
-    let client_id = identity.client_id.clone().unwrap_or_default();
-    let id_tenant = identity.tenant_id.clone().unwrap_or_default();
-    entra.register_certificate_file(
-        &client_id,
-        &id_tenant,
-        format!("{ROOT}/fixtures/certs/rotation-1.leaf.pem"),
-    );
     let credential = UserAssignedIdentityCredential::new(
         mount.visible_path(),
         UserAssignedIdentityCredentialOptions::default().with_client_options(
@@ -218,16 +205,11 @@ pub async fn run(print: bool) -> Result<FlowReport, BoxError> {
     };
 
     // 6. The data plane rotates the identity (Entra knows both certificates meanwhile).
-    entra.register_certificate_file(
-        &client_id,
-        &id_tenant,
-        format!("{ROOT}/fixtures/certs/rotation-2.leaf.pem"),
-    );
-    dp.add_user_assigned(
-        IDENTITY,
-        fixture_credentials("rotation-2", &entra.base_url()),
-    );
-    step("6. data plane rotated the identity (rotation-2)".to_owned());
+    let expected_second = dp.rotate(IDENTITY).sha256_hex();
+    step(format!(
+        "6. data plane rotated the identity (new certificate {})",
+        &expected_second[..16]
+    ));
 
     // 7. The managing service's schedule: list, see what is due at the new renew point, renew.
     let listed = store.list().await?;
@@ -260,7 +242,6 @@ pub async fn run(print: bool) -> Result<FlowReport, BoxError> {
     ));
 
     // 9. The next token comes from the new certificate.
-    let expected_second = sha256_hex_of_leaf("rotation-2")?;
     let deadline = Instant::now() + Duration::from_secs(20);
     let second = loop {
         let token = credential.get_token(&[ARM]).await?;
@@ -285,7 +266,7 @@ pub async fn run(print: bool) -> Result<FlowReport, BoxError> {
         secret_name,
         first_cert_sha256: first.cert_sha256_hex,
         second_cert_sha256: second.cert_sha256_hex,
-        expected_first: sha256_hex_of_leaf("rotation-1")?,
+        expected_first,
         expected_second,
         token_calls,
         token_failures,

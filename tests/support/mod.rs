@@ -6,13 +6,11 @@ pub mod atomic_writer;
 pub mod azure_sdk;
 pub mod by_hand;
 pub mod counting;
-pub mod dataplane;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
 #[cfg(feature = "keyvault")]
 pub mod identity_flow;
-pub mod keyvault;
 pub mod log_capture;
 pub mod scanning;
 pub mod secrets;

@@ -1,24 +1,25 @@
 //! A Key Vault (secrets) compatible server for tests: in-process HTTPS on 127.0.0.1 with
-//! the test CA in fixtures/tls.
+//! the kit's test CA.
 //!
-//! Independent of the `msi_dataplane` library. It does what the service does for the
-//! routes a credential store uses (DESIGN §10):
+//! Independent of the rest of the crate. It does what the service does for the routes a
+//! credential store uses:
 //!
 //! - a request without a bearer token gets 401 with `WWW-Authenticate: Bearer
 //!   authorization="https://login.microsoftonline.com/<tenant>",
-//!   resource="https://vault.azure.net"`; a token must have been issued by the test Entra
-//!   server for `https://vault.azure.net/.default` in the vault's tenant;
+//!   resource="https://vault.azure.net"`; a token must have been issued by the linked
+//!   [`EntraServer`] for `https://vault.azure.net/.default` in the vault's tenant;
 //! - every request needs `api-version` (400 `BadParameter` without);
 //! - secret names are 1-127 of `[0-9A-Za-z-]` (400 `BadParameter` otherwise);
 //! - `PUT /secrets/{name}` adds a version; `GET /secrets/{name}[/{version}]`;
 //!   `DELETE /secrets/{name}` soft-deletes; `GET|DELETE /deletedsecrets/{name}` (purge:
-//!   204); `POST /deletedsecrets/{name}/recover`; `GET /secrets?maxresults=N` in pages
-//!   (`maxresults` 1..=25, and at most the server's page size) linked by `nextLink`;
+//!   204); `POST /deletedsecrets/{name}/recover`; `GET /secrets?maxresults=N` and
+//!   `GET /deletedsecrets?maxresults=N` in pages (`maxresults` 1..=25, and at most the
+//!   server's page size) linked by `nextLink`;
 //! - `PUT` to a name held by a deleted secret gets 409 `Conflict`; an unknown secret 404
 //!   `SecretNotFound`; scripted answers (429 with `Retry-After`, 503) come first.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,36 +27,99 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 
-use super::entra::{EntraServer, Scripted, server_tls_config};
+use super::entra::{EntraServer, Scripted};
+use super::serve::{self, DropConnection, Listening};
 
-/// The resource a vault's challenge names.
-pub const RESOURCE: &str = "https://vault.azure.net";
-/// The scope a token must be issued for.
-pub const SCOPE: &str = "https://vault.azure.net/.default";
-/// The largest `maxresults` Key Vault accepts.
-pub const MAX_RESULTS: usize = 25;
+const RESOURCE: &str = KeyVaultServer::RESOURCE;
+const SCOPE: &str = KeyVaultServer::SCOPE;
+const MAX_RESULTS: usize = KeyVaultServer::MAX_RESULTS;
 const MAX_BODY: usize = 1 << 20;
 const RECOVERABLE_DAYS: i64 = 90;
 
 /// One request the vault received.
-#[derive(Debug, Clone)]
-pub struct VaultRequest {
+///
+/// Its `Debug` hides the body (a `PUT` carries the secret's value).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct KeyVaultRequest {
+    /// HTTP method.
     pub method: String,
+    /// Request path.
     pub path: String,
+    /// Query parameters in order, decoded.
     pub query: Vec<(String, String)>,
+    /// Whether it carried a token the server accepted.
     pub authorized: bool,
+    /// The status answered.
     pub status: u16,
-    /// The request body (it holds secret values: tests only look at it on purpose).
+    /// The request body (it holds secret values: look at it on purpose only).
     pub body: String,
+}
+
+impl fmt::Debug for KeyVaultRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyVaultRequest")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("query", &self.query)
+            .field("authorized", &self.authorized)
+            .field("status", &self.status)
+            .field(
+                "body",
+                &format_args!("** redacted ({} bytes) **", self.body.len()),
+            )
+            .finish()
+    }
+}
+
+/// One stored version of a secret, without its value ([`KeyVaultServer::secret_value`]
+/// reads that).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VaultSecretVersion {
+    /// `https://<vault>/secrets/<name>/<version>`.
+    pub id: String,
+    /// The version (32 hex digits).
+    pub version: String,
+    /// `contentType`, as put.
+    pub content_type: Option<String>,
+    /// `tags`, as put (a JSON object).
+    pub tags: Option<Value>,
+    /// `attributes.enabled`.
+    pub enabled: bool,
+    /// `attributes.nbf` (Unix seconds).
+    pub not_before: Option<i64>,
+    /// `attributes.exp` (Unix seconds).
+    pub expires: Option<i64>,
+    /// When it was put (Unix seconds).
+    pub created: i64,
+}
+
+/// A secret in the vault: its name as first put and its versions, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VaultSecret {
+    /// The name (Key Vault compares names case-insensitively).
+    pub name: String,
+    /// Its versions, oldest first.
+    pub versions: Vec<VaultSecretVersion>,
+}
+
+/// A soft-deleted secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VaultDeletedSecret {
+    /// The secret as it was.
+    pub secret: VaultSecret,
+    /// `https://<vault>/deletedsecrets/<name>`.
+    pub recovery_id: String,
+    /// When it was deleted (Unix seconds).
+    pub deleted_date: i64,
+    /// When the vault would purge it by itself (Unix seconds).
+    pub scheduled_purge_date: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -70,23 +134,66 @@ struct Version {
     created: i64,
 }
 
+impl Version {
+    fn public(&self) -> VaultSecretVersion {
+        VaultSecretVersion {
+            id: self.id.clone(),
+            version: self.id.rsplit('/').next().unwrap_or_default().to_owned(),
+            content_type: self.content_type.clone(),
+            tags: self.tags.clone(),
+            enabled: self.enabled,
+            not_before: self.nbf,
+            expires: self.exp,
+            created: self.created,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Deleted {
     versions: Vec<Version>,
     deleted_date: i64,
 }
 
-/// The test vault. Cheap to clone; clones control the same server.
+/// The test vault. Cheap to clone; clones control the same server, which stops when the
+/// last clone is dropped (or at [`KeyVaultServer::shutdown`]).
+///
+/// ```no_run
+/// # async fn demo() -> msi_dataplane::Result<()> {
+/// use std::sync::Arc;
+/// use msi_dataplane::store::{CredentialStore, StoreOptions};
+/// use msi_dataplane::testing::{EntraServer, KeyVaultServer, TestCertificate, TestIdentity};
+/// use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+///
+/// let entra = EntraServer::start().await;
+/// let (app, cert) = (TestIdentity::new(), TestCertificate::self_signed());
+/// entra.register(&app, &cert);
+/// let vault = KeyVaultServer::start(&entra, &app.tenant_id).await;
+/// let creds = app.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+/// let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+/// let credential = Arc::new(ClientCertificateCredential::new(&creds, options)?);
+/// let store = CredentialStore::new(
+///     &vault.url(),
+///     credential,
+///     StoreOptions::default()
+///         .with_http_client(entra.client())
+///         .verify_challenge_resource(false),
+/// )?;
+/// store.put_user_assigned_identity("my-identity", &creds).await?;
+/// let stored = vault.secret("uamsi-my-identity").unwrap();
+/// assert_eq!(stored.versions.len(), 1);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct KeyVaultServer {
     state: Arc<State>,
+    listening: Listening,
 }
 
 struct State {
     addr: SocketAddr,
     entra: EntraServer,
     inner: Mutex<Inner>,
-    shutdown: watch::Sender<bool>,
 }
 
 struct Inner {
@@ -96,24 +203,26 @@ struct Inner {
     deleted: BTreeMap<String, (String, Deleted)>,
     page_size: usize,
     script: VecDeque<Scripted>,
-    requests: Vec<VaultRequest>,
+    requests: Vec<KeyVaultRequest>,
     counter: u64,
-    /// Record request bodies (off for benchmarks).
+    /// Record requests (off for benchmarks).
     record: bool,
 }
 
 impl KeyVaultServer {
-    /// Start a vault for `tenant`, accepting tokens `entra` issued for the vault scope in
-    /// that tenant.
+    /// The resource a vault's challenge names.
+    pub const RESOURCE: &'static str = "https://vault.azure.net";
+    /// The scope a token must be issued for.
+    pub const SCOPE: &'static str = "https://vault.azure.net/.default";
+    /// The largest `maxresults` Key Vault accepts.
+    pub const MAX_RESULTS: usize = 25;
+
+    /// Start a vault for `tenant` on 127.0.0.1 (HTTPS with the kit's test CA), accepting
+    /// tokens `entra` issued for [`SCOPE`](Self::SCOPE) in that tenant.
     pub async fn start(entra: &EntraServer, tenant: &str) -> KeyVaultServer {
-        let acceptor = TlsAcceptor::from(server_tls_config());
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("KeyVaultServer: bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("KeyVaultServer: local_addr");
-        let (shutdown, shutdown_rx) = watch::channel(false);
+        let bound = serve::bind("KeyVaultServer").await;
         let state = Arc::new(State {
-            addr,
+            addr: bound.addr(),
             entra: entra.clone(),
             inner: Mutex::new(Inner {
                 tenant: tenant.to_owned(),
@@ -125,19 +234,24 @@ impl KeyVaultServer {
                 counter: 0,
                 record: true,
             }),
-            shutdown,
         });
-        tokio::spawn(accept_loop(listener, acceptor, state.clone(), shutdown_rx));
-        KeyVaultServer { state }
+        let handler_state = state.clone();
+        let listening = bound.serve(true, move |req| handle(handler_state.clone(), req));
+        KeyVaultServer { state, listening }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.state.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `https://127.0.0.1:<port>/`.
+    /// `https://127.0.0.1:<port>/`: the vault URL.
     pub fn url(&self) -> String {
         format!("https://{}/", self.state.addr)
+    }
+
+    /// The bound address (always 127.0.0.1).
+    pub fn addr(&self) -> SocketAddr {
+        self.state.addr
     }
 
     /// Serve at most this many items a page, whatever `maxresults` says.
@@ -145,7 +259,7 @@ impl KeyVaultServer {
         self.lock().page_size = n.max(1);
     }
 
-    /// Keep request records without bodies and stop recording (benchmarks).
+    /// Record requests or not (off for benchmarks; on by default).
     pub fn set_recording(&self, on: bool) {
         self.lock().record = on;
     }
@@ -155,12 +269,46 @@ impl KeyVaultServer {
         self.lock().script.push_back(answer);
     }
 
-    pub fn requests(&self) -> Vec<VaultRequest> {
+    /// Every request received (while recording), in order.
+    pub fn requests(&self) -> Vec<KeyVaultRequest> {
         self.lock().requests.clone()
     }
 
+    /// Forget the recorded requests.
     pub fn clear_requests(&self) {
         self.lock().requests.clear();
+    }
+
+    /// Every secret that is not deleted, by name, without values.
+    pub fn secrets(&self) -> Vec<VaultSecret> {
+        self.lock()
+            .secrets
+            .values()
+            .map(|(name, versions)| public_secret(name, versions))
+            .collect()
+    }
+
+    /// The secret `name` (not deleted), without values.
+    pub fn secret(&self, name: &str) -> Option<VaultSecret> {
+        self.lock()
+            .secrets
+            .get(&name.to_ascii_lowercase())
+            .map(|(name, versions)| public_secret(name, versions))
+    }
+
+    /// Every soft-deleted secret, by name, without values.
+    pub fn deleted_secrets(&self) -> Vec<VaultDeletedSecret> {
+        let addr = self.state.addr;
+        self.lock()
+            .deleted
+            .values()
+            .map(|(name, d)| VaultDeletedSecret {
+                secret: public_secret(name, &d.versions),
+                recovery_id: format!("https://{addr}/deletedsecrets/{name}"),
+                deleted_date: d.deleted_date,
+                scheduled_purge_date: d.deleted_date + RECOVERABLE_DAYS * 86_400,
+            })
+            .collect()
     }
 
     /// How many versions `name` has (0 when absent or deleted).
@@ -171,16 +319,26 @@ impl KeyVaultServer {
             .map_or(0, |(_, v)| v.len())
     }
 
-    /// The latest value of `name`, as stored.
-    pub fn latest_value(&self, name: &str) -> Option<String> {
-        self.lock()
-            .secrets
-            .get(&name.to_ascii_lowercase())
-            .and_then(|(_, v)| v.last())
-            .map(|v| v.value.clone())
+    /// A stored value (secret: read it on purpose only): of `version`, or of the latest
+    /// version when `None`. `None` when there is no such secret (or it is deleted) or
+    /// version.
+    pub fn secret_value(&self, name: &str, version: Option<&str>) -> Option<String> {
+        let inner = self.lock();
+        let (_, versions) = inner.secrets.get(&name.to_ascii_lowercase())?;
+        let found = match version {
+            None => versions.last(),
+            Some(v) => versions.iter().find(|x| x.id.ends_with(&format!("/{v}"))),
+        };
+        found.map(|v| v.value.clone())
     }
 
-    /// Store a secret directly (seeding large vaults for tests and benches).
+    /// The latest value of `name`, as stored (secret: read it on purpose only).
+    pub fn latest_value(&self, name: &str) -> Option<String> {
+        self.secret_value(name, None)
+    }
+
+    /// Store a secret directly, without a request (seeding large vaults for tests and
+    /// benchmarks): a new version with `contentType: application/json`.
     pub fn seed(&self, name: &str, value: &str, tags: Value, nbf: i64, exp: i64) {
         let mut inner = self.lock();
         let addr = self.state.addr;
@@ -203,8 +361,24 @@ impl KeyVaultServer {
             .push(version);
     }
 
+    /// Stop accepting connections; open connections (and requests in flight) are dropped.
     pub fn shutdown(&self) {
-        self.state.shutdown.send_replace(true);
+        self.listening.shutdown();
+    }
+}
+
+impl fmt::Debug for KeyVaultServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyVaultServer")
+            .field("url", &self.url())
+            .finish_non_exhaustive()
+    }
+}
+
+fn public_secret(name: &str, versions: &[Version]) -> VaultSecret {
+    VaultSecret {
+        name: name.to_owned(),
+        versions: versions.iter().map(Version::public).collect(),
     }
 }
 
@@ -213,42 +387,6 @@ fn now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.wait_for(|s| *s) => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let state = state.clone();
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
-            let serve = async {
-                if let Ok(tls) = acceptor.accept(stream).await {
-                    let service = service_fn(move |req| handle(state.clone(), req));
-                    let _ = http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                }
-            };
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => {}
-                _ = serve => {}
-            }
-        });
-    }
 }
 
 struct Answer {
@@ -282,7 +420,7 @@ fn ok(status: u16, body: Value) -> Answer {
 async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, std::io::Error> {
+) -> Result<Response<Full<Bytes>>, DropConnection> {
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
@@ -299,7 +437,7 @@ async fn handle(
         .map(str::to_owned);
     let (answer, delay, close) = {
         let mut inner = state.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut record = VaultRequest {
+        let mut record = KeyVaultRequest {
             method: parts.method.as_str().to_owned(),
             path: parts.uri.path().to_owned(),
             query,
@@ -318,7 +456,7 @@ async fn handle(
         tokio::time::sleep(delay).await;
     }
     if close {
-        return Err(std::io::Error::other("scripted: connection dropped"));
+        return Err(DropConnection);
     }
     let mut builder = Response::builder().status(answer.status);
     for (name, value) in &answer.headers {
@@ -332,7 +470,7 @@ async fn handle(
 fn route(
     state: &State,
     inner: &mut Inner,
-    record: &mut VaultRequest,
+    record: &mut KeyVaultRequest,
     authorization: Option<String>,
 ) -> (Answer, Duration, bool) {
     let none = |a: Answer| (a, Duration::ZERO, false);
@@ -449,7 +587,7 @@ fn deleted_bundle(addr: SocketAddr, name: &str, d: &Deleted) -> Value {
     b
 }
 
-fn operation(state: &State, inner: &mut Inner, record: &VaultRequest) -> Answer {
+fn operation(state: &State, inner: &mut Inner, record: &KeyVaultRequest) -> Answer {
     let addr = state.addr;
     let segments: Vec<&str> = record.path.trim_start_matches('/').split('/').collect();
     let method = record.method.as_str();
@@ -470,7 +608,8 @@ fn operation(state: &State, inner: &mut Inner, record: &VaultRequest) -> Answer 
         );
     }
     match (method, segments.as_slice()) {
-        ("GET", ["secrets"]) => list(addr, inner, record),
+        ("GET", ["secrets"]) => list(addr, inner, record, false),
+        ("GET", ["deletedsecrets"]) => list(addr, inner, record, true),
         ("PUT", ["secrets", name]) => {
             let key = name.to_ascii_lowercase();
             if inner.deleted.contains_key(&key) {
@@ -611,9 +750,9 @@ fn operation(state: &State, inner: &mut Inner, record: &VaultRequest) -> Answer 
     }
 }
 
-/// `GET /secrets?maxresults=N[&$skiptoken=K]`: names in order, pages of
-/// `min(N, page_size)`, `nextLink` until the last page.
-fn list(addr: SocketAddr, inner: &Inner, record: &VaultRequest) -> Answer {
+/// `GET /secrets?maxresults=N[&$skiptoken=K]` (and `/deletedsecrets`): names in order,
+/// pages of `min(N, page_size)`, `nextLink` until the last page.
+fn list(addr: SocketAddr, inner: &Inner, record: &KeyVaultRequest, deleted: bool) -> Answer {
     let q = |k: &str| {
         record
             .query
@@ -640,21 +779,49 @@ fn list(addr: SocketAddr, inner: &Inner, record: &VaultRequest) -> Answer {
         Some(Ok(n)) => n,
         Some(Err(_)) => return error(400, "BadParameter", "invalid $skiptoken"),
     };
-    let items: Vec<Value> = inner
-        .secrets
-        .values()
-        .skip(skip)
-        .take(page)
-        .filter_map(|(name, versions)| versions.last().map(|v| properties_item(addr, name, v)))
-        .collect();
+    let (items, total): (Vec<Value>, usize) = if deleted {
+        (
+            inner
+                .deleted
+                .values()
+                .skip(skip)
+                .take(page)
+                .filter(|(_, d)| !d.versions.is_empty())
+                .map(|(name, d)| deleted_item(addr, name, d))
+                .collect(),
+            inner.deleted.len(),
+        )
+    } else {
+        (
+            inner
+                .secrets
+                .values()
+                .skip(skip)
+                .take(page)
+                .filter_map(|(name, versions)| {
+                    versions.last().map(|v| properties_item(addr, name, v))
+                })
+                .collect(),
+            inner.secrets.len(),
+        )
+    };
+    let collection = if deleted { "deletedsecrets" } else { "secrets" };
     let next = skip + page;
-    let next_link = if next < inner.secrets.len() {
+    let next_link = if next < total {
         json!(format!(
-            "https://{addr}/secrets?api-version={}&$skiptoken={next}&maxresults={max}",
+            "https://{addr}/{collection}?api-version={}&$skiptoken={next}&maxresults={max}",
             q("api-version").unwrap_or_default()
         ))
     } else {
         Value::Null
     };
     ok(200, json!({"value": items, "nextLink": next_link}))
+}
+
+/// A `DeletedSecretItem`: the deleted bundle's properties with the secret's id (no
+/// version) and no value.
+fn deleted_item(addr: SocketAddr, name: &str, d: &Deleted) -> Value {
+    let mut b = deleted_bundle(addr, name, d);
+    b["id"] = json!(format!("https://{addr}/secrets/{name}"));
+    b
 }

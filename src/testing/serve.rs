@@ -1,0 +1,176 @@
+//! The one accept loop the kit's servers share: bind 127.0.0.1 on an ephemeral port,
+//! accept connections, wrap them in the kit's TLS (or not), serve HTTP/1.1 with
+//! keep-alive, and stop when the last handle is dropped (or at `shutdown`).
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+/// A socket bound on 127.0.0.1, not yet serving: its address is known before the server's
+/// state is built (the state often names its own URL).
+pub(crate) struct Bound {
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+/// A serving server's stop switch. Clones share it; the server stops when the last clone
+/// is dropped, or at [`Listening::shutdown`].
+#[derive(Clone)]
+pub(crate) struct Listening {
+    stop: Arc<StopOnDrop>,
+}
+
+struct StopOnDrop(watch::Sender<bool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Listening {
+    /// Stop accepting connections; open connections (and requests in flight) are dropped.
+    pub(crate) fn shutdown(&self) {
+        self.stop.0.send_replace(true);
+    }
+}
+
+/// Returned by a server's handler to make hyper drop the connection without answering
+/// (a scripted failure).
+#[derive(Debug)]
+pub(crate) struct DropConnection;
+
+impl fmt::Display for DropConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("scripted: connection dropped without an answer")
+    }
+}
+
+impl std::error::Error for DropConnection {}
+
+/// Bind `127.0.0.1:0` (loopback only, never another interface).
+///
+/// # Panics
+///
+/// When the socket cannot be bound; the message names `server`.
+pub(crate) async fn bind(server: &str) -> Bound {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{server}: bind 127.0.0.1:0: {e}"));
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("{server}: local_addr: {e}"));
+    Bound { listener, addr }
+}
+
+impl Bound {
+    /// The bound address (always 127.0.0.1).
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serve every connection with `handler` (HTTPS with the kit's TLS when `tls`, plain
+    /// HTTP otherwise) on a spawned task, until the returned handle's last clone is
+    /// dropped.
+    pub(crate) fn serve<F, Fut>(self, tls: bool, handler: F) -> Listening
+    where
+        F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
+    {
+        let acceptor = tls.then(|| TlsAcceptor::from(super::tls::server_tls_config()));
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(accept_loop(self.listener, acceptor, handler, stopped));
+        Listening {
+            stop: Arc::new(StopOnDrop(stop)),
+        }
+    }
+}
+
+async fn wait_shutdown(mut rx: watch::Receiver<bool>) {
+    // An error means every sender is gone: stop too.
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    handler: F,
+    shutdown: watch::Receiver<bool>,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
+{
+    let stop = wait_shutdown(shutdown.clone());
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(
+            stream,
+            acceptor.clone(),
+            handler.clone(),
+            shutdown.clone(),
+        ));
+    }
+}
+
+async fn serve_connection<F, Fut>(
+    stream: TcpStream,
+    acceptor: Option<TlsAcceptor>,
+    handler: F,
+    shutdown: watch::Receiver<bool>,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
+{
+    let serve = async move {
+        match acceptor {
+            Some(acceptor) => {
+                if let Ok(tls) = acceptor.accept(stream).await {
+                    serve_http(TokioIo::new(tls), handler).await;
+                }
+            }
+            None => serve_http(TokioIo::new(stream), handler).await,
+        }
+    };
+    tokio::select! {
+        _ = wait_shutdown(shutdown) => {}
+        _ = serve => {}
+    }
+}
+
+async fn serve_http<I, F, Fut>(io: TokioIo<I>, handler: F)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
+{
+    // Errors (including a deliberately dropped connection) just end the connection.
+    let _ = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, service_fn(handler))
+        .await;
+}
