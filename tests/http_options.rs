@@ -77,8 +77,9 @@ fn the_builders_keep_their_setters_and_share_one_value() {
     assert_eq!(credential.http.extra_root_certificates.len(), 1);
     assert!(credential.http.allow_http_loopback);
     assert_eq!(credential.http.request_timeout, timeout);
+    // Cargo's scratch directory for integration tests (under target/).
     let data_plane = ClientOptions::default()
-        .with_extra_root_certificates_file(EntraServer::ca_pem_path())
+        .with_extra_root_certificates_file(EntraServer::write_ca_pem(env!("CARGO_TARGET_TMPDIR")))
         .unwrap()
         .allow_http_loopback(true)
         .with_request_timeout(timeout);
