@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use rustls::pki_types::CertificateDer;
@@ -30,7 +30,7 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
 use super::entra::{EntraServer, Scripted};
-use super::serve::{self, DropConnection, Listening};
+use super::serve::{self, Answer, DropConnection, Listening};
 use super::{TestCertificate, TestIdentity};
 use crate::BundleFormat;
 
@@ -509,26 +509,12 @@ fn issued_entry(resource_id: Option<&str>, credentials: &Value) -> IssuedIdentit
     }
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
 fn error_answer(status: u16, code: &str, message: &str) -> Answer {
-    Answer {
-        status,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: json!({"error": {"code": code, "message": message}}).to_string(),
-    }
+    json_answer(status, json!({"error": {"code": code, "message": message}}))
 }
 
 fn json_answer(status: u16, body: Value) -> Answer {
-    Answer {
-        status,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: body.to_string(),
-    }
+    Answer::with_content_type(status, "application/json", body.to_string())
 }
 
 async fn handle(
@@ -536,16 +522,11 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, DropConnection> {
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
-        Err(_) => String::new(),
-    };
+    let body = serve::read_body(body, MAX_BODY).await;
     let mut record = DataPlaneRequest {
         method: parts.method.as_str().to_owned(),
         path: parts.uri.path().to_owned(),
-        query: url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect(),
+        query: serve::query_pairs(&parts.uri),
         headers: parts
             .headers
             .iter()
@@ -560,27 +541,21 @@ async fn handle(
         authorized: false,
         status: 0,
     };
-    let (answer, delay, close) = {
+    let (mut answer, delay, close) = {
         let mut inner = state.inner.lock().unwrap_or_else(|e| e.into_inner());
         let (answer, delay, close) = route(&state, &mut inner, &mut record);
         record.status = answer.status;
         inner.requests.push(record);
         (answer, delay, close)
     };
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    if close {
-        return Err(DropConnection);
-    }
-    let mut builder = Response::builder().status(answer.status);
-    builder = builder.header("x-ms-request-id", uuid::Uuid::new_v4().to_string());
-    for (name, value) in &answer.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    Ok(builder
-        .body(Full::new(Bytes::from(answer.body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))))
+    answer.headers.insert(
+        0,
+        (
+            "x-ms-request-id".to_owned(),
+            uuid::Uuid::new_v4().to_string(),
+        ),
+    );
+    serve::send_after(answer, delay, close).await
 }
 
 /// Authenticate, check the query, then a scripted answer or the operation.

@@ -33,7 +33,7 @@ use serde_json::{Map, Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 
-use super::serve::{self, DropConnection, Listening};
+use super::serve::{self, Answer, DropConnection, Listening};
 
 /// The only accepted `client_assertion_type`.
 pub const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -656,39 +656,27 @@ fn tenant_from_path(path: &str) -> Option<String> {
     (!tenant.is_empty()).then(|| tenant.to_owned())
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
+/// The answer, with the request's correlation id echoed (`client-request-id`) when the
+/// client asked for it and the answer does not set one already.
+fn build_response(answer: Answer, echo_correlation: Option<&str>) -> Response<Full<Bytes>> {
+    with_echo(answer, echo_correlation).into_response()
 }
 
-fn build_response(answer: Answer, echo_correlation: Option<&str>) -> Response<Full<Bytes>> {
-    let mut builder = Response::builder().status(answer.status);
-    let mut has_request_id = false;
-    for (name, value) in &answer.headers {
-        has_request_id |= name.eq_ignore_ascii_case("client-request-id");
-        builder = builder.header(name.as_str(), value.as_str());
-    }
+fn with_echo(mut answer: Answer, echo_correlation: Option<&str>) -> Answer {
+    let has_request_id = answer
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("client-request-id"));
     if let (Some(id), false) = (echo_correlation, has_request_id) {
-        builder = builder.header("client-request-id", id);
+        answer
+            .headers
+            .push(("client-request-id".to_owned(), id.to_owned()));
     }
-    builder
-        .body(Full::new(Bytes::from(answer.body)))
-        .unwrap_or_else(|e| {
-            let mut r = Response::new(Full::new(Bytes::from(format!(
-                "EntraServer: bad scripted response: {e}"
-            ))));
-            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-            r
-        })
+    answer
 }
 
 fn json_answer(status: u16, body: String) -> Answer {
-    Answer {
-        status,
-        headers: vec![("content-type".to_owned(), JSON_CONTENT_TYPE.to_owned())],
-        body,
-    }
+    Answer::with_content_type(status, JSON_CONTENT_TYPE, body)
 }
 
 async fn handle(
@@ -807,18 +795,12 @@ async fn handle(
         scripted
     };
     if let Some(s) = scripted {
-        if !s.delay.is_zero() {
-            tokio::time::sleep(s.delay).await;
-        }
-        if s.close_connection {
-            return Err(DropConnection);
-        }
         let answer = Answer {
             status: s.status,
             headers: s.headers,
             body: s.body,
         };
-        return Ok(build_response(answer, echo));
+        return serve::send_after(with_echo(answer, echo), s.delay, s.close_connection).await;
     }
 
     let content_type = header("content-type").unwrap_or_default();

@@ -25,13 +25,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{Value, json};
 
 use super::entra::{EntraServer, Scripted};
-use super::serve::{self, DropConnection, Listening};
+use super::serve::{self, Answer, DropConnection, Listening};
 
 const RESOURCE: &str = KeyVaultServer::RESOURCE;
 const SCOPE: &str = KeyVaultServer::SCOPE;
@@ -389,32 +389,12 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
 fn error(status: u16, code: &str, message: &str) -> Answer {
-    Answer {
-        status,
-        headers: vec![(
-            "content-type".into(),
-            "application/json; charset=utf-8".into(),
-        )],
-        body: json!({"error": {"code": code, "message": message}}).to_string(),
-    }
+    ok(status, json!({"error": {"code": code, "message": message}}))
 }
 
 fn ok(status: u16, body: Value) -> Answer {
-    Answer {
-        status,
-        headers: vec![(
-            "content-type".into(),
-            "application/json; charset=utf-8".into(),
-        )],
-        body: body.to_string(),
-    }
+    Answer::with_content_type(status, "application/json; charset=utf-8", body.to_string())
 }
 
 async fn handle(
@@ -422,14 +402,8 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, DropConnection> {
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
-        Err(_) => String::new(),
-    };
-    let query: Vec<(String, String)> =
-        url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
+    let body = serve::read_body(body, MAX_BODY).await;
+    let query = serve::query_pairs(&parts.uri);
     let authorization = parts
         .headers
         .get("authorization")
@@ -452,19 +426,7 @@ async fn handle(
         }
         (answer, delay, close)
     };
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    if close {
-        return Err(DropConnection);
-    }
-    let mut builder = Response::builder().status(answer.status);
-    for (name, value) in &answer.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    Ok(builder
-        .body(Full::new(Bytes::from(answer.body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))))
+    serve::send_after(answer, delay, close).await
 }
 
 fn route(

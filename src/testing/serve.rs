@@ -62,6 +62,75 @@ impl fmt::Display for DropConnection {
 
 impl std::error::Error for DropConnection {}
 
+/// An answer a kit server has decided on: status, headers, body (sent by
+/// [`Answer::into_response`] or, after a scripted delay, by [`send_after`]).
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
+}
+
+impl Answer {
+    /// `body` with this content type.
+    pub(crate) fn with_content_type(status: u16, content_type: &str, body: String) -> Answer {
+        Answer {
+            status,
+            headers: vec![("content-type".to_owned(), content_type.to_owned())],
+            body,
+        }
+    }
+
+    /// The HTTP response. A scripted header that HTTP refuses gives a 500 that says so
+    /// (the test sees why), never a panic on the server's task.
+    pub(crate) fn into_response(self) -> Response<Full<Bytes>> {
+        let mut builder = Response::builder().status(self.status);
+        for (name, value) in &self.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        builder
+            .body(Full::new(Bytes::from(self.body)))
+            .unwrap_or_else(|e| {
+                let mut r = Response::new(Full::new(Bytes::from(format!(
+                    "testing kit: bad scripted response: {e}"
+                ))));
+                *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+                r
+            })
+    }
+}
+
+/// Send `answer` after `delay`, or drop the connection without answering when `close`
+/// (the scripted failures every kit server offers).
+pub(crate) async fn send_after(
+    answer: Answer,
+    delay: Duration,
+    close: bool,
+) -> Result<Response<Full<Bytes>>, DropConnection> {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if close {
+        return Err(DropConnection);
+    }
+    Ok(answer.into_response())
+}
+
+/// A request body of at most `limit` bytes, as (lossy) UTF-8; empty when larger or cut.
+pub(crate) async fn read_body(body: Incoming, limit: usize) -> String {
+    use http_body_util::{BodyExt, Limited};
+    match Limited::new(body, limit).collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// The query string's pairs, percent-decoded, in order.
+pub(crate) fn query_pairs(uri: &hyper::Uri) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// Bind `127.0.0.1:0` (loopback only, never another interface).
 ///
 /// # Panics
