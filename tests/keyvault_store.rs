@@ -573,3 +573,64 @@ async fn list_deleted_follows_next_link_across_many_pages_without_reading_values
             .all(|d| d.properties.name != "uamsi-gone-00" && d.properties.name != "uamsi-gone-01")
     );
 }
+
+#[tokio::test]
+async fn the_put_body_carries_the_formatted_value_content_type_and_both_tags() {
+    let s = setup().await;
+    let creds = load("rotation-1");
+    s.store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    let expected =
+        keyvault::format_user_assigned_identity_credentials_for_storage(ID, &creds).unwrap();
+    let set = s
+        .vault
+        .requests()
+        .into_iter()
+        .find(|r| r.authorized && r.method == "PUT")
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_str(&set.body).unwrap();
+    assert_eq!(body["value"], json!(expected.value().expose_secret()));
+    assert_eq!(body["contentType"], json!("application/json"));
+    assert_eq!(body["tags"], json!(expected.tags()));
+    assert_eq!(body["attributes"]["enabled"], json!(true));
+}
+
+#[tokio::test]
+async fn a_large_answer_is_read_whole_and_one_past_the_limit_is_refused() {
+    let s = setup().await;
+    let creds = load("rotation-1");
+    let put = s
+        .store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    // 600 KB: many TLS records, many body chunks, all of them kept.
+    let answer = json!({
+        "value": creds.to_json().unwrap(),
+        "id": format!("{}secrets/uamsi-{ID}/{}", s.vault.url(), put.version.clone().unwrap()),
+        "attributes": {"enabled": true},
+        "padding": "x".repeat(600_000),
+    });
+    s.vault
+        .enqueue(Scripted::status(200).body(&answer.to_string()));
+    let got = s.store.get_user_assigned_identity(ID, None).await.unwrap();
+    assert_eq!(got.credentials, creds);
+    assert_eq!(got.properties.version, put.version);
+
+    // Over 1 MiB, on every try: a transport error, not a truncated value.
+    let huge = format!(r#"{{"value":"{}"}}"#, "x".repeat(1024 * 1024));
+    for _ in 0..4 {
+        s.vault.enqueue(Scripted::status(200).body(&huge));
+    }
+    let err = s
+        .store
+        .get_user_assigned_identity(ID, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::KeyVaultTransport { message } if message.contains("exceeds")),
+        "{err:?}"
+    );
+}

@@ -29,9 +29,11 @@ impl HttpClient for ReqwestTransport {
     async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
         let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
             .map_err(|e| azure_core::Error::new(AzureErrorKind::Other, e))?;
+        // The SDK's `Url` is the `url` crate's, as reqwest's: handed over as parsed (a
+        // `&str` would be parsed a second time on every request).
         let mut builder = self
             .client
-            .request(method, request.url().as_str())
+            .request(method, request.url().clone())
             .timeout(self.timeout);
         for (name, value) in request.headers().iter() {
             builder = builder.header(name.as_str(), value.as_str());
@@ -57,18 +59,50 @@ impl HttpClient for ReqwestTransport {
                 );
             }
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
-            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                return Err(azure_core::Error::with_message(
-                    AzureErrorKind::Io,
-                    format!("the response body exceeds {MAX_RESPONSE_BYTES} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = read_body(&mut response).await?;
         Ok(AsyncRawResponse::from_bytes(status, headers, body))
     }
+}
+
+/// The whole body, at most [`MAX_RESPONSE_BYTES`]. A body that arrives in one chunk (the
+/// usual case for Key Vault's small JSON answers) is handed on as is, without a copy.
+async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes::Bytes> {
+    let too_large = || {
+        azure_core::Error::with_message(
+            AzureErrorKind::Io,
+            format!("the response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+        )
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let Some(first) = response.chunk().await.map_err(transport_error)? else {
+        return Ok(bytes::Bytes::new());
+    };
+    if first.len() > MAX_RESPONSE_BYTES {
+        return Err(too_large());
+    }
+    let Some(second) = response.chunk().await.map_err(transport_error)? else {
+        return Ok(first);
+    };
+    let capacity = response
+        .content_length()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(first.len() + second.len());
+    let mut body = Vec::with_capacity(capacity.min(MAX_RESPONSE_BYTES));
+    let mut next = Some(second);
+    body.extend_from_slice(&first);
+    while let Some(chunk) = next {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+        next = response.chunk().await.map_err(transport_error)?;
+    }
+    Ok(body.into())
 }
 
 /// Connection failures are `Connection` (azure_core retries them), the rest `Io`.

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
-use azure_core::http::{ClientOptions, RetryOptions, Transport};
+use azure_core::http::{ClientOptions, RequestContent, RetryOptions, Transport};
 use azure_security_keyvault_secrets::models::{
     DeletedSecret, Secret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
     SecretClientListSecretPropertiesOptions, SecretProperties, SetSecretParameters,
@@ -322,28 +322,8 @@ impl CredentialStore {
     ///
     /// As [`put_managed_identity`](Self::put_managed_identity).
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
-        let attributes = secret.attributes();
-        let parameters = SetSecretParameters {
-            value: Some(secret.value().expose_secret().to_owned()),
-            content_type: Some("application/json".to_owned()),
-            secret_attributes: Some(SdkAttributes {
-                enabled: Some(attributes.enabled),
-                expires: Some(attributes.expires),
-                not_before: Some(attributes.not_before),
-                ..Default::default()
-            }),
-            tags: Some(
-                secret
-                    .tags()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ),
-        };
         let name = secret.name();
-        let body = parameters
-            .try_into()
-            .map_err(|e| map_error("set", name, e))?;
+        let body = set_secret_body(secret)?;
         let response = self
             .client
             .set_secret(name, body, None)
@@ -664,10 +644,16 @@ impl FromStored for UserAssignedIdentityCredentials {
     }
 }
 
-/// `https://vault/secrets/<name>[/<version>]` → `(name, version)`.
+/// `https://vault/secrets/<name>[/<version>]` → `(name, version)`. Plain string work on
+/// the id Key Vault returned (once per answer, and per item of a listing): no URL parser.
 fn split_id(id: &str) -> Option<(String, Option<String>)> {
-    let url = url::Url::parse(id).ok()?;
-    let mut segments = url.path_segments()?;
+    let (scheme, rest) = id.split_once("://")?;
+    if scheme.is_empty() || !scheme.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return None;
+    }
+    let path = &rest[rest.find('/')?..];
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let mut segments = path.trim_start_matches('/').split('/');
     match segments.next()? {
         "secrets" | "deletedsecrets" => {}
         _ => return None,
@@ -675,6 +661,39 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
     let name = segments.next().filter(|s| !s.is_empty())?.to_owned();
     let version = segments.next().filter(|s| !s.is_empty()).map(str::to_owned);
     Some((name, version))
+}
+
+/// The "Set Secret" body, rendered once from the formatted secret (value, content type,
+/// attributes and tags as [`crate::keyvault`] decided them): the SDK's
+/// `SetSecretParameters` would take a copy of the value and of the tags, then render them.
+fn set_secret_body(secret: &KeyVaultSecret) -> Result<RequestContent<SetSecretParameters>> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        value: &'a str,
+        #[serde(rename = "contentType")]
+        content_type: &'static str,
+        attributes: Attributes,
+        tags: &'a BTreeMap<String, String>,
+    }
+    #[derive(serde::Serialize)]
+    struct Attributes {
+        enabled: bool,
+        nbf: i64,
+        exp: i64,
+    }
+    let attributes = secret.attributes();
+    let body = Body {
+        value: secret.value().expose_secret(),
+        content_type: "application/json",
+        attributes: Attributes {
+            enabled: attributes.enabled,
+            nbf: attributes.not_before.unix_timestamp(),
+            exp: attributes.expires.unix_timestamp(),
+        },
+        tags: secret.tags(),
+    };
+    let json = crate::file::model::secret_json(&body)?;
+    Ok(RequestContent::from(json.into_bytes()))
 }
 
 fn name_of_id(id: &str) -> Option<String> {
@@ -815,5 +834,12 @@ mod tests {
         );
         assert_eq!(split_id("https://v.vault.azure.net/keys/a"), None);
         assert_eq!(split_id("not a url"), None);
+        assert_eq!(
+            split_id("https://v.vault.azure.net/deletedsecrets/msi-b?x=1"),
+            Some(("msi-b".into(), None))
+        );
+        assert_eq!(split_id("https://v.vault.azure.net"), None);
+        assert_eq!(split_id("https://v.vault.azure.net/secrets/"), None);
+        assert_eq!(split_id("://v/secrets/a"), None);
     }
 }
