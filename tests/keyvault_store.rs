@@ -634,3 +634,47 @@ async fn a_large_answer_is_read_whole_and_one_past_the_limit_is_refused() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn put_reads_its_answer_without_the_echoed_value_and_names_an_unreadable_one() {
+    let s = setup().await;
+    let creds = load("rotation-1");
+    let secret_b64 = creds
+        .client_secret
+        .as_ref()
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    // Key Vault echoes the value in its answer to a put; the properties come from the rest.
+    let stored = s
+        .store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap();
+    let held = s.vault.secret(&format!("uamsi-{ID}")).unwrap();
+    let latest = held.versions.last().unwrap();
+    assert_eq!(stored.version.as_deref(), Some(latest.version.as_str()));
+    assert_eq!(
+        stored.tags["renew_after"],
+        creds.renew_after.clone().unwrap()
+    );
+    assert!(stored.not_before.is_some() && stored.expires.is_some());
+
+    // An answer that is not the "Set Secret" JSON: a typed error naming the secret, with
+    // neither the sent value nor the answer's bytes in it.
+    let answer = format!(r#"{{"value":"{secret_b64}","attributes":"#);
+    s.vault.enqueue(Scripted::status(200).body(&answer));
+    let err = s
+        .store
+        .put_user_assigned_identity(ID, &creds)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::InvalidStoredSecret { name, reason }
+            if name == &format!("uamsi-{ID}") && reason.contains("cannot be read")),
+        "{err:?}"
+    );
+    for text in [format!("{err}"), format!("{err:?}")] {
+        assert!(!text.contains(&secret_b64[..40]), "{text}");
+    }
+}

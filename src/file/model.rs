@@ -15,7 +15,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
 use crate::secret::SecretString;
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
 pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 1024 * 1024;
@@ -217,7 +217,35 @@ impl UserAssignedIdentityCredentials {
     /// not kept). Compact, so it is never larger than an accepted input and always parses
     /// back. The output contains `client_secret`: treat it as a secret.
     pub fn to_json(&self) -> Result<String> {
-        secret_json(self)
+        secret_json(self, self.json_size_hint())
+    }
+
+    /// About the length of [`to_json`](Self::to_json)'s output: the values plus room for
+    /// the keys and quotes.
+    fn json_size_hint(&self) -> usize {
+        let strings = [
+            &self.authentication_endpoint,
+            &self.cannot_renew_after,
+            &self.client_id,
+            &self.client_secret_url,
+            &self.mtls_authentication_endpoint,
+            &self.not_after,
+            &self.not_before,
+            &self.object_id,
+            &self.renew_after,
+            &self.resource_id,
+            &self.tenant_id,
+        ];
+        let secret = self
+            .client_secret
+            .as_ref()
+            .map_or(0, |s| s.expose_secret().len());
+        strings
+            .iter()
+            .map(|s| s.as_ref().map_or(0, String::len))
+            .sum::<usize>()
+            + secret
+            + 512
     }
 
     fn any_key_absent(&self) -> bool {
@@ -376,31 +404,44 @@ fn invalid(field: &'static str, reason: &str) -> Error {
     .into()
 }
 
-/// Compact JSON of a value that holds a secret, written into a buffer sized by a first,
-/// counting pass: growing a buffer would free partial copies of the secret unzeroized.
-pub(crate) fn secret_json<T: Serialize>(value: &T) -> Result<String> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_err(json_error)?;
-    let mut out = Zeroizing::new(Vec::with_capacity(count.0));
-    serde_json::to_writer(&mut *out, value).map_err(json_error)?;
+/// Compact JSON of a value that holds a secret, in one pass. `size_hint` is the expected
+/// length: a good hint means one allocation. When the buffer must grow, the content moves
+/// to a larger one and the old one is zeroized first (a `Vec`'s own growth would free
+/// partial copies of the secret unzeroized).
+pub(crate) fn secret_json<T: Serialize>(value: &T, size_hint: usize) -> Result<String> {
+    let mut out = ZeroizingBuffer(Zeroizing::new(Vec::with_capacity(size_hint)));
+    serde_json::to_writer(&mut out, value).map_err(json_error)?;
     // serde_json writes UTF-8; the buffer moves into the String without a copy.
-    String::from_utf8(std::mem::take(&mut *out)).map_err(|_| {
+    String::from_utf8(std::mem::take(&mut *out.0)).map_err(|_| {
         Error::from(ErrorKind::Json {
             line: 0,
             column: 0,
             message: "serialization produced invalid UTF-8".into(),
         })
     })
+}
+
+/// A byte buffer that never leaves a copy of its content behind when it grows.
+struct ZeroizingBuffer(Zeroizing<Vec<u8>>);
+
+impl std::io::Write for ZeroizingBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let needed = self.0.len() + buf.len();
+        if needed > self.0.capacity() {
+            let mut larger = Vec::with_capacity(needed.max(self.0.capacity() * 2));
+            larger.extend_from_slice(&self.0);
+            // The whole old allocation (contents and spare capacity) is zeroed before it
+            // is freed.
+            let mut old = std::mem::replace(&mut *self.0, larger);
+            old.zeroize();
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 pub(crate) fn json_error(e: serde_json::Error) -> Error {
@@ -415,6 +456,22 @@ pub(crate) fn json_error(e: serde_json::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_json_is_serde_json_s_output_whatever_the_size_hint() {
+        let creds: UserAssignedIdentityCredentials = serde_json::from_str(&format!(
+            r#"{{"authentication_endpoint":"https://login.example/","client_id":"c","tenant_id":"t","client_secret":"{}","not_before":"2026-11-01T00:00:00Z"}}"#,
+            "QUJD".repeat(2_000)
+        ))
+        .unwrap();
+        let expected = serde_json::to_string(&creds).unwrap();
+        // 0 grows the buffer many times; the exact size and a larger one grow it never.
+        for hint in [0, 1, 100, expected.len() - 1, expected.len(), 1 << 20] {
+            assert_eq!(secret_json(&creds, hint).unwrap(), expected, "hint {hint}");
+        }
+        assert_eq!(creds.to_json().unwrap(), expected);
+        assert!(creds.json_size_hint() >= expected.len());
+    }
 
     #[test]
     fn camel_case_table_matches_snake_case_keys() {

@@ -272,9 +272,17 @@ impl KeyVaultSecret {
     /// `nbf`/`exp` in Unix seconds, and `tags`. It holds the credential, so it is returned
     /// as a [`SecretString`].
     pub fn set_secret_body(&self) -> Result<SecretString> {
+        self.render_set_secret_body(None).map(SecretString::from)
+    }
+
+    /// The "Set Secret" body in one pass, with `contentType` when given: the one place
+    /// that renders it (the store sends it with `application/json`).
+    pub(crate) fn render_set_secret_body(&self, content_type: Option<&str>) -> Result<String> {
         #[derive(Serialize)]
         struct Body<'a> {
             value: &'a str,
+            #[serde(rename = "contentType", skip_serializing_if = "Option::is_none")]
+            content_type: Option<&'a str>,
             attributes: Attributes,
             tags: &'a BTreeMap<String, String>,
         }
@@ -284,8 +292,10 @@ impl KeyVaultSecret {
             nbf: i64,
             exp: i64,
         }
+        let value = self.value.expose_secret();
         let body = Body {
-            value: self.value.expose_secret(),
+            value,
+            content_type,
             attributes: Attributes {
                 enabled: self.attributes.enabled,
                 nbf: self.attributes.not_before.unix_timestamp(),
@@ -293,7 +303,10 @@ impl KeyVaultSecret {
             },
             tags: &self.tags,
         };
-        crate::file::model::secret_json(&body).map(SecretString::from)
+        // The value is JSON, so its quotes are escaped: an eighth more covers them.
+        let tags: usize = self.tags.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
+        let hint = value.len() + value.len() / 8 + tags + 192;
+        crate::file::model::secret_json(&body, hint)
     }
 }
 

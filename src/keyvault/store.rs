@@ -282,6 +282,14 @@ impl CredentialStore {
         &self.vault_url
     }
 
+    /// The Azure SDK's `SecretClient` the store sends through: the same vault, credential,
+    /// transport (this crate's HTTP client, roots and timeout) and retry options. For Key
+    /// Vault operations the store does not wrap; values it returns are the SDK's types,
+    /// without this crate's secret hygiene.
+    pub fn secret_client(&self) -> &SecretClient {
+        &self.client
+    }
+
     /// Put the data plane's `ManagedIdentityCredentials` under `msi-<identifier>` (Go:
     /// `FormatManagedIdentityCredentialsForStorage`, then set). Returns the new version's
     /// properties.
@@ -329,7 +337,15 @@ impl CredentialStore {
             .set_secret(name, body, None)
             .await
             .map_err(|e| map_error("set", name, e))?;
-        let stored: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let stored: SetSecretAnswer = serde_json::from_slice(response.body()).map_err(|e| {
+            ErrorKind::InvalidStoredSecret {
+                name: name.to_owned(),
+                reason: format!(
+                    "Key Vault's answer cannot be read: {}",
+                    crate::parser_errors::json(&e)
+                ),
+            }
+        })?;
         tracing::info!(secret = name, "stored a credential in Key Vault");
         Ok(properties_of(
             name,
@@ -667,37 +683,22 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
 /// attributes and tags as [`crate::keyvault`] decided them): the SDK's
 /// `SetSecretParameters` would take a copy of the value and of the tags, then render them.
 fn set_secret_body(secret: &KeyVaultSecret) -> Result<RequestContent<SetSecretParameters>> {
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        value: &'a str,
-        #[serde(rename = "contentType")]
-        content_type: &'static str,
-        attributes: Attributes,
-        tags: &'a BTreeMap<String, String>,
-    }
-    #[derive(serde::Serialize)]
-    struct Attributes {
-        enabled: bool,
-        nbf: i64,
-        exp: i64,
-    }
-    let attributes = secret.attributes();
-    let body = Body {
-        value: secret.value().expose_secret(),
-        content_type: "application/json",
-        attributes: Attributes {
-            enabled: attributes.enabled,
-            nbf: attributes.not_before.unix_timestamp(),
-            exp: attributes.expires.unix_timestamp(),
-        },
-        tags: secret.tags(),
-    };
-    let json = crate::file::model::secret_json(&body)?;
+    let json = secret.render_set_secret_body(Some("application/json"))?;
     Ok(RequestContent::from(json.into_bytes()))
 }
 
 fn name_of_id(id: &str) -> Option<String> {
     split_id(id).map(|(name, _)| name)
+}
+
+/// Key Vault's answer to "Set Secret", read without its `value`: the answer echoes the
+/// secret, and a copy of it is not needed (it would be one more to zeroize). `serde_json`
+/// skips the value without allocating it.
+#[derive(serde::Deserialize)]
+struct SetSecretAnswer {
+    id: Option<String>,
+    attributes: Option<SdkAttributes>,
+    tags: Option<HashMap<String, String>>,
 }
 
 fn properties_of(
