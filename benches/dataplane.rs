@@ -27,7 +27,6 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCredentials};
 use msi_dataplane::{ClientCertificate, ClientCertificateCredential};
-use tokio::runtime::Runtime;
 
 use msi_dataplane::testing::DataPlaneServer;
 use support::by_hand::get_data_plane_by_hand;
@@ -35,18 +34,9 @@ use support::entra::EntraServer;
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
 
 const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
-use support::harness::{https_client, options};
+use support::harness::{https_client, options, server_runtime};
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
-
-fn server_runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("servers")
-        .enable_all()
-        .build()
-        .expect("server runtime")
-}
 
 fn bench_dataplane(c: &mut Criterion) {
     let server_rt = server_runtime();

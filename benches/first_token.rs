@@ -57,7 +57,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use support::by_hand::{Claims, post_token_request};
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
-use support::harness::{ARM, https_client, register};
+use support::harness::{ARM, https_client, register, server_runtime};
 
 const FIXTURE: &str = "pem-pkcs8";
 
@@ -199,12 +199,7 @@ fn new_credential(path: &Path, client: reqwest::Client) -> ClientCertificateCred
 }
 
 fn bench_first_token(c: &mut Criterion) {
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("entra-server")
-        .enable_all()
-        .build()
-        .expect("server runtime");
+    let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
     server.set_replay_check(false);
     register(&server, FIXTURE);

@@ -20,6 +20,11 @@
 //!   in-memory transport that answers at once with the vault's recorded bytes: the SDK's
 //!   fixed cost per request, without a network, a server or this crate's transport;
 //!   `sdk_floor/parse_answer_only` is the model parse alone, which any client pays.
+//! - Decomposition of `put` and `get`: `put_prebuilt_sdk_headers_by_hand` (a pre-rendered
+//!   body by hand, with the headers the SDK adds), `put_sdk_only` / `get_sdk_only` (the
+//!   SDK's `SecretClient` from `CredentialStore::secret_client`, the store's transport, no
+//!   rendering or parsing by the crate), `put_formatted` (`CredentialStore::put` of a secret
+//!   formatted once: the body rendered and the answer parsed).
 //! - Diagnosis: `get_by_hand_timeout` (the by-hand GET with a per-request timeout, as the
 //!   store's transport sets) and `get_by_hand_sdk_headers` (the SDK's headers and URL).
 //!
@@ -33,31 +38,22 @@ mod support;
 use std::hint::black_box;
 use std::sync::Arc;
 
+use azure_core::http::RequestContent;
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::renewal::needing_renewal;
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{UserAssignedIdentityCredentials, keyvault};
 use serde_json::{Value, json};
-use tokio::runtime::Runtime;
 
 use msi_dataplane::testing::KeyVaultServer;
 use support::entra::EntraServer;
 use support::fixtures::load;
-use support::harness::{credential, https_client};
+use support::harness::{credential, https_client, server_runtime};
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
 const API_VERSION: &str = "2025-07-01";
 const VAULT_SCOPE: &str = "https://vault.azure.net/.default";
-
-fn server_runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("servers")
-        .enable_all()
-        .build()
-        .expect("server runtime")
-}
 
 /// All pages of `GET /secrets` by hand: the count of items seen.
 async fn list_by_hand(http: &reqwest::Client, vault: &str, token: &str) -> usize {
@@ -183,141 +179,177 @@ fn bench_keyvault(c: &mut Criterion) {
     });
     group.finish();
 
-    let mut group = c.benchmark_group("keyvault");
-    group.bench_function("put", |b| {
-        b.iter(|| {
-            client_rt
-                .block_on(store.put_user_assigned_identity(ID, &creds))
-                .expect("put")
-        })
-    });
+    // Put and get, the store beside the same requests by hand. One table of cases serves
+    // criterion and the interleaved comparison (`KEYVAULT_INTERLEAVED`, see `interleaved`).
     let put_url = format!("{vault_url}secrets/{name}?api-version={API_VERSION}");
-    let put_by_hand = |body: Vec<u8>| {
-        let (http, put_url, token) = (&http, &put_url, &token);
-        async move {
-            let answer: Value = http
-                .put(put_url)
+    let get_url = format!("{vault_url}secrets/{name}?api-version={API_VERSION}");
+    // The SDK's get URL ends in `/` (the server treats both alike).
+    let get_url_sdk = format!("{vault_url}secrets/{name}/?api-version={API_VERSION}");
+    let prebuilt = put_body.expose_secret().as_bytes().to_vec();
+    let (http, token, store, secret, creds) = (&http, &token, &store, &secret, &creds);
+    let (client_rt, name) = (&client_rt, name.as_str());
+    let send = |request: reqwest::RequestBuilder| {
+        client_rt.block_on(async {
+            request
                 .bearer_auth(token.token())
-                .header("content-type", "application/json")
-                .body(body)
                 .send()
                 .await
-                .expect("put")
+                .expect("send")
                 .error_for_status()
-                .expect("200")
+                .expect("2xx")
                 .bytes()
                 .await
-                .map(|b| serde_json::from_slice(&b).expect("JSON"))
-                .expect("body");
-            answer
-        }
-    };
-    // By hand from the typed credentials, as the store starts: the body rendered on every
-    // request (value, content type, the times as attributes and tags).
-    group.bench_function("put_by_hand", |b| {
-        b.iter(|| black_box(client_rt.block_on(put_by_hand(hand_made_put_body(&creds)))))
-    });
-    // The previous baseline: a body rendered once, outside the timing.
-    let prebuilt = put_body.expose_secret().as_bytes().to_vec();
-    group.bench_function("put_prebuilt_by_hand", |b| {
-        b.iter(|| black_box(client_rt.block_on(put_by_hand(prebuilt.clone()))))
-    });
-    group.bench_function("get", |b| {
-        b.iter(|| {
-            client_rt
-                .block_on(store.get_user_assigned_identity(ID, None))
-                .expect("get")
+                .expect("body")
         })
-    });
-    let get_url = format!("{vault_url}secrets/{name}?api-version={API_VERSION}");
-    group.bench_function("get_by_hand", |b| {
-        b.iter(|| {
-            client_rt.block_on(async {
-                let answer: Value = http
-                    .get(&get_url)
-                    .bearer_auth(token.token())
-                    .send()
-                    .await
-                    .expect("get")
-                    .error_for_status()
-                    .expect("200")
-                    .bytes()
-                    .await
-                    .map(|b| serde_json::from_slice(&b).expect("JSON"))
-                    .expect("body");
+    };
+    let put_by_hand = |body: Vec<u8>, with_sdk_headers: bool| {
+        let mut request = http
+            .put(&put_url)
+            .header("content-type", "application/json");
+        if with_sdk_headers {
+            request = sdk_headers(request);
+        }
+        send(request.body(body))
+    };
+    let get_by_hand = |url: &str, timeout: bool, with_sdk_headers: bool| {
+        let mut request = http.get(url);
+        if timeout {
+            request = request.timeout(std::time::Duration::from_secs(30));
+        }
+        if with_sdk_headers {
+            request = sdk_headers(request)
+                .header("content-length", "0")
+                .body(Vec::new());
+        }
+        send(request)
+    };
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "put",
+            Box::new(|| {
+                let stored = client_rt.block_on(store.put_user_assigned_identity(ID, creds));
+                black_box(stored.expect("put"));
+            }),
+        ),
+        // By hand from the typed credentials, as the store starts: the body rendered on
+        // every request (value, content type, the times as attributes and tags), the
+        // answer parsed.
+        (
+            "put_by_hand",
+            Box::new(|| {
+                let answer = put_by_hand(hand_made_put_body(creds), false);
+                black_box(serde_json::from_slice::<Value>(&answer).expect("JSON"));
+            }),
+        ),
+        // The previous baseline: a body rendered once, outside the timing, the answer
+        // parsed.
+        (
+            "put_prebuilt_by_hand",
+            Box::new(|| {
+                let answer = put_by_hand(prebuilt.clone(), false);
+                black_box(serde_json::from_slice::<Value>(&answer).expect("JSON"));
+            }),
+        ),
+        // The decomposition of `put`: the pre-rendered body by hand with the SDK's
+        // headers, answer not parsed; the same through the SDK's `SecretClient` alone (the
+        // store's transport, nothing rendered or parsed by the crate); `CredentialStore::put`
+        // of a secret formatted once (the body rendered, the answer parsed).
+        (
+            "put_prebuilt_sdk_headers_by_hand",
+            Box::new(|| {
+                black_box(put_by_hand(prebuilt.clone(), true));
+            }),
+        ),
+        (
+            "put_sdk_only",
+            Box::new(|| {
+                let body = RequestContent::from(prebuilt.clone());
+                let response = client_rt
+                    .block_on(store.secret_client().set_secret(name, body, None))
+                    .expect("set");
+                black_box(response.into_body());
+            }),
+        ),
+        (
+            "put_formatted",
+            Box::new(|| {
+                black_box(client_rt.block_on(store.put(secret)).expect("put"));
+            }),
+        ),
+        (
+            "get",
+            Box::new(|| {
+                let got = client_rt.block_on(store.get_user_assigned_identity(ID, None));
+                black_box(got.expect("get"));
+            }),
+        ),
+        // The answer parsed, its value into the typed credentials.
+        (
+            "get_by_hand",
+            Box::new(|| {
+                let answer: Value =
+                    serde_json::from_slice(&get_by_hand(&get_url, false, false)).expect("JSON");
                 let creds: UserAssignedIdentityCredentials =
                     serde_json::from_str(answer["value"].as_str().expect("value"))
                         .expect("credentials");
-                black_box(creds)
-            })
-        })
-    });
-    // Diagnosis: the by-hand GET with what the store's transport adds (a per-request
-    // timeout) and the SDK's headers and URL form.
-    let get_url_sdk = format!("{vault_url}secrets/{name}/?api-version={API_VERSION}");
-    for (label, timeout, sdk_headers) in [
-        ("get_by_hand_timeout", true, false),
-        ("get_by_hand_sdk_headers", false, true),
-    ] {
-        let url = if sdk_headers { &get_url_sdk } else { &get_url };
-        group.bench_function(label, |b| {
-            b.iter(|| {
-                client_rt.block_on(async {
-                    let mut request = http.get(url).bearer_auth(token.token());
-                    if timeout {
-                        request = request.timeout(std::time::Duration::from_secs(30));
-                    }
-                    if sdk_headers {
-                        request = request
-                            .header("accept", "application/json")
-                            .header("x-ms-client-request-id", "0b6b7a0e-4c59-4d4e-9d8b-3c1f0d6f7a11")
-                            .header("user-agent", "azsdk-rust-security_keyvault_secrets/1.0.1 (1.90.0; linux; x86_64)")
-                            .header("content-length", "0")
-                            .body(Vec::new());
-                    }
-                    let answer: Value = request
-                        .send()
-                        .await
-                        .expect("get")
-                        .bytes()
-                        .await
-                        .map(|b| serde_json::from_slice(&b).expect("JSON"))
-                        .expect("body");
-                    black_box(answer)
-                })
-            })
-        });
+                black_box(creds);
+            }),
+        ),
+        // Decomposition and diagnosis of `get`, answers not parsed: the SDK alone; by hand
+        // with a per-request timeout (as the store's transport sets); by hand with the
+        // SDK's headers and URL.
+        (
+            "get_sdk_only",
+            Box::new(|| {
+                let response = client_rt
+                    .block_on(store.secret_client().get_secret(name, None))
+                    .expect("get");
+                black_box(response.into_body());
+            }),
+        ),
+        (
+            "get_by_hand_timeout",
+            Box::new(|| {
+                black_box(get_by_hand(&get_url, true, false));
+            }),
+        ),
+        (
+            "get_by_hand_sdk_headers",
+            Box::new(|| {
+                black_box(get_by_hand(&get_url_sdk, false, true));
+            }),
+        ),
+    ];
+    if let Some(rounds) = std::env::var("KEYVAULT_INTERLEAVED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        interleaved(&cases, rounds, 200);
+    }
+    let mut group = c.benchmark_group("keyvault");
+    for (label, case) in &cases {
+        group.bench_function(*label, |b| b.iter(case));
     }
     group.finish();
 
     // The SDK's own floor: the same calls on a SecretClient over an in-memory transport
     // that answers at once with the vault's bytes.
-    let answer = |request: reqwest::RequestBuilder| {
-        client_rt.block_on(async {
-            let response = request
-                .bearer_auth(token.token())
-                .send()
-                .await
-                .expect("send");
-            response.bytes().await.expect("body")
-        })
-    };
-    let get_answer = answer(http.get(&get_url));
-    let put_answer = answer(
+    let get_answer = send(http.get(&get_url));
+    let put_answer = send(
         http.put(&put_url)
             .header("content-type", "application/json")
-            .body(put_body.expose_secret().as_bytes().to_vec()),
+            .body(prebuilt.clone()),
     );
     floor::bench(
         c,
-        &client_rt,
+        client_rt,
         Arc::new(app.clone()),
         floor::Canned {
             get: get_answer,
             put: put_answer,
         },
-        &name,
-        put_body.expose_secret().as_bytes(),
+        name,
+        &prebuilt,
     );
     vault.shutdown();
 }
@@ -448,6 +480,66 @@ mod floor {
         });
         group.finish();
     }
+}
+
+/// A named operation to time.
+type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
+/// Every case `per_round` times per round, the cases in turn, `rounds` rounds: each
+/// case's median and quartiles of the per-round means, and its median against
+/// `put_by_hand` / `get_by_hand`. On a shared VM, consecutive criterion benchmarks see
+/// different machine phases; alternating within one process compares like with like.
+fn interleaved(cases: &[Case<'_>], rounds: usize, per_round: u32) {
+    let mut means: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); cases.len()];
+    for _ in 0..rounds {
+        for ((_, case), times) in cases.iter().zip(&mut means) {
+            let start = std::time::Instant::now();
+            for _ in 0..per_round {
+                case();
+            }
+            times.push(start.elapsed().as_secs_f64() * 1e6 / f64::from(per_round));
+        }
+    }
+    let medians: Vec<f64> = means
+        .iter_mut()
+        .map(|times| {
+            times.sort_by(f64::total_cmp);
+            times[times.len() / 2]
+        })
+        .collect();
+    let median_of = |label: &str| {
+        cases
+            .iter()
+            .position(|(l, _)| *l == label)
+            .map(|i| medians[i])
+    };
+    println!("interleaved: {rounds} rounds of {per_round} per case (µs per call)");
+    for ((label, _), times) in cases.iter().zip(&means) {
+        let median = times[times.len() / 2];
+        let (q1, q3) = (times[times.len() / 4], times[times.len() * 3 / 4]);
+        let base = if label.starts_with("put") {
+            "put_by_hand"
+        } else {
+            "get_by_hand"
+        };
+        let ratio = median_of(base).map_or(f64::NAN, |b| median / b);
+        println!("  {label:34} {median:8.1}   [{q1:.1} .. {q3:.1}]   {ratio:.2}x {base}");
+    }
+}
+
+/// The headers the Azure SDK adds to every Key Vault request (request id, user agent,
+/// accept), for the by-hand requests that measure what they cost.
+fn sdk_headers(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    request
+        .header("accept", "application/json")
+        .header(
+            "x-ms-client-request-id",
+            "0b6b7a0e-4c59-4d4e-9d8b-3c1f0d6f7a11",
+        )
+        .header(
+            "user-agent",
+            "azsdk-rust-security_keyvault_secrets/1.0.1 (1.90.0; linux; x86_64)",
+        )
 }
 
 /// The body of a "Set Secret" request written by hand from typed credentials: the

@@ -69,11 +69,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::{AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions};
-use tokio::runtime::{Handle, Runtime};
+use tokio::runtime::Handle;
 
 use support::by_hand::post_token_request;
 use support::entra::EntraServer;
-use support::harness::{ARM, credential, https_client, options};
+use support::harness::{ARM, credential, https_client, options, server_runtime};
 
 /// Hits that were not `Ready` on the first poll and went through the fallback runtime.
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
@@ -103,15 +103,6 @@ fn report_fallbacks(bench: &str) {
              hits); they were finished on a runtime, so this measures the uncached path"
         );
     }
-}
-
-fn server_runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("entra-server")
-        .enable_all()
-        .build()
-        .expect("server runtime")
 }
 
 /// Credentials of `cached/get_token/100creds/*`.

@@ -99,3 +99,14 @@ pub fn leaf_sha256_hex(name: &str) -> String {
 
 /// The ARM scope used throughout.
 pub const ARM: &str = "https://management.azure.com/.default";
+
+/// For benchmarks: the test servers' runtime, one worker thread named `servers`, so the
+/// thread that measures runs nothing of theirs.
+pub fn server_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("servers")
+        .enable_all()
+        .build()
+        .expect("server runtime")
+}
