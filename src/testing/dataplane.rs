@@ -510,11 +510,11 @@ fn issued_entry(resource_id: Option<&str>, credentials: &Value) -> IssuedIdentit
 }
 
 fn error_answer(status: u16, code: &str, message: &str) -> Answer {
-    json_answer(status, json!({"error": {"code": code, "message": message}}))
+    Answer::azure_error(status, "application/json", code, message)
 }
 
 fn json_answer(status: u16, body: Value) -> Answer {
-    Answer::with_content_type(status, "application/json", body.to_string())
+    Answer::json(status, "application/json", &body)
 }
 
 async fn handle(

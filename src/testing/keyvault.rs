@@ -389,12 +389,15 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
+/// Key Vault's content type.
+const JSON: &str = "application/json; charset=utf-8";
+
 fn error(status: u16, code: &str, message: &str) -> Answer {
-    ok(status, json!({"error": {"code": code, "message": message}}))
+    Answer::azure_error(status, JSON, code, message)
 }
 
 fn ok(status: u16, body: Value) -> Answer {
-    Answer::with_content_type(status, "application/json; charset=utf-8", body.to_string())
+    Answer::json(status, JSON, &body)
 }
 
 async fn handle(

@@ -80,6 +80,22 @@ impl Answer {
         }
     }
 
+    /// `body` as JSON, with this content type.
+    pub(crate) fn json(status: u16, content_type: &str, body: &serde_json::Value) -> Answer {
+        Answer::with_content_type(status, content_type, body.to_string())
+    }
+
+    /// An Azure error answer: `{"error": {"code", "message"}}`, with this content type.
+    pub(crate) fn azure_error(
+        status: u16,
+        content_type: &str,
+        code: &str,
+        message: &str,
+    ) -> Answer {
+        let body = serde_json::json!({"error": {"code": code, "message": message}});
+        Answer::json(status, content_type, &body)
+    }
+
     /// The HTTP response. A scripted header that HTTP refuses gives a 500 that says so
     /// (the test sees why), never a panic on the server's task.
     pub(crate) fn into_response(self) -> Response<Full<Bytes>> {
