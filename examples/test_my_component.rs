@@ -87,25 +87,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let arm = Resource::start(&entra).await;
     let component = Component::new(credential.clone(), arm.url("/"));
-    let status = component.list_resource_groups().await?;
-    check(status == 200, format!("first call: HTTP {status}"))?;
-    let token = arm
-        .seen()
-        .pop()
-        .and_then(|s| s.token)
-        .ok_or("no bearer token seen")?;
-    let signer = entra
-        .issued(&token)
-        .ok_or("token not issued by the kit")?
-        .cert_sha256_hex;
-    check(
-        signer == first.sha256_hex(),
-        "first token signed by the first certificate",
-    )?;
-    println!(
-        "before rotation: HTTP {status}, token signed by {}",
-        &signer[..16]
-    );
+    call_signed_by(&component, &arm, &entra, &first, "before rotation").await?;
 
     // The MSI service renews; Entra drops the old certificate; the CSI driver rotates.
     let second = TestCertificate::builder().renewing(&first).signed_by(&ca);
@@ -128,8 +110,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // A new component instance (a fresh SDK client: no cached token) after the rotation.
     let component = Component::new(credential, arm.url("/"));
+    call_signed_by(&component, &arm, &entra, &second, "after rotation").await?;
+    Ok(())
+}
+
+/// The component's call succeeds, and the token it sent was signed by `certificate`.
+async fn call_signed_by(
+    component: &Component,
+    arm: &Resource,
+    entra: &EntraServer,
+    certificate: &TestCertificate,
+    when: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     let status = component.list_resource_groups().await?;
-    check(status == 200, format!("after rotation: HTTP {status}"))?;
+    check(status == 200, format!("{when}: HTTP {status}"))?;
     let token = arm
         .seen()
         .pop()
@@ -140,13 +134,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("token not issued by the kit")?
         .cert_sha256_hex;
     check(
-        signer == second.sha256_hex(),
-        "token after rotation signed by the new certificate",
+        signer == certificate.sha256_hex(),
+        format!("{when}: token signed by the expected certificate"),
     )?;
-    println!(
-        "after rotation: HTTP {status}, token signed by {}",
-        &signer[..16]
-    );
+    println!("{when}: HTTP {status}, token signed by {}", &signer[..16]);
     Ok(())
 }
 

@@ -116,31 +116,6 @@ async fn redirects_are_not_followed() {
     assert_eq!(server.token_requests(), 2, "the redirect was not followed");
 }
 
-#[test]
-fn an_http_client_and_extra_roots_together_are_refused() {
-    // The roots would apply only to the crate-built client: refused, not dropped.
-    let creds = load_with_endpoint("pem-pkcs8", "https://127.0.0.1:1/");
-    let both = options()
-        .with_extra_root_certificates_pem(&EntraServer::ca_pem())
-        .unwrap();
-    let err = ClientCertificateCredential::new(&creds, both).unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            ErrorKind::ConflictingOptions {
-                first: "http_client",
-                second: "extra_root_certificates",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert_eq!(err.kind().code(), "conflicting_options");
-    assert!(err.to_string().contains("add_root_certificate"), "{err}");
-    // Each alone is fine.
-    ClientCertificateCredential::new(&creds, options()).unwrap();
-}
-
 #[tokio::test]
 async fn one_decoded_bundle_serves_two_credentials() {
     let server = EntraServer::start().await;

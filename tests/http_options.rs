@@ -114,6 +114,11 @@ fn the_credential_refuses_a_client_with_extra_roots() {
     let creds = load_with_endpoint("pem-pkcs8", "https://127.0.0.1:1/");
     let err = ClientCertificateCredential::new(&creds, credential_options(both())).unwrap_err();
     assert_conflict(&err);
+    // The roots would apply only to the crate-built client: refused, not dropped. Each
+    // alone is fine.
+    ClientCertificateCredential::new(&creds, credential_options(roots())).unwrap();
+    let own = HttpOptions::default().with_http_client(https_client());
+    ClientCertificateCredential::new(&creds, credential_options(own)).unwrap();
 }
 
 #[tokio::test]
