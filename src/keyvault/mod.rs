@@ -44,9 +44,12 @@
 //!
 //! This folder holds the storage format ([`format_user_assigned_identity_credentials_for_storage`]
 //! and the rest re-exported here), the store over the Azure SDK (`store`, feature
-//! `keyvault`) and renewal (`renewal`: pure decisions; `renew`, feature `keyvault`). Uses
+//! `keyvault`; `answer` reads Key Vault's answers without stray copies of the value) and
+//! renewal (`renewal`: pure decisions; `renew`, feature `keyvault`). Uses
 //! `file/` for the credential model and `dataplane/` for what it stores and renews.
 
+#[cfg(feature = "keyvault")]
+mod answer;
 mod format;
 #[cfg(feature = "keyvault")]
 pub(crate) mod renew;

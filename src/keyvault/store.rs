@@ -43,7 +43,7 @@ use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::{ClientOptions, RequestContent, RetryOptions, Transport};
 use azure_security_keyvault_secrets::models::{
-    DeletedSecret, Secret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
+    DeletedSecret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
     SecretClientListSecretPropertiesOptions, SecretProperties, SetSecretParameters,
 };
 use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
@@ -52,6 +52,7 @@ use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::error::{Error, ErrorKind, Result};
+use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::renewal::{StoredKind, StoredProperties};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
@@ -337,15 +338,7 @@ impl CredentialStore {
             .set_secret(name, body, None)
             .await
             .map_err(|e| map_error("set", name, e))?;
-        let stored: SetSecretAnswer = serde_json::from_slice(response.body()).map_err(|e| {
-            ErrorKind::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: format!(
-                    "Key Vault's answer cannot be read: {}",
-                    crate::parser_errors::json(&e)
-                ),
-            }
-        })?;
+        let stored: PropertiesAnswer = answer::parse(name, response.body())?;
         tracing::info!(secret = name, "stored a credential in Key Vault");
         Ok(properties_of(
             name,
@@ -435,18 +428,15 @@ impl CredentialStore {
             .get_secret(name, Some(options))
             .await
             .map_err(|e| map_error("get", name, e))?;
-        let secret: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let secret: GetSecretAnswer<'_> = answer::parse(name, response.body())?;
+        let value = secret.value(name)?;
         let properties = properties_of(
             name,
             secret.id.as_deref(),
             secret.attributes.as_ref(),
             secret.tags,
         );
-        let value = secret.value.ok_or_else(|| ErrorKind::InvalidStoredSecret {
-            name: name.to_owned(),
-            reason: "Key Vault returned no value".into(),
-        })?;
-        Ok((crate::SecretString::from(value), properties))
+        Ok((value, properties))
     }
 
     /// Delete a secret (soft: it can be recovered or purged until its scheduled purge
@@ -511,7 +501,7 @@ impl CredentialStore {
             .recover_deleted_secret(name, None)
             .await
             .map_err(|e| map_error("recover", name, e))?;
-        let secret: Secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let secret: PropertiesAnswer = answer::parse(name, response.body())?;
         tracing::info!(secret = name, "recovered a deleted credential");
         Ok(properties_of(
             name,
@@ -689,16 +679,6 @@ fn set_secret_body(secret: &KeyVaultSecret) -> Result<RequestContent<SetSecretPa
 
 fn name_of_id(id: &str) -> Option<String> {
     split_id(id).map(|(name, _)| name)
-}
-
-/// Key Vault's answer to "Set Secret", read without its `value`: the answer echoes the
-/// secret, and a copy of it is not needed (it would be one more to zeroize). `serde_json`
-/// skips the value without allocating it.
-#[derive(serde::Deserialize)]
-struct SetSecretAnswer {
-    id: Option<String>,
-    attributes: Option<SdkAttributes>,
-    tags: Option<HashMap<String, String>>,
 }
 
 fn properties_of(
