@@ -220,32 +220,14 @@ impl UserAssignedIdentityCredentials {
         secret_json(self, self.json_size_hint())
     }
 
-    /// About the length of [`to_json`](Self::to_json)'s output: the values plus room for
-    /// the keys and quotes.
+    /// About the length of [`to_json`](Self::to_json)'s output: the secret, which is
+    /// nearly all of it, plus room for the other keys and values (ids, URLs, times). A
+    /// longer output only grows the buffer, which stays zeroized.
     fn json_size_hint(&self) -> usize {
-        let strings = [
-            &self.authentication_endpoint,
-            &self.cannot_renew_after,
-            &self.client_id,
-            &self.client_secret_url,
-            &self.mtls_authentication_endpoint,
-            &self.not_after,
-            &self.not_before,
-            &self.object_id,
-            &self.renew_after,
-            &self.resource_id,
-            &self.tenant_id,
-        ];
-        let secret = self
-            .client_secret
+        self.client_secret
             .as_ref()
-            .map_or(0, |s| s.expose_secret().len());
-        strings
-            .iter()
-            .map(|s| s.as_ref().map_or(0, String::len))
-            .sum::<usize>()
-            + secret
-            + 512
+            .map_or(0, |s| s.expose_secret().len())
+            + 2048
     }
 
     fn any_key_absent(&self) -> bool {
