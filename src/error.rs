@@ -578,6 +578,29 @@ pub enum ErrorKind {
         /// What went wrong.
         message: String,
     },
+    /// Key Vault answered something the store does not use: an answer over
+    /// [`MAX_RESPONSE_BYTES`](crate::limits::MAX_RESPONSE_BYTES) (read no further and never
+    /// retried: the same answer would come again), or one that is not the JSON the
+    /// operation expects (the message says where it stopped, never what the values were).
+    #[error("Key Vault {operation}: the answer is not usable: {reason}")]
+    InvalidKeyVaultResponse {
+        /// The store's operation (`list`, `get`, ...).
+        operation: &'static str,
+        /// What is wrong with the answer.
+        reason: String,
+    },
+    /// A link a service handed back (Key Vault's `nextLink`) was not followed: it leads
+    /// to another origin than the service's own, repeats one already followed, or the
+    /// listing reached its page limit. Nothing was sent to the link.
+    #[error("{service} {operation} stopped: {fault}")]
+    RefusedLink {
+        /// The service (`Key Vault`).
+        service: &'static str,
+        /// The operation (`list`, `list deleted`).
+        operation: &'static str,
+        /// Why the link was not followed.
+        fault: crate::service_link::LinkFault,
+    },
     /// A stored secret is not a credential of the storage format (no value, not the
     /// credential JSON, a name without the `msi-`/`uamsi-` prefix, ...).
     #[error("stored secret `{name}` is not usable: {reason}")]
@@ -659,6 +682,8 @@ impl ErrorKind {
             ErrorKind::KeyVault { .. } => "key_vault",
             ErrorKind::SecretNameHeldByDeletedSecret { .. } => "secret_name_held_by_deleted_secret",
             ErrorKind::KeyVaultTransport { .. } => "key_vault_transport",
+            ErrorKind::InvalidKeyVaultResponse { .. } => "invalid_key_vault_response",
+            ErrorKind::RefusedLink { .. } => "refused_link",
             ErrorKind::InvalidStoredSecret { .. } => "invalid_stored_secret",
             ErrorKind::InvalidManagedIdentities { .. } => "invalid_managed_identities",
         }

@@ -9,6 +9,7 @@
 // health report (which reads across the file and the token layers). `inspect` (the
 // report's parts) and `limits` (fixed limits and timings) are public modules, so the
 // crate root keeps what most users need.
+mod azure_error_body;
 mod clock;
 mod cloud;
 mod error;
@@ -18,6 +19,8 @@ mod parser_errors;
 mod published;
 mod regular_file;
 mod secret;
+mod service_link;
+mod untrusted_text;
 
 // The layers, each using only those above it: the credential file; file to token;
 // following rotations; Azure glue; HyperShift and Kubernetes; the MSI data plane; Key
@@ -64,6 +67,7 @@ pub use reload::user_assigned::{
 #[doc(hidden)]
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
+pub use service_link::LinkFault;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;
 pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};

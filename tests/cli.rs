@@ -989,6 +989,38 @@ fn inspect_and_ca_file_refuse_a_fifo_or_a_device_at_once() {
         );
         assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
     }
+
+    // `vault list --ca-file` reads through the same bounded, regular-file-only reader: the
+    // FIFO and the device are refused before any vault is contacted (port 9 is never
+    // reached), where a plain read would wait on the FIFO forever or fill memory from
+    // `/dev/zero`.
+    #[cfg(feature = "keyvault")]
+    for ca in [fifo, "/dev/zero"] {
+        let started = Instant::now();
+        let run = run_within(
+            &[
+                "vault",
+                "list",
+                "https://127.0.0.1:9/",
+                "--credential",
+                path_str(&good),
+                "--ca-file",
+                ca,
+            ],
+            WITHIN,
+        );
+        assert_eq!(run.code, 2, "vault list --ca-file {ca}\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("--ca-file {ca}: is a ")),
+            "--ca-file {ca}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+        eprintln!(
+            "vault list --ca-file {ca}: refused in {:?}",
+            started.elapsed()
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -763,3 +763,50 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
         );
     }
 }
+
+/// A hostile or broken data plane: codes and messages with newlines, terminal escapes and
+/// 200 KB of text. Errors and log lines stay one bounded line with those characters
+/// escaped, on the retry log (INFO) and in the final error.
+#[tokio::test]
+async fn service_text_reaches_errors_and_logs_bounded_and_escaped() {
+    let log = support::log_capture::captured();
+    let s = setup().await;
+    let forged = "Throttled\nINFO forged: a line the service wrote\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let huge = "M".repeat(200_000);
+    let body =
+        json!({"error": {"code": forged, "message": format!("{forged} {huge}")}}).to_string();
+    s.dp.enqueue(Scripted::status(503).retry_after("0").body(&body));
+    s.dp.enqueue(Scripted::status(404).body(&body));
+    let e = s
+        .client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap_err();
+    let ErrorKind::DataPlane(d) = e.kind() else {
+        panic!("{e:?}")
+    };
+    assert_eq!(d.status, 404);
+    let code = d.code.as_deref().unwrap();
+    assert!(code.starts_with("Throttled\\nINFO forged"), "{code}");
+    let text = e.to_string();
+    assert!(!text.contains(['\n', '\r', '\u{1b}', '\u{7}']), "{text:?}");
+    assert!(text.contains("\\u{1b}]0;pwned"), "{text}");
+    assert!(text.len() < 2_000, "{} bytes", text.len());
+
+    // The retry after the 503 was logged with the service's text: one line, escaped.
+    let logged = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    let retry_lines: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("data plane request failed; retrying"))
+        .collect();
+    assert!(!retry_lines.is_empty(), "no retry logged:\n{logged}");
+    for line in retry_lines {
+        assert!(line.contains("Throttled\\nINFO forged"), "{line}");
+        assert!(line.len() < 2_000, "{} bytes", line.len());
+    }
+    assert!(
+        !logged.lines().any(|l| l.starts_with("INFO forged")),
+        "a forged log line"
+    );
+    assert!(!logged.contains('\u{1b}'), "an escape byte reached the log");
+}

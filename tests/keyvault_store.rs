@@ -619,20 +619,31 @@ async fn a_large_answer_is_read_whole_and_one_past_the_limit_is_refused() {
     assert_eq!(got.credentials, creds);
     assert_eq!(got.properties.version, put.version);
 
-    // Over 1 MiB, on every try: a transport error, not a truncated value.
-    let huge = format!(r#"{{"value":"{}"}}"#, "x".repeat(1024 * 1024));
+    // 2 MB, on every try: a typed error, not a truncated value, after one download (the
+    // same answer would come again, so it is not retried).
+    let huge = format!(r#"{{"value":"{}"}}"#, "x".repeat(2 * 1024 * 1024));
     for _ in 0..4 {
         s.vault.enqueue(Scripted::status(200).body(&huge));
     }
+    s.vault.clear_requests();
     let err = s
         .store
         .get_user_assigned_identity(ID, None)
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::KeyVaultTransport { message } if message.contains("exceeds")),
+        matches!(kind(&err), ErrorKind::InvalidKeyVaultResponse { operation: "get", reason }
+            if reason.contains("exceeds")),
         "{err:?}"
     );
+    assert!(!err.is_transient());
+    let gets = s
+        .vault
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.authorized)
+        .count();
+    assert_eq!(gets, 1, "downloads of the oversized answer");
 }
 
 #[tokio::test]
@@ -662,4 +673,261 @@ async fn an_unreadable_put_answer_is_a_typed_error_without_the_value() {
     for text in [format!("{err}"), format!("{err:?}")] {
         assert!(!text.contains(&secret_b64[..40]), "{text}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// a hostile or broken vault
+// ---------------------------------------------------------------------------------------
+
+/// Listing requests the vault received (authorized, so each one carried the token).
+fn listing_requests(vault: &KeyVaultServer) -> usize {
+    vault
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/secrets" && r.authorized)
+        .count()
+}
+
+#[tokio::test]
+async fn a_next_link_that_loops_ends_the_listing_with_a_typed_error() {
+    let s = setup().await;
+    let page =
+        json!({"value": [], "nextLink": format!("{}secrets?$skiptoken=again", s.vault.url())});
+    for _ in 0..50 {
+        s.vault
+            .enqueue(Scripted::status(200).body(&page.to_string()));
+    }
+    s.vault.clear_requests();
+    let err = s.store.list().await.unwrap_err();
+    assert!(
+        matches!(
+            kind(&err),
+            ErrorKind::RefusedLink {
+                service: "Key Vault",
+                operation: "list",
+                fault: msi_dataplane::LinkFault::Loop { .. }
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    // The first page and the one link, once: the repeat is refused before it is sent.
+    assert_eq!(listing_requests(&s.vault), 2);
+}
+
+#[tokio::test]
+async fn a_next_link_to_another_host_is_refused_before_anything_is_sent() {
+    let s = setup().await;
+    // A listener that counts connections: the vault's token must never reach it.
+    let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    foreign.set_nonblocking(true).unwrap();
+    let port = foreign.local_addr().unwrap().port();
+    for next in [
+        format!("https://127.0.0.1:{port}/secrets?$skiptoken=x"),
+        format!(
+            "https://localhost:{}/secrets?$skiptoken=x",
+            s.vault.addr().port()
+        ),
+        format!("http://{}/secrets?$skiptoken=x", s.vault.addr()),
+    ] {
+        let page = json!({"value": [], "nextLink": next});
+        s.vault
+            .enqueue(Scripted::status(200).body(&page.to_string()));
+        s.vault.clear_requests();
+        let err = s.store.list().await.unwrap_err();
+        assert!(
+            matches!(
+                kind(&err),
+                ErrorKind::RefusedLink {
+                    fault: msi_dataplane::LinkFault::ForeignOrigin { .. },
+                    ..
+                }
+            ),
+            "{next}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("not to the service's own origin"),
+            "{err}"
+        );
+        s.vault
+            .enqueue(Scripted::status(200).body(&page.to_string()));
+        let err = s.store.list_deleted().await.unwrap_err();
+        assert!(
+            matches!(
+                kind(&err),
+                ErrorKind::RefusedLink {
+                    operation: "list deleted",
+                    fault: msi_dataplane::LinkFault::ForeignOrigin { .. },
+                    ..
+                }
+            ),
+            "{next}: {err:?}"
+        );
+    }
+    assert!(
+        matches!(foreign.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the foreign host was contacted"
+    );
+}
+
+#[tokio::test]
+async fn a_listing_stops_at_its_page_limit() {
+    let s = setup().await;
+    for i in 0..5 {
+        s.vault.seed(
+            &format!("uamsi-{i}"),
+            "{}",
+            json!({}),
+            1_700_000_000,
+            32_503_680_000,
+        );
+    }
+    s.vault.set_page_size(1);
+    let store = CredentialStore::new(
+        &s.vault.url(),
+        Arc::new(credential(&s._entra, "pem-pkcs8")),
+        StoreOptions::default()
+            .with_http_client(https_client())
+            .verify_challenge_resource(false)
+            .with_max_list_pages(3),
+    )
+    .unwrap();
+    s.vault.clear_requests();
+    let err = store.list().await.unwrap_err();
+    assert!(
+        matches!(
+            kind(&err),
+            ErrorKind::RefusedLink {
+                fault: msi_dataplane::LinkFault::TooManyPages { limit: 3 },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(listing_requests(&s.vault), 3);
+    // Within the limit, the same listing is read whole.
+    let store = CredentialStore::new(
+        &s.vault.url(),
+        Arc::new(credential(&s._entra, "pem-pkcs8")),
+        StoreOptions::default()
+            .with_http_client(https_client())
+            .verify_challenge_resource(false)
+            .with_max_list_pages(5),
+    )
+    .unwrap();
+    assert_eq!(store.list().await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn vault_error_text_is_bounded_and_escaped() {
+    let s = setup().await;
+    // JSON escapes: the vault's code holds a newline, ESC and BEL once decoded.
+    let forged = r"Forbidden\nINFO forged line\u001b]0;title\u0007\u001b[2J";
+    let body = format!(
+        r#"{{"error":{{"code":"{forged}","message":"{forged} {}"}}}}"#,
+        "M".repeat(200_000)
+    );
+    s.vault.enqueue(Scripted::status(403).body(&body));
+    let err = s
+        .store
+        .get_value(&format!("uamsi-{ID}"), None)
+        .await
+        .unwrap_err();
+    let ErrorKind::KeyVault {
+        status: 403,
+        code: Some(code),
+        message: Some(message),
+        ..
+    } = kind(&err)
+    else {
+        panic!("{err:?}")
+    };
+    assert!(
+        code.starts_with("Forbidden\\nINFO forged line\\u{1b}]0;title"),
+        "{code}"
+    );
+    assert!(message.len() < 600, "{} bytes", message.len());
+    let text = err.to_string();
+    assert!(!text.contains(['\n', '\u{1b}', '\u{7}']), "{text:?}");
+    assert!(text.len() < 2_000, "{} bytes", text.len());
+}
+
+#[tokio::test]
+async fn listed_names_that_key_vault_would_refuse_are_skipped() {
+    let s = setup().await;
+    let url = s.vault.url();
+    let page = json!({"value": [
+        {"id": format!("{url}secrets/uamsi-good"), "attributes": {"enabled": true}},
+        {"id": format!("{url}secrets/uamsi-\u{1b}]0;pwned\u{7}\u{1b}[2J"), "attributes": {"enabled": true}},
+        {"id": format!("{url}secrets/uamsi-{}", "a".repeat(200)), "attributes": {"enabled": true}},
+    ]});
+    s.vault
+        .enqueue(Scripted::status(200).body(&page.to_string()));
+    let listed = s.store.list().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["uamsi-good"]);
+}
+
+#[tokio::test]
+async fn a_listing_that_does_not_decode_quotes_none_of_its_values() {
+    let s = setup().await;
+    let url = s.vault.url();
+    let page = format!(
+        r#"{{"value":[{{"id":"{url}secrets/uamsi-a","attributes":{{"enabled":"VALUE-FROM-THE-VAULT"}}}}]}}"#
+    );
+    s.vault.enqueue(Scripted::status(200).body(&page));
+    let err = s.store.list().await.unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::InvalidKeyVaultResponse { operation: "list", reason }
+            if reason.contains("line 1")),
+        "{err:?}"
+    );
+    for text in [err.to_string(), format!("{err:?}")] {
+        assert!(!text.contains("VALUE-FROM-THE-VAULT"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_secret_version_must_be_key_vault_s_form() {
+    let s = setup().await;
+    s.vault.clear_requests();
+    for version in [
+        "../../secrets/other",
+        "0123",
+        "0123456789abcdef0123456789abcdeg",
+        "a/b",
+    ] {
+        let err = s
+            .store
+            .get_value(&format!("uamsi-{ID}"), Some(version))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                kind(&err),
+                ErrorKind::InvalidField {
+                    field: "version",
+                    ..
+                }
+            ),
+            "{version}: {err:?}"
+        );
+    }
+    assert!(
+        s.vault.requests().is_empty(),
+        "nothing is sent for a bad version"
+    );
+    // The real form reaches the vault (which has no such secret).
+    let err = s
+        .store
+        .get_value(
+            &format!("uamsi-{ID}"),
+            Some("0123456789abcdef0123456789ABCDEF"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(kind(&err), ErrorKind::KeyVault { status: 404, .. }),
+        "{err:?}"
+    );
 }

@@ -62,10 +62,13 @@ fn all_fields_are_read() {
 #[test]
 fn unknown_keys_are_ignored() {
     let creds = UserAssignedIdentityCredentials::from_slice(
-        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"t","client_secret":"s","future_key":{"x":1}}"#,
+        br#"{"authentication_endpoint":"https://a/","client_id":"7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d","tenant_id":"t","client_secret":"s","future_key":{"x":1}}"#,
     )
     .unwrap();
-    assert_eq!(creds.client_id.as_deref(), Some("c"));
+    assert_eq!(
+        creds.client_id.as_deref(),
+        Some("7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d")
+    );
 }
 
 #[test]
@@ -153,7 +156,7 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     );
 
     let err = UserAssignedIdentityCredentials::from_slice(
-        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"../evil","client_secret":"s"}"#,
+        br#"{"authentication_endpoint":"https://a/","client_id":"7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d","tenant_id":"../evil","client_secret":"s"}"#,
     )
     .unwrap_err();
     assert!(
@@ -168,7 +171,7 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     );
 
     let err = UserAssignedIdentityCredentials::from_slice(
-        br#"{"authentication_endpoint":"https://a/","client_id":"c","tenant_id":"t","client_secret":"s","not_before":"last tuesday"}"#,
+        br#"{"authentication_endpoint":"https://a/","client_id":"7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d","tenant_id":"t","client_secret":"s","not_before":"last tuesday"}"#,
     )
     .unwrap_err();
     assert!(
@@ -243,7 +246,7 @@ fn to_json_of_an_accepted_file_is_always_accepted_again() {
     // Found by the fuzz crate's review: pretty-printed output of a large accepted file
     // could exceed the 1 MiB limit. Compact output is never larger than the input.
     let mut json = String::from(
-        r#"{"authentication_endpoint":"https://login.microsoftonline.com/","client_id":"c","tenant_id":"t","client_secret":"QQ==","custom_claims":{"xms_az_nwperimid":["#,
+        r#"{"authentication_endpoint":"https://login.microsoftonline.com/","client_id":"7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d","tenant_id":"t","client_secret":"QQ==","custom_claims":{"xms_az_nwperimid":["#,
     );
     json.push_str(&vec!["\"\""; 110_000].join(","));
     json.push_str("]}}");
@@ -254,4 +257,75 @@ fn to_json_of_an_accepted_file_is_always_accepted_again() {
         UserAssignedIdentityCredentials::from_slice(out.as_bytes()).unwrap(),
         creds
     );
+}
+
+/// A bundle's base64 pasted into the wrong key: the file is refused, and no error quotes
+/// more than a short prefix of it (a whole bundle in `inspect`, `watch`, `status()` or a
+/// WARN log would be key material on a terminal).
+#[test]
+fn a_secret_in_the_wrong_key_is_refused_without_being_echoed() {
+    let bundle = load("pem-pkcs8")
+        .client_secret
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    assert!(bundle.len() > 1_000);
+    let good: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(credential_path("pem-pkcs8")).unwrap()).unwrap();
+    for field in [
+        "client_id",
+        "object_id",
+        "resource_id",
+        "not_before",
+        "not_after",
+        "renew_after",
+        "cannot_renew_after",
+    ] {
+        let mut file = good.clone();
+        file[field] = serde_json::json!(bundle);
+        let err =
+            UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::InvalidField { field: f, .. } if *f == field),
+            "{field}: {err}"
+        );
+        for text in [err.to_string(), format!("{err:?}")] {
+            // 41 characters of the bundle, anywhere in the message, would be too many.
+            let leaked = bundle
+                .as_bytes()
+                .windows(41)
+                .step_by(7)
+                .any(|w| text.contains(std::str::from_utf8(w).unwrap()));
+            assert!(!leaked, "{field}: {text}");
+            assert!(text.len() < 400, "{field}: {} bytes: {text}", text.len());
+        }
+    }
+}
+
+#[test]
+fn ids_have_their_known_shapes() {
+    let good: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(credential_path("pem-pkcs8")).unwrap()).unwrap();
+    for (field, value) in [
+        ("client_id", "not-a-guid"),
+        ("client_id", "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7"),
+        ("client_id", "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7dz"),
+        ("object_id", "0e2f6a1c5b7d4e3f8a9b1c2d3e4f5a6b"),
+        ("resource_id", "rg/identity"),
+        ("resource_id", "/subscriptions/s/with space"),
+    ] {
+        let mut file = good.clone();
+        file[field] = serde_json::json!(value);
+        let err =
+            UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::InvalidField { field: f, .. } if *f == field),
+            "{field}={value}: {err}"
+        );
+    }
+    // Upper-case GUIDs and a resource id in any case pass.
+    let mut file = good.clone();
+    file["client_id"] = serde_json::json!("7C6A1E2B-3F4D-4B8A-9C1E-2D3F4A5B6C7D");
+    file["resource_id"] = serde_json::json!("/SUBSCRIPTIONS/s/resourceGroups/g");
+    UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap();
 }

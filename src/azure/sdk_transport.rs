@@ -67,10 +67,15 @@ impl HttpClient for ReqwestTransport {
 /// The whole body, at most [`MAX_RESPONSE_BYTES`]. A body that arrives in one chunk (the
 /// usual case for Key Vault's small JSON answers) is handed on as is, without a copy.
 async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes::Bytes> {
+    // Not `Io`, which the SDK retries: the same oversized answer would come again. The
+    // crate's own error rides inside, so the store reports it as it is.
     let too_large = || {
-        azure_core::Error::with_message(
-            AzureErrorKind::Io,
-            format!("the response body exceeds {MAX_RESPONSE_BYTES} bytes"),
+        azure_core::Error::new(
+            AzureErrorKind::Other,
+            crate::error::Error::from(crate::error::ErrorKind::InvalidKeyVaultResponse {
+                operation: "request",
+                reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+            }),
         )
     };
     if response

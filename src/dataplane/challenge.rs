@@ -157,8 +157,12 @@ pub(crate) fn is_domain(s: &str) -> bool {
             .is_some_and(|l| !l.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
 fn invalid(reason: String) -> Error {
-    ErrorKind::InvalidChallenge { reason }.into()
+    ErrorKind::InvalidChallenge {
+        reason: crate::untrusted_text::service_text(&reason),
+    }
+    .into()
 }
 
 struct Parser<'a> {

@@ -12,13 +12,14 @@ use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 
 use super::challenge::{bearer_challenge, parse_www_authenticate, scope_for_audience};
-use super::error::{DataPlaneError, parse_error_body};
+use super::error::DataPlaneError;
 use super::source::TokenSource;
 use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
 use crate::AccessToken;
+use crate::azure_error_body::parse_error_body;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
 use crate::token::cache::REFRESH_WINDOW;
@@ -526,7 +527,7 @@ impl Client {
                 .map(str::to_owned)
         };
         let retry_after = header("retry-after");
-        let request_id = header("x-ms-request-id");
+        let request_id = crate::untrusted_text::service_text_opt(header("x-ms-request-id"));
         let challenges = headers
             .get_all(reqwest::header::WWW_AUTHENTICATE)
             .iter()

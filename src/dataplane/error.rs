@@ -3,8 +3,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 /// An error answer from the MSI data plane: its status, the service's error code and
 /// message, and the ids to quote to support. Reached through
 /// [`ErrorKind::DataPlane`](crate::ErrorKind::DataPlane).
@@ -16,9 +14,10 @@ use serde::Deserialize;
 pub struct DataPlaneError {
     /// HTTP status code.
     pub status: u16,
-    /// The service's error code, e.g. `NotFound`.
+    /// The service's error code, e.g. `NotFound` (at most 512 characters, control
+    /// characters escaped: safe to log).
     pub code: Option<String>,
-    /// The service's message.
+    /// The service's message (bounded and escaped as `code`).
     pub message: Option<String>,
     /// The service's `x-ms-request-id`.
     pub request_id: Option<String>,
@@ -42,8 +41,7 @@ impl fmt::Display for DataPlaneError {
             write!(f, ": {code}")?;
         }
         if let Some(message) = &self.message {
-            let first = message.lines().next().unwrap_or_default();
-            write!(f, ": {first}")?;
+            write!(f, ": {message}")?;
         }
         if let Some(id) = &self.request_id {
             write!(f, " (request id {id})")?;
@@ -52,66 +50,24 @@ impl fmt::Display for DataPlaneError {
     }
 }
 
-#[derive(Deserialize, Default)]
-struct Body {
-    #[serde(default)]
-    error: Option<Detail>,
-    #[serde(default)]
-    code: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-struct Detail {
-    #[serde(default)]
-    code: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-}
-
-/// Pure: the code and message of an error body, from `{"error": {...}}` or a bare object;
-/// `(None, None)` for anything else.
-pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
-    let parsed: Body = serde_json::from_slice(body).unwrap_or_default();
-    match parsed.error {
-        Some(detail) => (detail.code, detail.message),
-        None => (parsed.code, parsed.message),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nested_bare_and_garbage_bodies() {
-        assert_eq!(
-            parse_error_body(br#"{"error":{"code":"NotFound","message":"no such identity"}}"#),
-            (Some("NotFound".into()), Some("no such identity".into()))
-        );
-        assert_eq!(
-            parse_error_body(br#"{"code":"BadRequest"}"#),
-            (Some("BadRequest".into()), None)
-        );
-        assert_eq!(parse_error_body(b""), (None, None));
-        assert_eq!(parse_error_body(b"<html>502</html>"), (None, None));
-        assert_eq!(parse_error_body(br#"{"error":"x"}"#), (None, None));
-    }
 
     #[test]
     fn display_names_status_code_and_request_id() {
         let e = DataPlaneError {
             status: 404,
             code: Some("NotFound".into()),
-            message: Some("gone\nsecond line".into()),
+            // As the client stores a service's message: bounded and escaped.
+            message: Some("gone\\nsecond line".into()),
             request_id: Some("r-1".into()),
             request: "GET /subscriptions/s".into(),
             ..Default::default()
         };
         assert_eq!(
             e.to_string(),
-            "the MSI data plane answered HTTP 404 to GET /subscriptions/s: NotFound: gone (request id r-1)"
+            "the MSI data plane answered HTTP 404 to GET /subscriptions/s: NotFound: gone\\nsecond line (request id r-1)"
         );
     }
 }

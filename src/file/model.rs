@@ -15,6 +15,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
 use crate::secret::SecretString;
+use crate::untrusted_text::quoted_input;
 use zeroize::{Zeroize, Zeroizing};
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
@@ -147,8 +148,11 @@ impl UserAssignedIdentityCredentials {
 
     /// Check the file's content: the required keys `authentication_endpoint`, `client_id`,
     /// `tenant_id` and `client_secret` are present (all missing ones are named in one
-    /// error) and non-empty, `tenant_id` is usable in a URL path, and every time that is
-    /// present is RFC 3339.
+    /// error) and non-empty, `tenant_id` is usable in a URL path, `client_id` (and
+    /// `object_id` when present) is a GUID, `resource_id` when present has the shape of
+    /// an Azure resource id (`/subscriptions/...`), and every time that is present is
+    /// RFC 3339. Errors quote at most a short, escaped prefix of a refused value, so a
+    /// secret pasted into the wrong key is never repeated.
     pub fn validate(&self) -> Result<()> {
         let required = [
             (
@@ -184,6 +188,15 @@ impl UserAssignedIdentityCredentials {
                 "tenant_id",
                 "may hold only letters, digits, '-', '.' and '_'",
             ));
+        }
+        if let Some(client_id) = &self.client_id {
+            check_guid("client_id", client_id)?;
+        }
+        if let Some(object_id) = &self.object_id {
+            check_guid("object_id", object_id)?;
+        }
+        if let Some(resource_id) = &self.resource_id {
+            check_resource_id(resource_id)?;
         }
         self.not_before()?;
         self.not_after()?;
@@ -374,7 +387,68 @@ pub(crate) fn parse_time(
         None => Ok(None),
         Some(v) => OffsetDateTime::parse(v.trim(), &Rfc3339)
             .map(Some)
-            .map_err(|e| invalid(field, &format!("`{v}` is not an RFC 3339 time ({e})"))),
+            .map_err(|e| {
+                // A short prefix says which value it was; `time`'s own message quotes
+                // nothing of the input.
+                invalid(
+                    field,
+                    &format!("`{}` is not an RFC 3339 time ({e})", quoted_input(v)),
+                )
+            }),
+    }
+}
+
+/// Pure: `value` is a GUID in its usual form (`8-4-4-4-12` hexadecimal digits), as Entra
+/// writes application and object ids.
+fn check_guid(field: &'static str, value: &str) -> Result<()> {
+    let groups: Vec<&str> = value.split('-').collect();
+    let shape = [8, 4, 4, 4, 12];
+    let ok = groups.len() == shape.len()
+        && groups
+            .iter()
+            .zip(shape)
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            &format!(
+                "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
+                quoted_input(value)
+            ),
+        ))
+    }
+}
+
+/// The longest `resource_id` accepted (an ARM id of a user-assigned identity is well
+/// under this).
+const MAX_RESOURCE_ID_LEN: usize = 1024;
+
+/// Pure: `value` has the shape of an ARM resource id: `/subscriptions/...`, printable
+/// ASCII without spaces, at most [`MAX_RESOURCE_ID_LEN`] bytes.
+fn check_resource_id(value: &str) -> Result<()> {
+    let reason = if value.len() > MAX_RESOURCE_ID_LEN {
+        Some(format!("is longer than {MAX_RESOURCE_ID_LEN} bytes"))
+    } else if !value.bytes().all(|b| b.is_ascii_graphic()) {
+        Some("may hold only printable ASCII without spaces".to_owned())
+    } else if !value
+        .get(..15)
+        .is_some_and(|p| p.eq_ignore_ascii_case("/subscriptions/"))
+    {
+        Some("does not start with `/subscriptions/`".to_owned())
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(invalid(
+            "resource_id",
+            &format!(
+                "`{}` is not an Azure resource id: it {reason}",
+                quoted_input(value)
+            ),
+        )),
     }
 }
 
@@ -442,7 +516,7 @@ mod tests {
     #[test]
     fn secret_json_is_serde_json_s_output_whatever_the_size_hint() {
         let creds: UserAssignedIdentityCredentials = serde_json::from_str(&format!(
-            r#"{{"authentication_endpoint":"https://login.example/","client_id":"c","tenant_id":"t","client_secret":"{}","not_before":"2026-11-01T00:00:00Z"}}"#,
+            r#"{{"authentication_endpoint":"https://login.example/","client_id":"7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d","tenant_id":"t","client_secret":"{}","not_before":"2026-11-01T00:00:00Z"}}"#,
             "QUJD".repeat(2_000)
         ))
         .unwrap();

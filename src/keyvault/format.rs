@@ -65,11 +65,38 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
     match reason {
         None => Ok(()),
         Some(reason) => Err(ErrorKind::InvalidSecretName {
-            name: name.to_owned(),
+            name: crate::untrusted_text::quoted_input(name),
             reason,
         }
         .into()),
     }
+}
+
+/// Check a secret version against Key Vault's form: 32 hexadecimal digits (Key Vault
+/// writes them in lower case). A version is a URL path segment, so anything else (a `/`,
+/// `..`, a query) could reach another secret than the one named.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidField`] naming `version`.
+///
+/// ```
+/// use msi_dataplane::keyvault::validate_secret_version;
+/// assert!(validate_secret_version("0123456789abcdef0123456789abcdef").is_ok());
+/// assert!(validate_secret_version("../../secrets/other").is_err());
+/// ```
+pub fn validate_secret_version(version: &str) -> Result<()> {
+    if version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(());
+    }
+    Err(ErrorKind::InvalidField {
+        field: "version",
+        reason: format!(
+            "`{}` is not a Key Vault secret version (32 hexadecimal digits)",
+            crate::untrusted_text::quoted_input(version)
+        ),
+    }
+    .into())
 }
 
 /// Format user-assigned identity credentials for Key Vault (Go:

@@ -41,10 +41,11 @@ use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
+use azure_core::http::pager::PagerContinuation;
 use azure_core::http::{ClientOptions, RequestContent, RetryOptions, Transport};
 use azure_security_keyvault_secrets::models::{
     DeletedSecret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
-    SecretClientListSecretPropertiesOptions, SecretProperties, SetSecretParameters,
+    SecretClientListSecretPropertiesOptions, SetSecretParameters,
 };
 use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
 use futures::TryStreamExt as _;
@@ -57,12 +58,18 @@ use crate::keyvault::renewal::{StoredKind, StoredProperties};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
+    validate_secret_version,
 };
+use crate::service_link::LinkGuard;
 use crate::token::http::HttpOptions;
+use crate::untrusted_text::{service_text, service_text_opt};
 use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
 pub const MAX_PAGE_SIZE: i32 = 25;
+
+/// The default of [`StoreOptions::max_list_pages`].
+pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 
 /// Options for [`CredentialStore::new`].
 ///
@@ -91,6 +98,12 @@ pub struct StoreOptions {
     pub page_size: i32,
     /// The Key Vault API version. `None`: the SDK's default.
     pub api_version: Option<String>,
+    /// The most pages one listing reads ([`CredentialStore::list`],
+    /// [`CredentialStore::list_deleted`]) before it fails with
+    /// [`ErrorKind::RefusedLink`]. Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
+    /// 250,000 secrets at 25 a page, and Key Vault may answer pages with fewer, even
+    /// none).
+    pub max_list_pages: usize,
 }
 
 impl Default for StoreOptions {
@@ -101,6 +114,7 @@ impl Default for StoreOptions {
             verify_challenge_resource: true,
             page_size: MAX_PAGE_SIZE,
             api_version: None,
+            max_list_pages: DEFAULT_MAX_LIST_PAGES,
         }
     }
 }
@@ -163,6 +177,12 @@ impl StoreOptions {
         self
     }
 
+    /// Read at most this many pages in one listing (at least 1).
+    pub fn with_max_list_pages(mut self, max_list_pages: usize) -> Self {
+        self.max_list_pages = max_list_pages.max(1);
+        self
+    }
+
     /// Use this Key Vault API version.
     pub fn with_api_version(mut self, version: impl Into<String>) -> Self {
         self.api_version = Some(version.into());
@@ -177,6 +197,7 @@ impl fmt::Debug for StoreOptions {
             .field("verify_challenge_resource", &self.verify_challenge_resource)
             .field("page_size", &self.page_size)
             .field("api_version", &self.api_version)
+            .field("max_list_pages", &self.max_list_pages)
             .finish_non_exhaustive()
     }
 }
@@ -210,7 +231,10 @@ pub struct DeletedCredential {
 pub struct CredentialStore {
     client: Arc<SecretClient>,
     vault_url: String,
+    /// `vault_url`, parsed: the origin every `nextLink` must share.
+    vault: url::Url,
     page_size: i32,
+    max_list_pages: usize,
 }
 
 impl fmt::Debug for CredentialStore {
@@ -274,7 +298,9 @@ impl CredentialStore {
         Ok(CredentialStore {
             client: Arc::new(client),
             vault_url: parsed.as_str().to_owned(),
+            vault: parsed,
             page_size: options.page_size.clamp(1, MAX_PAGE_SIZE),
+            max_list_pages: options.max_list_pages.max(1),
         })
     }
 
@@ -419,6 +445,9 @@ impl CredentialStore {
         version: Option<&str>,
     ) -> Result<(crate::SecretString, StoredProperties)> {
         validate_secret_name(name)?;
+        if let Some(version) = version {
+            validate_secret_version(version)?;
+        }
         let options = SecretClientGetSecretOptions {
             secret_version: version.map(str::to_owned),
             ..Default::default()
@@ -518,29 +547,38 @@ impl CredentialStore {
     ///
     /// [`ErrorKind::KeyVault`], [`ErrorKind::KeyVaultTransport`].
     pub async fn list(&self) -> Result<Vec<StoredProperties>> {
+        const OPERATION: &str = "list";
         let options = SecretClientListSecretPropertiesOptions {
             maxresults: Some(self.page_size),
             ..Default::default()
         };
-        let mut pager = self
+        let mut pages = self
             .client
             .list_secret_properties(Some(options))
-            .map_err(|e| map_error("list", "*", e))?;
+            .map_err(|e| map_error(OPERATION, "*", e))?
+            .into_pages();
+        let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
         let mut listed = Vec::new();
-        while let Some(item) = pager
+        while let Some(page) = pages
             .try_next()
             .await
-            .map_err(|e| map_error("list", "*", e))?
+            .map_err(|e| map_error(OPERATION, "*", e))?
         {
-            let item: SecretProperties = item;
-            let Some(name) = item.id.as_deref().and_then(name_of_id) else {
-                continue;
-            };
-            if StoredKind::of(&name).is_none() {
-                continue;
+            let page = page
+                .into_model()
+                .map_err(|e| map_error(OPERATION, "*", e))?;
+            for item in page.value {
+                let Some(name) = stored_name(item.id.as_deref()) else {
+                    continue;
+                };
+                listed.push(properties_of(
+                    &name,
+                    None,
+                    item.attributes.as_ref(),
+                    item.tags,
+                ));
             }
-            let properties = properties_of(&name, None, item.attributes.as_ref(), item.tags);
-            listed.push(properties);
+            check_next_link(&mut guard, pages.continuation(), OPERATION)?;
         }
         Ok(listed)
     }
@@ -560,31 +598,78 @@ impl CredentialStore {
             maxresults: Some(self.page_size),
             ..Default::default()
         };
-        let mut pager = self
+        const OPERATION: &str = "list deleted";
+        let mut pages = self
             .client
             .list_deleted_secret_properties(Some(options))
-            .map_err(|e| map_error("list deleted", "*", e))?;
+            .map_err(|e| map_error(OPERATION, "*", e))?
+            .into_pages();
+        let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
         let mut listed = Vec::new();
-        while let Some(item) = pager
+        while let Some(page) = pages
             .try_next()
             .await
-            .map_err(|e| map_error("list deleted", "*", e))?
+            .map_err(|e| map_error(OPERATION, "*", e))?
         {
-            let item: DeletedSecretProperties = item;
-            let Some(name) = item.id.as_deref().and_then(name_of_id) else {
-                continue;
-            };
-            if StoredKind::of(&name).is_none() {
-                continue;
+            let page = page
+                .into_model()
+                .map_err(|e| map_error(OPERATION, "*", e))?;
+            for item in page.value {
+                let item: DeletedSecretProperties = item;
+                let Some(name) = stored_name(item.id.as_deref()) else {
+                    continue;
+                };
+                listed.push(DeletedCredential {
+                    properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
+                    recovery_id: item.recovery_id.map(|id| service_text(&id)),
+                    deleted_date: item.deleted_date,
+                    scheduled_purge_date: item.scheduled_purge_date,
+                });
             }
-            listed.push(DeletedCredential {
-                properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
-                recovery_id: item.recovery_id,
-                deleted_date: item.deleted_date,
-                scheduled_purge_date: item.scheduled_purge_date,
-            });
+            check_next_link(&mut guard, pages.continuation(), OPERATION)?;
         }
         Ok(listed)
+    }
+}
+
+/// The name of a listed secret when it is a stored credential (`msi-` or `uamsi-`) with a
+/// valid Key Vault name; anything else a vault lists is skipped, so no name this crate
+/// returns holds more than ASCII letters, digits and `-`.
+fn stored_name(id: Option<&str>) -> Option<String> {
+    let name = id.and_then(name_of_id)?;
+    if validate_secret_name(&name).is_err() {
+        tracing::debug!(
+            name = %service_text(&name),
+            "skipped a listed secret whose name Key Vault would not accept"
+        );
+        return None;
+    }
+    StoredKind::of(&name).is_some().then_some(name)
+}
+
+/// Before the next page is requested: its link must pass the walk's guard.
+fn check_next_link(
+    guard: &mut LinkGuard,
+    next: Option<&PagerContinuation>,
+    operation: &'static str,
+) -> Result<()> {
+    let refused = |fault| ErrorKind::RefusedLink {
+        service: "Key Vault",
+        operation,
+        fault,
+    };
+    match next {
+        None => Ok(()),
+        Some(PagerContinuation::Link(link)) => guard.follow(link).map_err(|f| refused(f).into()),
+        // Key Vault pages by link only; anything else is not followed.
+        Some(other) => Err(ErrorKind::InvalidKeyVaultResponse {
+            operation,
+            reason: format!(
+                "a continuation that is not a link: `{}`",
+                crate::untrusted_text::quoted_input(other.as_ref())
+            ),
+        }
+        .into()),
     }
 }
 
@@ -727,6 +812,19 @@ fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
 /// 409 of a name held by a deleted secret, a credential failure, or a transport failure.
 fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error {
+    // An error of this crate's own that the SDK carried (from the credential, or from the
+    // transport: an answer over the size limit) comes back as it was.
+    if let Some(ours) = crate_error_in(&e) {
+        // The transport does not know the store's operation; name it here.
+        if let ErrorKind::InvalidKeyVaultResponse { reason, .. } = ours.kind() {
+            return ErrorKind::InvalidKeyVaultResponse {
+                operation,
+                reason: reason.clone(),
+            }
+            .into();
+        }
+        return ours;
+    }
     match e.kind() {
         AzureErrorKind::HttpResponse {
             status,
@@ -734,23 +832,11 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
             raw_response,
         } => {
             let status = u16::from(*status);
-            #[derive(serde::Deserialize)]
-            struct Body {
-                error: Option<Inner>,
-            }
-            #[derive(serde::Deserialize)]
-            struct Inner {
-                code: Option<String>,
-                message: Option<String>,
-            }
-            let inner = raw_response
+            let (code, message) = raw_response
                 .as_ref()
-                .and_then(|r| serde_json::from_slice::<Body>(r.body()).ok())
-                .and_then(|b| b.error);
-            let (code, message) = match inner {
-                Some(i) => (i.code.or_else(|| error_code.clone()), i.message),
-                None => (error_code.clone(), None),
-            };
+                .map(|r| crate::azure_error_body::parse_error_body(r.body()))
+                .unwrap_or_default();
+            let code = code.or_else(|| service_text_opt(error_code.clone()));
             if status == 409 && operation == "set" {
                 return ErrorKind::SecretNameHeldByDeletedSecret {
                     name: name.to_owned(),
@@ -766,22 +852,53 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
             }
             .into()
         }
-        AzureErrorKind::Credential => {
-            let ours = std::error::Error::source(&e)
-                .and_then(|s| s.downcast_ref::<Error>())
-                .cloned();
-            ours.unwrap_or_else(|| {
-                ErrorKind::ExternalCredential {
-                    message: e.to_string(),
-                }
-                .into()
-            })
+        AzureErrorKind::Credential => ErrorKind::ExternalCredential {
+            message: service_text(&e.to_string()),
         }
+        .into(),
+        AzureErrorKind::DataConversion => ErrorKind::InvalidKeyVaultResponse {
+            operation,
+            reason: match serde_error_in(&e) {
+                // serde's message without the values it quotes, and where it stopped.
+                Some(json) => format!(
+                    "{} at line {}, column {}",
+                    crate::parser_errors::json(json),
+                    json.line(),
+                    json.column()
+                ),
+                None => "the answer cannot be decoded".to_owned(),
+            },
+        }
+        .into(),
         _ => ErrorKind::KeyVaultTransport {
-            message: format!("{operation} `{name}`: {}", chain(&e)),
+            message: service_text(&format!("{operation} `{name}`: {}", chain(&e))),
         }
         .into(),
     }
+}
+
+/// This crate's `Error` somewhere in an SDK error's chain of sources.
+fn crate_error_in(e: &azure_core::Error) -> Option<Error> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(ours) = s.downcast_ref::<Error>() {
+            return Some(ours.clone());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// The JSON error somewhere in an SDK error's chain of sources.
+fn serde_error_in(e: &azure_core::Error) -> Option<&serde_json::Error> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(json) = s.downcast_ref::<serde_json::Error>() {
+            return Some(json);
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// An error and its sources, `: `-separated (azure_core's wrapping hides the cause).

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, ErrorKind, Result, TokenEndpointError, redact_quoted};
 use crate::token::access_token::AccessToken;
+use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
 
 /// Token (and error) response bodies larger than this are refused.
@@ -315,6 +316,9 @@ fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Resu
 
 /// Parse an error body. Every field is optional; a body that is not JSON at all (an HTML
 /// page from a proxy) still yields the status.
+/// The most AADSTS codes kept from one error answer (Entra sends one).
+const MAX_ERROR_CODES: usize = 8;
+
 fn parse_error(
     status: u16,
     body: &[u8],
@@ -322,14 +326,17 @@ fn parse_error(
     client_request_id: &str,
 ) -> TokenEndpointError {
     let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
+    // Bounded and escaped here, so no error or log line ever holds the raw text.
+    let mut error_codes = parsed.error_codes.unwrap_or_default();
+    error_codes.truncate(MAX_ERROR_CODES);
     TokenEndpointError {
         status,
-        error: parsed.error,
-        error_description: parsed.error_description,
-        error_codes: parsed.error_codes.unwrap_or_default(),
-        trace_id: parsed.trace_id,
-        correlation_id: parsed.correlation_id,
-        timestamp: parsed.timestamp,
+        error: service_text_opt(parsed.error),
+        error_description: service_text_opt(parsed.error_description),
+        error_codes,
+        trace_id: service_text_opt(parsed.trace_id),
+        correlation_id: service_text_opt(parsed.correlation_id),
+        timestamp: service_text_opt(parsed.timestamp),
         retry_after,
         client_request_id: Some(client_request_id.to_owned()),
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use msi_dataplane::renewal::{RenewalState, renewal_state};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
     UserAssignedIdentityCredentials,
 };
 use serde::Serialize;
@@ -46,26 +46,18 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
     let mut store_options =
         StoreOptions::default().verify_challenge_resource(!args.no_verify_challenge_resource);
     if let Some(path) = &args.ca_file {
-        let pem = match std::fs::read(path) {
-            Ok(pem) => pem,
+        // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
+        // is refused, not read). One read serves the credential and the store.
+        let http = match HttpOptions::default().with_extra_root_certificates_file(path) {
+            Ok(http) => http,
             Err(e) => {
-                let message = format!("--ca-file {}: cannot be read: {e}", path.display());
+                let message = format!("--ca-file {}: {}", path.display(), e.kind());
                 output::failure(&render::plain_error("usage", &message, format), format);
                 return Exit::Usage;
             }
         };
-        let with = options
-            .with_extra_root_certificates_pem(&pem)
-            .and_then(|o| {
-                store_options
-                    .clone()
-                    .with_extra_root_certificates_pem(&pem)
-                    .map(|s| (o, s))
-            });
-        match with {
-            Ok((o, s)) => (options, store_options) = (o, s),
-            Err(err) => return fail_err(&err, Exit::Usage),
-        }
+        options = options.with_http_options(http.clone());
+        store_options = store_options.with_http_options(http);
     }
     let credential = match ClientCertificateCredential::new(&creds, options) {
         Ok(c) => c,
