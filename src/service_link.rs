@@ -7,10 +7,13 @@
 //! neither keep a listing running forever nor have the client send its bearer token to
 //! another host.
 
+#[cfg(feature = "keyvault")]
 use std::collections::HashSet;
 
+#[cfg(feature = "keyvault")]
 use url::{Origin, Url};
 
+#[cfg(feature = "keyvault")]
 use crate::untrusted_text::service_text;
 
 /// Why a link that a service handed back was not followed.
@@ -40,6 +43,7 @@ pub enum LinkFault {
 }
 
 /// Checks each link of one walk through a service's pages.
+#[cfg(feature = "keyvault")]
 pub(crate) struct LinkGuard {
     origin: Origin,
     /// SHA-256 of each link followed: a fixed size per page, whatever a link's length.
@@ -48,6 +52,7 @@ pub(crate) struct LinkGuard {
     max_pages: usize,
 }
 
+#[cfg(feature = "keyvault")]
 impl LinkGuard {
     /// A walk on the origin of `service_url`, of at most `max_pages` pages (the first
     /// page included).
@@ -86,7 +91,7 @@ impl LinkGuard {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "keyvault"))]
 mod tests {
     use super::*;
 
