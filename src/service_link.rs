@@ -91,7 +91,8 @@ impl LinkGuard {
     }
 }
 
-#[cfg(all(test, feature = "keyvault"))]
+#[cfg(test)]
+#[cfg(feature = "keyvault")]
 mod tests {
     use super::*;
 
