@@ -710,7 +710,7 @@ fn rfc3339(t: OffsetDateTime) -> crate::clock::Rfc3339 {
     crate::clock::Rfc3339(t)
 }
 
-/// Whether an HTTP status from a token endpoint is worth retrying (DESIGN §4).
+/// Whether an HTTP status from a token endpoint is worth retrying.
 pub(crate) fn is_transient_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }

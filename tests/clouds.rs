@@ -1,8 +1,8 @@
-//! The cloud table (DESIGN §7): names, aliases, endpoints, custom clouds, `.default` scopes.
+//! The cloud table: names, aliases, endpoints, custom clouds, `.default` scopes.
 
 use msi_dataplane::{Cloud, ErrorKind, default_scope};
 
-/// DESIGN §7's table, row by row: every name, then authority host, ARM endpoint, ARM
+/// The documented table, row by row: every name, then authority host, ARM endpoint, ARM
 /// audience.
 const TABLE: [(&[&str], &str, &str, &str); 3] = [
     (

@@ -52,7 +52,7 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
     Ok(out)
 }
 
-/// Decode the bundle bytes: PEM first, then PKCS#12 (DESIGN §2).
+/// Decode the bundle bytes: PEM first, then PKCS#12.
 pub(crate) fn decode_bundle(bytes: &[u8]) -> Result<RawBundle> {
     if looks_like_pem(bytes) {
         return decode_pem(bytes);

@@ -17,7 +17,7 @@ use zeroize::Zeroizing;
 use crate::error::{ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 
-/// How long an assertion is valid: `exp = now + 600 s` (DESIGN §3).
+/// How long an assertion is valid: `exp = now + 600 s`.
 pub const ASSERTION_LIFETIME: Duration = Duration::from_secs(600);
 pub(crate) const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
 

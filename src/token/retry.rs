@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::error::{Error, ErrorKind};
 
-/// How token requests are retried (DESIGN §4).
+/// How token requests are retried.
 ///
 /// Retried: transport failures (connection, TLS, timeouts) and HTTP 408, 429, 500, 502,
 /// 503 and 504: the errors whose [`is_transient`](crate::Error::is_transient) is true.
