@@ -246,7 +246,7 @@ impl Default for Cloud {
 }
 
 impl FromStr for Cloud {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
 
     /// [`Cloud::from_name`].
     fn from_str(s: &str) -> Result<Cloud> {
@@ -297,7 +297,7 @@ fn https_url(field: &'static str, value: String) -> Result<String> {
     Ok(value)
 }
 
-fn invalid_cloud(field: &'static str, reason: &str) -> crate::Error {
+fn invalid_cloud(field: &'static str, reason: &str) -> crate::error::Error {
     ErrorKind::InvalidCloud {
         field,
         reason: reason.to_owned(),

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::clock::{saturating_add, to_time};
 use crate::error::Result;
@@ -242,7 +241,7 @@ impl CredentialReport {
             object_id: creds.object_id.clone(),
             resource_id: creds.resource_id.clone(),
             tenant_id,
-            cloud: crate::Cloud::for_authority(&authority).map(|c| c.name().to_owned()),
+            cloud: crate::cloud::Cloud::for_authority(&authority).map(|c| c.name().to_owned()),
             authority,
             token_url,
             validity,
@@ -494,13 +493,9 @@ fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
     }
 }
 
+/// For people: the crate's one RFC 3339 form (UTC, to the second).
 fn rfc3339(t: OffsetDateTime) -> String {
-    // For people: UTC, to the second (`2026-11-23T05:25:12Z`).
-    let t = t
-        .to_offset(time::UtcOffset::UTC)
-        .replace_nanosecond(0)
-        .unwrap_or(t);
-    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+    crate::clock::Rfc3339(t).to_string()
 }
 
 fn serialize_format<S: Serializer>(format: &BundleFormat, s: S) -> Result<S::Ok, S::Error> {

@@ -52,7 +52,10 @@ use std::sync::Arc;
 use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 
-use crate::{AccessToken, ClientCertificateCredential, Error, UserAssignedIdentityCredential};
+use crate::error::Error;
+use crate::reload::user_assigned::UserAssignedIdentityCredential;
+use crate::token::access_token::AccessToken;
+use crate::token::credential::ClientCertificateCredential;
 
 /// For Azure SDK for Rust clients and azure_core pipelines: use it as an
 /// `Arc<dyn TokenCredential>` (`Arc::new(credential)`), on a Tokio runtime.
@@ -112,7 +115,7 @@ fn to_azure_error(error: Error) -> azure_core::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::error::ErrorKind;
     use time::macros::datetime;
 
     #[test]

@@ -18,10 +18,10 @@ use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
-use crate::AccessToken;
 use crate::azure_error_body::parse_error_body;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
+use crate::token::access_token::AccessToken;
 use crate::token::cache::REFRESH_WINDOW;
 use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
 use crate::token::http::HttpOptions;

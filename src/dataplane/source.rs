@@ -6,7 +6,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::error::{ErrorKind, Result};
-use crate::{AccessToken, ClientCertificateCredential, UserAssignedIdentityCredential};
+use crate::reload::user_assigned::UserAssignedIdentityCredential;
+use crate::token::access_token::AccessToken;
+use crate::token::credential::ClientCertificateCredential;
 
 /// The future a [`TokenSource`] returns.
 pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Send + 'a>>;
@@ -56,8 +58,8 @@ mod azure {
     use azure_core::credentials::TokenCredential;
 
     use super::{TokenFuture, TokenSource};
-    use crate::AccessToken;
     use crate::error::{Error, ErrorKind};
+    use crate::token::access_token::AccessToken;
 
     /// Any `azure_core` `TokenCredential` (an `azure_identity` credential, say) as a
     /// [`TokenSource`] (feature `azure_core`).

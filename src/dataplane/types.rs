@@ -7,7 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::{CustomClaims, SecretString, UserAssignedIdentityCredentials};
+use crate::file::model::CustomClaims;
+use crate::file::model::UserAssignedIdentityCredentials;
+use crate::secret::SecretString;
 
 /// An identity's credentials as the MSI data plane returns them: the system-assigned
 /// identity's certificate at the top level, user-assigned ones in

@@ -785,7 +785,8 @@ pub(crate) mod tests {
                 "{}/fixtures/credentials/{name}.json",
                 env!("CARGO_MANIFEST_DIR")
             );
-            let creds = crate::UserAssignedIdentityCredentials::from_path(&path).unwrap();
+            let creds =
+                crate::file::model::UserAssignedIdentityCredentials::from_path(&path).unwrap();
             let secret = creds.client_secret.unwrap();
             let archive = crate::file::bundle::decode_base64(secret.expose_secret()).unwrap();
             let opened = p12_keystore::Pkcs12Archive::from_pkcs12(&archive, "").unwrap();

@@ -527,7 +527,7 @@ impl SecretProviderClassBuilder {
 
 // ---- checks (pure) ----
 
-fn invalid(field: &'static str, reason: String) -> crate::Error {
+fn invalid(field: &'static str, reason: String) -> crate::error::Error {
     ErrorKind::InvalidKubernetesObject { field, reason }.into()
 }
 

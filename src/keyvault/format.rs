@@ -7,10 +7,11 @@ use std::fmt;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use crate::dataplane::ManagedIdentityCredentials;
+use crate::error::Error;
 use crate::error::{ErrorKind, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
-use crate::{Error, ManagedIdentityCredentials};
 
 /// Secret name prefix for user-assigned identity credentials (Go:
 /// `UserAssignedIdentityCredentialsStoragePrefix`).

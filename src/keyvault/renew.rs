@@ -7,15 +7,16 @@
 
 use time::OffsetDateTime;
 
+use crate::dataplane::ManagedIdentityCredentials;
 use crate::dataplane::{Client, UserAssignedIdentitiesRequest};
 use crate::error::{ErrorKind, Result};
+use crate::file::model::UserAssignedIdentityCredentials;
 use crate::keyvault::renewal::{StoredKind, StoredProperties, should_store};
 use crate::keyvault::store::{CredentialStore, Stored};
 use crate::keyvault::{
     format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage,
 };
-use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// What [`CredentialStore::renew`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,7 +150,7 @@ impl CredentialStore {
     }
 }
 
-fn invalid(name: &str, reason: &str) -> crate::Error {
+fn invalid(name: &str, reason: &str) -> crate::error::Error {
     ErrorKind::InvalidStoredSecret {
         name: name.to_owned(),
         reason: reason.to_owned(),

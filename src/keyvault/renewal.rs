@@ -241,6 +241,7 @@ pub fn should_store(stored_not_before: OffsetDateTime, offered_not_before: Offse
     offered_not_before > stored_not_before
 }
 
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+/// For people: the crate's one RFC 3339 form (UTC, to the second).
+fn rfc3339(t: OffsetDateTime) -> crate::clock::Rfc3339 {
+    crate::clock::Rfc3339(t)
 }

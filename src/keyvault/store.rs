@@ -52,7 +52,9 @@ use futures::TryStreamExt as _;
 use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
+use crate::dataplane::ManagedIdentityCredentials;
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::model::UserAssignedIdentityCredentials;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::renewal::{StoredKind, StoredProperties};
 use crate::keyvault::{
@@ -63,7 +65,6 @@ use crate::keyvault::{
 use crate::service_link::LinkGuard;
 use crate::token::http::HttpOptions;
 use crate::untrusted_text::{service_text, service_text_opt};
-use crate::{ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
 pub const MAX_PAGE_SIZE: i32 = 25;
@@ -443,7 +444,7 @@ impl CredentialStore {
         &self,
         name: &str,
         version: Option<&str>,
-    ) -> Result<(crate::SecretString, StoredProperties)> {
+    ) -> Result<(crate::secret::SecretString, StoredProperties)> {
         validate_secret_name(name)?;
         if let Some(version) = version {
             validate_secret_version(version)?;

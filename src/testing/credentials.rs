@@ -16,7 +16,9 @@ use rcgen::{
 use time::{Duration, OffsetDateTime};
 use zeroize::Zeroizing;
 
-use crate::{BundleFormat, SecretString, UserAssignedIdentityCredentials};
+use crate::file::bundle::BundleFormat;
+use crate::file::model::UserAssignedIdentityCredentials;
+use crate::secret::SecretString;
 
 /// How long a [`TestCertificate`] is valid by default: from an hour ago to 30 days ahead.
 pub const DEFAULT_VALIDITY: Duration = Duration::days(30);
@@ -32,9 +34,9 @@ fn name(common_name: &str) -> DistinguishedName {
     dn
 }
 
+/// A credential file's time: the crate's one RFC 3339 form (UTC, to the second).
 fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|e| panic!("testing: RFC 3339 formatting failed: {e}"))
+    crate::clock::Rfc3339(t).to_string()
 }
 
 /// A certificate authority made at run time, for issuing client certificates
@@ -453,7 +455,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ClientCertificate;
+    use crate::file::certificate::ClientCertificate;
 
     #[test]
     fn pem_and_pkcs12_bundles_parse_back_to_the_same_leaf_and_chain() {

@@ -107,14 +107,16 @@ impl CsiMount {
 
     /// A mount publishing `creds` as `credentials.json` (JSON as the CSI driver mounts
     /// it); point the reloading credential at [`CsiMount::visible_path`].
-    pub fn with_credentials(creds: &crate::UserAssignedIdentityCredentials) -> CsiMount {
+    pub fn with_credentials(
+        creds: &crate::file::model::UserAssignedIdentityCredentials,
+    ) -> CsiMount {
         CsiMount::new("credentials.json", &super::credentials_json(creds))
     }
 
     /// Publish `creds` (e.g. a renewed certificate) with the `..data` swap.
     pub fn rotate_credentials(
         &mut self,
-        creds: &crate::UserAssignedIdentityCredentials,
+        creds: &crate::file::model::UserAssignedIdentityCredentials,
     ) -> Instant {
         self.rotate(&super::credentials_json(creds))
     }

@@ -32,7 +32,7 @@ use time::OffsetDateTime;
 use super::entra::{EntraServer, Scripted};
 use super::serve::{self, Answer, DropConnection, Listening};
 use super::{TestCertificate, TestIdentity};
-use crate::BundleFormat;
+use crate::file::bundle::BundleFormat;
 
 const MAX_BODY: usize = 1 << 20;
 const API_VERSION: &str = DataPlaneServer::API_VERSION;
