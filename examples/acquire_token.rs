@@ -17,14 +17,12 @@
 //! cargo run --example acquire_token --features test-util -- --file /mnt/certs/my-identity
 //! ```
 
-#[path = "../tests/support/entra.rs"]
-mod entra;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use msi_dataplane::testing::EntraServer;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ClientCertificateCredentialOptions,
     UserAssignedIdentityCredentials,
@@ -95,7 +93,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             (ClientCertificateCredential::new(&creds, options)?, None)
         }
         None => {
-            let server = entra::EntraServer::start().await;
+            let server = EntraServer::start().await;
             let mut creds = UserAssignedIdentityCredentials::from_path(FIXTURE)?;
             let (client_id, tenant_id) = (
                 creds.client_id.clone().unwrap_or_default(),
@@ -103,7 +101,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             );
             server.register_certificate_file(&client_id, &tenant_id, FIXTURE_LEAF);
             creds.authentication_endpoint = Some(server.base_url());
-            let ca = reqwest::Certificate::from_pem(&entra::EntraServer::ca_pem())?;
+            let ca = reqwest::Certificate::from_pem(&EntraServer::ca_pem())?;
             let http = reqwest::Client::builder()
                 .tls_certs_only([ca])
                 .redirect(reqwest::redirect::Policy::none())

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use azure_core::http::{FixedRetryOptions, RetryOptions};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
-use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, keyvault};
+use msi_dataplane::{ErrorKind, LinkFault, ManagedIdentityCredentials, keyvault};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
@@ -679,6 +679,18 @@ async fn an_unreadable_put_answer_is_a_typed_error_without_the_value() {
 // a hostile or broken vault
 // ---------------------------------------------------------------------------------------
 
+/// The operation and fault of a Key Vault `RefusedLink` error.
+fn refused(err: &msi_dataplane::Error) -> (&'static str, &LinkFault) {
+    match kind(err) {
+        ErrorKind::RefusedLink {
+            service: "Key Vault",
+            operation,
+            fault,
+        } => (operation, fault),
+        other => panic!("not a refused Key Vault link: {other:?}"),
+    }
+}
+
 /// Listing requests the vault received (authorized, so each one carried the token).
 fn listing_requests(vault: &KeyVaultServer) -> usize {
     vault
@@ -700,14 +712,7 @@ async fn a_next_link_that_loops_ends_the_listing_with_a_typed_error() {
     s.vault.clear_requests();
     let err = s.store.list().await.unwrap_err();
     assert!(
-        matches!(
-            kind(&err),
-            ErrorKind::RefusedLink {
-                service: "Key Vault",
-                operation: "list",
-                fault: msi_dataplane::LinkFault::Loop { .. }
-            }
-        ),
+        matches!(refused(&err), ("list", LinkFault::Loop { .. })),
         "{err:?}"
     );
     assert!(!err.is_transient());
@@ -736,13 +741,7 @@ async fn a_next_link_to_another_host_is_refused_before_anything_is_sent() {
         s.vault.clear_requests();
         let err = s.store.list().await.unwrap_err();
         assert!(
-            matches!(
-                kind(&err),
-                ErrorKind::RefusedLink {
-                    fault: msi_dataplane::LinkFault::ForeignOrigin { .. },
-                    ..
-                }
-            ),
+            matches!(refused(&err), (_, LinkFault::ForeignOrigin { .. })),
             "{next}: {err:?}"
         );
         assert!(
@@ -754,12 +753,8 @@ async fn a_next_link_to_another_host_is_refused_before_anything_is_sent() {
         let err = s.store.list_deleted().await.unwrap_err();
         assert!(
             matches!(
-                kind(&err),
-                ErrorKind::RefusedLink {
-                    operation: "list deleted",
-                    fault: msi_dataplane::LinkFault::ForeignOrigin { .. },
-                    ..
-                }
+                refused(&err),
+                ("list deleted", LinkFault::ForeignOrigin { .. })
             ),
             "{next}: {err:?}"
         );
@@ -795,13 +790,7 @@ async fn a_listing_stops_at_its_page_limit() {
     s.vault.clear_requests();
     let err = store.list().await.unwrap_err();
     assert!(
-        matches!(
-            kind(&err),
-            ErrorKind::RefusedLink {
-                fault: msi_dataplane::LinkFault::TooManyPages { limit: 3 },
-                ..
-            }
-        ),
+        matches!(refused(&err), (_, LinkFault::TooManyPages { limit: 3 })),
         "{err:?}"
     );
     assert_eq!(listing_requests(&s.vault), 3);

@@ -15,6 +15,7 @@
 use url::Url;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::file::model::is_guid;
 
 /// One challenge: a scheme with either a token68 or parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -127,16 +128,6 @@ pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
 /// the audience ends.
 pub fn scope_for_audience(audience: &str) -> String {
     format!("{}/.default", audience.trim().trim_end_matches('/'))
-}
-
-/// `8-4-4-4-12` hexadecimal digits.
-pub(crate) fn is_guid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A DNS name with at least two labels: letters, digits and inner hyphens, each label 1 to

@@ -7,8 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::file::model::CustomClaims;
-use crate::file::model::UserAssignedIdentityCredentials;
+use crate::file::model::{CustomClaims, UserAssignedIdentityCredentials};
 use crate::secret::SecretString;
 
 /// An identity's credentials as the MSI data plane returns them: the system-assigned

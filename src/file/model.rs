@@ -399,26 +399,27 @@ pub(crate) fn parse_time(
 }
 
 /// Pure: `value` is a GUID in its usual form (`8-4-4-4-12` hexadecimal digits), as Entra
-/// writes application and object ids.
+/// writes tenant, application and object ids. The crate's one GUID check.
+pub(crate) fn is_guid(value: &str) -> bool {
+    let mut groups = value.split('-');
+    [8, 4, 4, 4, 12].iter().all(|&len| {
+        groups
+            .next()
+            .is_some_and(|g| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    }) && groups.next().is_none()
+}
+
 fn check_guid(field: &'static str, value: &str) -> Result<()> {
-    let groups: Vec<&str> = value.split('-').collect();
-    let shape = [8, 4, 4, 4, 12];
-    let ok = groups.len() == shape.len()
-        && groups
-            .iter()
-            .zip(shape)
-            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            &format!(
-                "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
-                quoted_input(value)
-            ),
-        ))
+    if is_guid(value) {
+        return Ok(());
     }
+    Err(invalid(
+        field,
+        &format!(
+            "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
+            quoted_input(value)
+        ),
+    ))
 }
 
 /// The longest `resource_id` accepted (an ARM id of a user-assigned identity is well

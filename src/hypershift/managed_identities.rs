@@ -153,7 +153,10 @@ impl Problems {
             return String::new();
         };
         if !is_guid(v) {
-            self.add(field, format_args!("`{v}` is not a GUID"));
+            self.add(
+                field,
+                format_args!("`{}` is not a GUID", crate::untrusted_text::quoted_input(v)),
+            );
         }
         v.to_owned()
     }
@@ -161,12 +164,7 @@ impl Problems {
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
 pub fn is_guid(value: &str) -> bool {
-    let groups: Vec<&str> = value.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+    crate::file::model::is_guid(value)
 }
 
 /// Key Vault's rule for vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`; a letter first,

@@ -8,8 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::Error;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
 

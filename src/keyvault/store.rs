@@ -815,7 +815,7 @@ fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
 fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error {
     // An error of this crate's own that the SDK carried (from the credential, or from the
     // transport: an answer over the size limit) comes back as it was.
-    if let Some(ours) = crate_error_in(&e) {
+    if let Some(ours) = source_of::<Error>(&e).cloned() {
         // The transport does not know the store's operation; name it here.
         if let ErrorKind::InvalidKeyVaultResponse { reason, .. } = ours.kind() {
             return ErrorKind::InvalidKeyVaultResponse {
@@ -859,7 +859,7 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
         .into(),
         AzureErrorKind::DataConversion => ErrorKind::InvalidKeyVaultResponse {
             operation,
-            reason: match serde_error_in(&e) {
+            reason: match source_of::<serde_json::Error>(&e) {
                 // serde's message without the values it quotes, and where it stopped.
                 Some(json) => format!(
                     "{} at line {}, column {}",
@@ -878,24 +878,13 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
     }
 }
 
-/// This crate's `Error` somewhere in an SDK error's chain of sources.
-fn crate_error_in(e: &azure_core::Error) -> Option<Error> {
+/// The first error of type `T` in an SDK error's chain of sources (azure_core wraps the
+/// cause: this crate's own error, or serde's).
+fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T> {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(ours) = s.downcast_ref::<Error>() {
-            return Some(ours.clone());
-        }
-        source = s.source();
-    }
-    None
-}
-
-/// The JSON error somewhere in an SDK error's chain of sources.
-fn serde_error_in(e: &azure_core::Error) -> Option<&serde_json::Error> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(json) = s.downcast_ref::<serde_json::Error>() {
-            return Some(json);
+        if let Some(found) = s.downcast_ref::<T>() {
+            return Some(found);
         }
         source = s.source();
     }
