@@ -28,6 +28,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 
 /// An Azure cloud: its canonical name, Entra authority host, ARM endpoint and ARM audience.
@@ -104,7 +105,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::UnknownCloud`] for any other name, including the empty string; the
+    /// [`ConfigError::UnknownCloud`](crate::ConfigError::UnknownCloud) for any other name, including the empty string; the
     /// error lists the names that are known.
     pub fn from_name(name: &str) -> Result<Cloud> {
         let wanted = name.trim();
@@ -113,9 +114,9 @@ impl Cloud {
             .find(|(_, names)| names.iter().any(|n| n.eq_ignore_ascii_case(wanted)))
             .map(|(cloud, _)| (*cloud).clone())
             .ok_or_else(|| {
-                ErrorKind::UnknownCloud {
+                ErrorKind::Config(ConfigError::UnknownCloud {
                     name: name.to_owned(),
-                }
+                })
                 .into()
             })
     }
@@ -141,7 +142,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidCloud`] naming the field when the name is empty or a URL is
+    /// [`ConfigError::InvalidCloud`](crate::ConfigError::InvalidCloud) naming the field when the name is empty or a URL is
     /// not an absolute `https` URL without query or fragment.
     pub fn custom(
         name: impl Into<String>,
@@ -298,10 +299,10 @@ fn https_url(field: &'static str, value: String) -> Result<String> {
 }
 
 fn invalid_cloud(field: &'static str, reason: &str) -> crate::error::Error {
-    ErrorKind::InvalidCloud {
+    ErrorKind::Config(ConfigError::InvalidCloud {
         field,
         reason: reason.to_owned(),
-    }
+    })
     .into()
 }
 

@@ -51,7 +51,10 @@ pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use cloud::{Cloud, default_scope};
 pub use dataplane::ManagedIdentityCredentials;
-pub use error::{Error, ErrorKind, Result, TokenEndpointError};
+pub use error::{
+    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
+    KeyVaultError, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
+};
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};

@@ -10,13 +10,16 @@
 use std::fs::{File, Metadata};
 use std::path::Path;
 
+use crate::error::FileError;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Open `path` for reading if it is a regular file; returns the file and its length.
 /// Errors name the file as `role`.
 pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
-    let refuse = |kind| Error::from(ErrorKind::NotARegularFile { kind }).with_file(path, role);
+    let refuse = |kind| {
+        Error::from(ErrorKind::File(FileError::NotARegularFile { kind })).with_file(path, role)
+    };
     if let Some(kind) = special_kind(&std::fs::metadata(path).map_err(io)?) {
         return Err(refuse(kind));
     }
@@ -81,9 +84,9 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::NotARegularFile {
+                ErrorKind::File(FileError::NotARegularFile {
                     kind: "character device"
-                }
+                })
             ),
             "{err:?}"
         );
@@ -94,7 +97,10 @@ mod tests {
     fn a_directory_is_refused_by_kind() {
         let err = open(Path::new("/"), "test file").unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::NotARegularFile { kind: "directory" }),
+            matches!(
+                err.kind(),
+                ErrorKind::File(FileError::NotARegularFile { kind: "directory" })
+            ),
             "{err:?}"
         );
     }

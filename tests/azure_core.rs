@@ -21,6 +21,7 @@ use msi_dataplane::{
     ErrorKind, ManualClock, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
+use msi_dataplane::{FileError, TokenError};
 use support::atomic_writer::AtomicDir;
 use support::azure_sdk::{Resource, get, pipeline};
 use support::entra::{EntraServer, Scripted, TokenShape};
@@ -115,7 +116,10 @@ async fn expired_credential_fails_the_call_with_a_credential_error() {
         .downcast_ref::<msi_dataplane::Error>()
         .expect("our error is the source");
     assert!(
-        matches!(ours.kind(), ErrorKind::CredentialExpired { .. }),
+        matches!(
+            ours.kind(),
+            ErrorKind::File(FileError::CredentialExpired { .. })
+        ),
         "{ours:?}"
     );
     assert!(resource.seen().is_empty(), "no request reached the service");
@@ -141,7 +145,7 @@ async fn token_endpoint_rejection_fails_the_call_with_a_credential_error() {
     let ours = err
         .downcast_ref::<msi_dataplane::Error>()
         .expect("our error is the source");
-    let ErrorKind::TokenEndpoint(e) = ours.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = ours.kind() else {
         panic!("{ours:?}")
     };
     assert_eq!(e.aadsts_code(), Some(700027));

@@ -3,6 +3,7 @@
 
 mod support;
 
+use msi_dataplane::FileError;
 use msi_dataplane::limits::{MAX_PKCS12_BAGS, MAX_PKCS12_ITERATIONS};
 use msi_dataplane::{BundleFormat, ClientCertificate, ErrorKind};
 use support::fixtures::{GOOD, identity_pem_path, leaf_pem_path, load, pem_file_der};
@@ -75,35 +76,40 @@ fn kind(name: &str) -> ErrorKind {
 #[test]
 fn bad_fixtures_fail_with_their_own_kind() {
     assert!(
-        matches!(kind("ec-key"), ErrorKind::UnsupportedKeyType { algorithm } if algorithm == "EC")
+        matches!(kind("ec-key"), ErrorKind::File(FileError::UnsupportedKeyType { algorithm }) if algorithm == "EC")
     );
     assert!(
-        matches!(kind("ec-key-sec1"), ErrorKind::UnsupportedKeyType { algorithm } if algorithm.starts_with("EC"))
+        matches!(kind("ec-key-sec1"), ErrorKind::File(FileError::UnsupportedKeyType { algorithm }) if algorithm.starts_with("EC"))
     );
     assert!(matches!(
         kind("rsa-1024"),
-        ErrorKind::KeyTooSmall {
+        ErrorKind::File(FileError::KeyTooSmall {
             bits: 1024,
             min_bits: 2048
-        }
+        })
     ));
     assert!(matches!(
         kind("mismatched"),
-        ErrorKind::NoMatchingCertificate { certificates: 1 }
+        ErrorKind::File(FileError::NoMatchingCertificate { certificates: 1 })
     ));
     assert!(
-        matches!(kind("encrypted-key"), ErrorKind::EncryptedPrivateKey { format } if format.contains("PKCS#8"))
+        matches!(kind("encrypted-key"), ErrorKind::File(FileError::EncryptedPrivateKey { format }) if format.contains("PKCS#8"))
     );
     assert!(
-        matches!(kind("encrypted-legacy"), ErrorKind::EncryptedPrivateKey { format } if format.contains("Proc-Type"))
+        matches!(kind("encrypted-legacy"), ErrorKind::File(FileError::EncryptedPrivateKey { format }) if format.contains("Proc-Type"))
     );
     assert!(matches!(
         kind("two-keys"),
-        ErrorKind::MultiplePrivateKeys { count: 2 }
+        ErrorKind::File(FileError::MultiplePrivateKeys { count: 2 })
     ));
-    assert!(matches!(kind("no-key"), ErrorKind::NoPrivateKey));
+    assert!(matches!(
+        kind("no-key"),
+        ErrorKind::File(FileError::NoPrivateKey)
+    ));
     match kind("pfx-password") {
-        ErrorKind::Pkcs12 { reason } => assert!(reason.contains("password"), "{reason}"),
+        ErrorKind::File(FileError::Pkcs12 { reason }) => {
+            assert!(reason.contains("password"), "{reason}")
+        }
         other => panic!("pfx-password: {other:?}"),
     }
 }
@@ -112,22 +118,32 @@ fn bad_fixtures_fail_with_their_own_kind() {
 fn not_base64_and_unknown_formats() {
     let err = ClientCertificate::from_base64("this is not base64!").unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::SecretNotBase64 { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::File(FileError::SecretNotBase64 { .. })
+        ),
         "{err}"
     );
 
     use base64::Engine;
+    use msi_dataplane::FileError;
     let b64 = base64::engine::general_purpose::STANDARD;
     let err = ClientCertificate::from_base64(&b64.encode("just some text, no PEM")).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::UnknownBundleFormat { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::File(FileError::UnknownBundleFormat { .. })
+        ),
         "{err}"
     );
 
     // A DER SEQUENCE that is not a PFX is a PKCS#12 error, not a panic.
     let err =
         ClientCertificate::from_base64(&b64.encode([0x30, 0x03, 0x02, 0x01, 0x03])).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Pkcs12 { .. }), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::Pkcs12 { .. })),
+        "{err}"
+    );
 
     // PEM armour around garbage.
     let err = ClientCertificate::from_base64(
@@ -135,7 +151,10 @@ fn not_base64_and_unknown_formats() {
     )
     .unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::UnknownBundleFormat { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::File(FileError::UnknownBundleFormat { .. })
+        ),
         "{err}"
     );
 
@@ -144,7 +163,10 @@ fn not_base64_and_unknown_formats() {
         &b64.encode("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
     )
     .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::NoPrivateKey), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::NoPrivateKey)),
+        "{err}"
+    );
 }
 
 #[test]
@@ -153,7 +175,10 @@ fn key_without_certificate_is_no_certificate() {
     let key_start = text.find("-----BEGIN PRIVATE KEY-----").unwrap();
     let key_only = &text[key_start..];
     let err = ClientCertificate::from_bundle(key_only.as_bytes()).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::NoCertificate), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::NoCertificate)),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -219,7 +244,9 @@ fn refused(archive: &[u8]) -> (String, u64, u64) {
     let err = ClientCertificate::from_bundle(archive).unwrap_err();
     assert_eq!(err.kind().code(), "pkcs12_limit", "{err}");
     match err.kind() {
-        ErrorKind::Pkcs12Limit { what, value, limit } => (what.clone(), *value, *limit),
+        ErrorKind::File(FileError::Pkcs12Limit { what, value, limit }) => {
+            (what.clone(), *value, *limit)
+        }
         other => panic!("{other:?}"),
     }
 }

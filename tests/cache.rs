@@ -8,6 +8,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use msi_dataplane::TokenError;
 use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
 use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy};
 use support::entra::{EntraServer, Scripted, TokenShape};
@@ -79,7 +80,7 @@ async fn concurrent_callers_all_get_the_one_error() {
     }
     while let Some(result) = tasks.join_next().await {
         let err = result.unwrap().unwrap_err();
-        let ErrorKind::TokenEndpoint(e) = err.kind() else {
+        let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
             panic!("{err:?}")
         };
         assert_eq!(e.aadsts_code(), Some(90002));
@@ -231,7 +232,7 @@ async fn expired_token_and_failing_server_yield_the_error() {
         "certificate revoked",
     ));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!((e.status, e.aadsts_code()), (401, Some(700027)));
@@ -303,7 +304,7 @@ async fn retries_are_bounded() {
     let before = server.token_requests();
     server.enqueue(Scripted::status(429).retry_after("3600"));
     let err = cred.request_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.retry_after, Some(Duration::from_secs(3600)));
@@ -336,7 +337,10 @@ fn without_a_runtime_a_miss_is_an_error_not_a_panic() {
     };
     let err = result.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::RequestAbandoned { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::Token(TokenError::RequestAbandoned { .. })
+        ),
         "{err}"
     );
     // Waiting does not bring a runtime: not transient, as the retry policy has it.

@@ -9,6 +9,7 @@ use msi_dataplane::{
     Cloud, CloudConfig, ErrorKind, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
+use msi_dataplane::{ConfigError, FileError};
 use support::atomic_writer::TempDir;
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
@@ -83,7 +84,7 @@ fn both_identity_sources_are_a_conflict_not_a_choice() {
     .unwrap();
     let err = config.identity_path().unwrap_err();
     match err.kind() {
-        ErrorKind::ConflictingIdentitySources { identity_path } => {
+        ErrorKind::Config(ConfigError::ConflictingIdentitySources { identity_path }) => {
             assert_eq!(identity_path, "/mnt/certs/cloud-provider")
         }
         other => panic!("{other}"),
@@ -112,9 +113,9 @@ fn a_missing_identity_path_says_what_the_config_selects_instead() {
             .identity_path()
             .unwrap_err();
         match err.kind() {
-            ErrorKind::NoIdentityPath {
+            ErrorKind::Config(ConfigError::NoIdentityPath {
                 uses_managed_identity_extension,
-            } => assert_eq!(*uses_managed_identity_extension, imds),
+            }) => assert_eq!(*uses_managed_identity_extension, imds),
             other => panic!("{other}"),
         }
         assert_eq!(err.to_string().contains("IMDS"), imds, "{err}");
@@ -132,7 +133,7 @@ fn the_cloud_defaults_to_public_only_when_absent() {
     let unknown = CloudConfig::from_slice(br#"{"cloud": "AzureGermanCloud"}"#).unwrap();
     assert!(matches!(
         unknown.cloud().unwrap_err().kind(),
-        ErrorKind::UnknownCloud { name } if name == "AzureGermanCloud"
+        ErrorKind::Config(ConfigError::UnknownCloud { name }) if name == "AzureGermanCloud"
     ));
 }
 
@@ -141,7 +142,7 @@ fn file_errors_name_the_cloud_config_file() {
     let dir = TempDir::new("cloud-config");
     let missing = dir.join("azure.json");
     let err = CloudConfig::from_path(&missing).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Io { .. }));
+    assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));
     assert_eq!(err.path(), Some(missing.as_path()));
     assert!(
         err.to_string()
@@ -153,7 +154,7 @@ fn file_errors_name_the_cloud_config_file() {
     std::fs::write(&bad, br#"{"useManagedIdentityExtension": "yes"}"#).unwrap();
     let err = CloudConfig::from_path(&bad).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::Json { line: 1, .. }),
+        matches!(err.kind(), ErrorKind::File(FileError::Json { line: 1, .. })),
         "{err}"
     );
     assert!(err.to_string().starts_with("cloud config file"), "{err}");
@@ -166,7 +167,7 @@ fn file_errors_name_the_cloud_config_file() {
     std::fs::write(&huge, vec![b' '; 2 * 1024 * 1024]).unwrap();
     let err = CloudConfig::from_path(&huge).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::FileTooLarge { .. }),
+        matches!(err.kind(), ErrorKind::File(FileError::FileTooLarge { .. })),
         "{err}"
     );
 }
@@ -214,7 +215,7 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
         .unwrap_err();
     assert!(matches!(
         err.kind(),
-        ErrorKind::ConflictingIdentitySources { .. }
+        ErrorKind::Config(ConfigError::ConflictingIdentitySources { .. })
     ));
 
     let dir = TempDir::new("cloud-config-missing-identity");
@@ -228,7 +229,7 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
     let err = UserAssignedIdentityCredential::from_cloud_config(&config, Default::default())
         .await
         .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Io { .. }));
+    assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));
     assert_eq!(err.path(), Some(identity.as_path()));
     assert!(err.to_string().starts_with("credential file"), "{err}");
 }
@@ -254,8 +255,8 @@ fn the_file_can_be_chosen_explicitly_over_a_conflicting_config() {
     let none = CloudConfig::from_slice(br#"{"useManagedIdentityExtension": true}"#).unwrap();
     assert!(matches!(
         none.credential_file_path().unwrap_err().kind(),
-        ErrorKind::NoIdentityPath {
+        ErrorKind::Config(ConfigError::NoIdentityPath {
             uses_managed_identity_extension: true
-        }
+        })
     ));
 }

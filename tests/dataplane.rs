@@ -15,6 +15,7 @@ use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ErrorKind, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
+use msi_dataplane::{ConfigError, DataPlaneError, FileError, TokenError};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
@@ -252,10 +253,10 @@ async fn a_challenge_for_another_tenant_needs_it_allowed() {
         .await
         .unwrap_err();
     match e.kind() {
-        ErrorKind::TenantNotAllowed {
+        ErrorKind::Config(ConfigError::TenantNotAllowed {
             tenant,
             credential_tenant,
-        } => {
+        }) => {
             assert_eq!(tenant, OTHER_TENANT);
             assert_eq!(credential_tenant, HOME_TENANT);
         }
@@ -301,7 +302,10 @@ async fn unusable_challenges_are_typed_errors() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e.kind(), ErrorKind::InvalidChallenge { .. }),
+            matches!(
+                e.kind(),
+                ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+            ),
             "{values:?}: {e}"
         );
         assert!(e.to_string().contains(expect), "{e}");
@@ -334,7 +338,7 @@ async fn not_found_with_and_without_body() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 404);
@@ -349,7 +353,7 @@ async fn not_found_with_and_without_body() {
         .delete_system_assigned_identity()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!((d.status, d.code.as_deref()), (404, None));
@@ -368,7 +372,7 @@ async fn not_found_with_and_without_body() {
         .delete_system_assigned_identity()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.code.as_deref(), Some("BadRequest"));
@@ -404,7 +408,7 @@ async fn throttling_and_unavailability_are_retried() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!((d.status, d.retry_after), (429, Some(Duration::ZERO)));
@@ -429,7 +433,7 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::InvalidDataPlaneResponse { status: 200, .. }
+            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { status: 200, .. })
         ),
         "{e:?}"
     );
@@ -443,7 +447,10 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::InvalidDataPlaneResponse { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { .. })
+        ),
         "{e:?}"
     );
     assert!(!format!("{e} {e:?}").contains("TOPSECRETBUNDLE"), "{e}");
@@ -454,7 +461,10 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::InvalidDataPlaneResponse { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { .. })
+        ),
         "{e:?}"
     );
 }
@@ -465,7 +475,10 @@ async fn only_https_identity_urls_and_nothing_is_sent_otherwise() {
     let http = s.dp.identity_url().replacen("https://", "http://", 1);
     let e = s.factory.client(&http).unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::InvalidIdentityUrl { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::InvalidIdentityUrl { .. })
+        ),
         "{e:?}"
     );
     assert!(!e.to_string().contains("sig="), "{e}");
@@ -494,7 +507,7 @@ async fn a_token_from_another_audience_is_refused_by_the_server() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 401);
@@ -529,7 +542,10 @@ async fn credential_from_parts_caches_per_tenant() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::TenantNotAllowed { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::TenantNotAllowed { .. })
+        ),
         "{e:?}"
     );
     // Bad parts are typed errors.
@@ -545,10 +561,10 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "client_id",
                 ..
-            }
+            })
         ),
         "{e:?}"
     );
@@ -558,10 +574,10 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "tenant_id",
                 ..
-            }
+            })
         ),
         "{e:?}"
     );
@@ -688,7 +704,7 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::TokenEndpoint(t) if t.status == 503),
+        matches!(e.kind(), ErrorKind::Token(TokenError::Endpoint(t)) if t.status == 503),
         "{e:?}"
     );
     assert_eq!(entra.token_requests(), 1);
@@ -697,6 +713,7 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
 
 #[tokio::test]
 async fn other_token_sources_reloading_credential_and_azure_core() {
+    use msi_dataplane::{ConfigError, DataPlaneError};
     use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
     use support::atomic_writer::AtomicDir;
     use support::fixtures::load_with_endpoint;
@@ -733,7 +750,10 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::TenantNotAllowed { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::TenantNotAllowed { .. })
+        ),
         "{e:?}"
     );
 
@@ -758,7 +778,7 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e.kind(), ErrorKind::DataPlane(d) if d.status == 401),
+            matches!(e.kind(), ErrorKind::DataPlane(DataPlaneError::Service(d)) if d.status == 401),
             "{e:?}"
         );
     }
@@ -782,7 +802,7 @@ async fn service_text_reaches_errors_and_logs_bounded_and_escaped() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(d) = e.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 404);

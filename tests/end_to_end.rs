@@ -8,6 +8,7 @@ use std::time::Duration;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
 };
+use msi_dataplane::{ConfigError, FileError, TokenError};
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
 use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
@@ -183,7 +184,7 @@ async fn aadsts_errors_are_surfaced_with_their_fields() {
     let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(!err.is_transient());
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 401);
@@ -223,7 +224,7 @@ async fn invalid_scope_is_a_400_not_transient() {
         .get_token(&["https://management.azure.com/user_impersonation"])
         .await
         .unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 400);
@@ -240,7 +241,7 @@ async fn scripted_503_is_transient_with_retry_after() {
         .enqueue(Scripted::aadsts(503, "temporarily_unavailable", 90033, "busy").retry_after("7"));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(err.is_transient());
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 503);
@@ -259,7 +260,7 @@ async fn malformed_and_html_bodies_are_typed_errors() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidTokenResponse { status: 200, .. }
+            ErrorKind::Token(TokenError::InvalidResponse { status: 200, .. })
         ),
         "{err}"
     );
@@ -275,7 +276,7 @@ async fn malformed_and_html_bodies_are_typed_errors() {
             .header("content-type", "text/html"),
     );
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!((e.status, e.error.as_deref()), (502, None));
@@ -287,7 +288,7 @@ async fn expired_credential_fails_before_any_request() {
     let server = EntraServer::start().await;
     let cred = credential(&server, "expired");
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::CredentialExpired { expired_at, now } = *err.kind() else {
+    let ErrorKind::File(FileError::CredentialExpired { expired_at, now }) = *err.kind() else {
         panic!("{err:?}")
     };
     let file_end = load("expired").not_after().unwrap();
@@ -308,7 +309,7 @@ async fn expired_credential_fails_before_any_request() {
     assert!(
         matches!(
             *err.kind(),
-            ErrorKind::CredentialExpired { expired_at, now }
+            ErrorKind::File(FileError::CredentialExpired { expired_at, now })
                 if expired_at == end.min(cred.certificate().not_after())
                     && now == end + time::Duration::seconds(1)
         ),
@@ -319,7 +320,7 @@ async fn expired_credential_fails_before_any_request() {
     let early = cred.certificate().not_before() - time::Duration::minutes(6);
     clock.set(early);
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::CredentialNotYetValid { valid_from, now } = *err.kind() else {
+    let ErrorKind::File(FileError::CredentialNotYetValid { valid_from, now }) = *err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(valid_from, cred.certificate().not_before());
@@ -351,7 +352,7 @@ async fn assertion_times_come_from_the_clock() {
     ));
     let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.aadsts_code(), Some(700024));
@@ -364,7 +365,10 @@ async fn http_authority_needs_the_loopback_opt_in() {
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     let err = ClientCertificateCredential::new(&creds, options()).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidAuthority { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+        ),
         "{err}"
     );
     let cred =
@@ -390,7 +394,7 @@ async fn tls_is_verified() {
     .unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::Transport { timeout: false, .. }),
+        matches!(err.kind(), ErrorKind::Transport(t) if !t.timeout),
         "{err}"
     );
     assert!(err.is_transient());
@@ -408,7 +412,7 @@ async fn transport_failures_are_typed() {
     let creds = load_with_endpoint("pem-pkcs8", &format!("https://127.0.0.1:{port}/"));
     let cred = ClientCertificateCredential::new(&creds, no_retry()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err}");
     // The HTTP client's error is the source, down to the refused connection.
     let source = std::error::Error::source(&err)
         .and_then(|s| s.downcast_ref::<reqwest::Error>())
@@ -445,7 +449,7 @@ async fn transport_failures_are_typed() {
     let started = std::time::Instant::now();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::Transport { timeout: true, .. }),
+        matches!(err.kind(), ErrorKind::Transport(t) if t.timeout),
         "{err}"
     );
     let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<reqwest::Error>());
@@ -455,7 +459,7 @@ async fn transport_failures_are_typed() {
     // The server closing the connection without answering.
     server.enqueue(Scripted::close_connection());
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err}");
     assert!(matches!(
         server.requests().last().unwrap().outcome,
         Outcome::Scripted(_)
@@ -469,7 +473,10 @@ async fn bad_scopes_are_refused_locally() {
     for scopes in [&[][..], &[""][..], &["a b"][..]] {
         let err = cred.get_token(scopes).await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidScopes { .. }),
+            matches!(
+                err.kind(),
+                ErrorKind::Config(ConfigError::InvalidScopes { .. })
+            ),
             "{scopes:?}"
         );
     }

@@ -11,6 +11,7 @@ use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
+use msi_dataplane::{ConfigError, FileError, TokenError};
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, credential, credential_with, options, register};
@@ -35,7 +36,7 @@ fn too_many_certificates_are_refused() {
     }
     let err = ClientCertificate::from_bundle(big.as_bytes()).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::TooManyCertificates { count, limit } if *count == MAX_CERTIFICATES + 1 && *limit == MAX_CERTIFICATES),
+        matches!(err.kind(), ErrorKind::File(FileError::TooManyCertificates { count, limit }) if *count == MAX_CERTIFICATES + 1 && *limit == MAX_CERTIFICATES),
         "{err}"
     );
 }
@@ -54,17 +55,23 @@ fn deeply_nested_json_is_a_typed_error_not_a_stack_overflow() {
         json
     };
     let err = UserAssignedIdentityCredentials::from_slice(deep(false).as_bytes()).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        "{err}"
+    );
     let err = UserAssignedIdentityCredentials::from_slice(deep(true).as_bytes()).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::MissingFields { .. }),
+        matches!(err.kind(), ErrorKind::File(FileError::MissingFields { .. })),
         "{err}"
     );
     // In a typed field, the recursion limit answers.
     let mut json = String::from("{\"custom_claims\":{\"xms_az_nwperimid\":");
     json.push_str(&"[".repeat(100_000));
     let err = UserAssignedIdentityCredentials::from_slice(json.as_bytes()).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -78,14 +85,17 @@ async fn a_huge_token_response_is_refused() {
     server.enqueue(Scripted::status(200).body(&huge));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidTokenResponse { reason, .. } if reason.contains("exceeds")),
+        matches!(err.kind(), ErrorKind::Token(TokenError::InvalidResponse { reason, .. }) if reason.contains("exceeds")),
         "{err}"
     );
     // The same for a huge error page.
     server.enqueue(Scripted::status(502).body(&"x".repeat(MAX_RESPONSE_BYTES + 1)));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidTokenResponse { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::Token(TokenError::InvalidResponse { .. })
+        ),
         "{err}"
     );
 }
@@ -109,7 +119,7 @@ async fn redirects_are_not_followed() {
     let target = cred.token_url().to_owned();
     server.enqueue(Scripted::status(307).header("location", &target));
     let err = cred.request_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::TokenEndpoint(e) = err.kind() else {
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 307);
@@ -157,7 +167,7 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
     )
     .unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err}");
     assert!(
         err.to_string().to_lowercase().contains("certificate"),
         "{err}"
@@ -167,7 +177,10 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
     let http = load_with_endpoint("pem-pkcs8", "http://login.example.test/");
     let err = ClientCertificateCredential::new(&http, Default::default()).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidAuthority { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+        ),
         "{err}"
     );
 }
@@ -224,7 +237,10 @@ async fn an_expired_credential_fails_before_any_network_call() {
     let cred = credential(&server, "expired");
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::CredentialExpired { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::File(FileError::CredentialExpired { .. })
+        ),
         "{err}"
     );
     assert_eq!(server.token_requests(), 0);
@@ -275,7 +291,7 @@ async fn a_server_closing_mid_response_is_a_transport_error() {
         .await
         .expect("no hang")
         .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err}");
+    assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err}");
     assert!(err.is_transient());
     assert_eq!(
         read.load(std::sync::atomic::Ordering::SeqCst),

@@ -12,6 +12,7 @@ use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, HttpOptions,
     RetryPolicy,
 };
+use msi_dataplane::{ConfigError, DataPlaneError};
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, https_client, register};
@@ -28,11 +29,11 @@ fn assert_conflict(err: &Error) {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::ConflictingOptions {
+            ErrorKind::Config(ConfigError::ConflictingOptions {
                 first: "http_client",
                 second: "extra_root_certificates",
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -103,7 +104,10 @@ fn the_builders_keep_their_setters_and_share_one_value() {
         .unwrap_err();
     assert!(err.to_string().contains(&*empty.to_string_lossy()), "{err}");
     assert!(
-        matches!(err.kind(), ErrorKind::HttpClient { .. }),
+        matches!(
+            err.kind(),
+            ErrorKind::Config(ConfigError::HttpClient { .. })
+        ),
         "{err:?}"
     );
     std::fs::remove_file(&empty).unwrap();
@@ -153,7 +157,7 @@ async fn the_credential_trusts_extra_roots() {
         ClientCertificateCredential::new(&creds, credential_options(HttpOptions::default()))
             .unwrap();
     let err = untrusting.get_token(&[ARM]).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Transport { .. }), "{err:?}");
+    assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err:?}");
     assert_eq!(server.token_requests(), 0);
     // With them, a token.
     let trusting = ClientCertificateCredential::new(&creds, credential_options(roots())).unwrap();
@@ -184,7 +188,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::DataPlaneTransport { .. }),
+        matches!(err.kind(), ErrorKind::Transport(t) if t.service == "data plane"),
         "{err:?}"
     );
     let trusting = ClientFactory::new(
@@ -201,7 +205,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(answer) = err.kind() else {
+    let ErrorKind::DataPlane(DataPlaneError::Service(answer)) = err.kind() else {
         panic!("the server's answer, not a transport failure: {err:?}")
     };
     assert_eq!(answer.status, 404, "{err:?}");
@@ -215,6 +219,7 @@ mod store {
     use msi_dataplane::store::{CredentialStore, StoreOptions};
 
     use super::*;
+    use msi_dataplane::KeyVaultError;
 
     fn store_options(http: HttpOptions) -> StoreOptions {
         StoreOptions::default()
@@ -266,14 +271,17 @@ mod store {
         .unwrap();
         let err = untrusting.list().await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::KeyVaultTransport { .. }),
+            matches!(err.kind(), ErrorKind::Transport(t) if t.service == "Key Vault"),
             "{err:?}"
         );
         let trusting =
             CredentialStore::new(&server.base_url(), credential, store_options(roots())).unwrap();
         let err = trusting.list().await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::KeyVault { status: 404, .. }),
+            matches!(
+                err.kind(),
+                ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
+            ),
             "the vault's answer, not a transport failure: {err:?}"
         );
     }

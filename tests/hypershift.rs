@@ -18,6 +18,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use msi_dataplane::ConfigError;
 use msi_dataplane::hypershift::{
     self, ARO_HCP, CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component,
     KEY_VAULT_USER_CLIENT_ID_ENV, KMS_MOUNT_PATH, MANAGED_SERVICE_ENV,
@@ -43,7 +44,7 @@ fn env(vars: &[(&str, OsString)]) -> impl Fn(&str) -> Option<OsString> + use<> {
 /// The reason of an `InvalidEnvironmentVariable` for the credentials variable.
 fn invalid_reason(err: &Error) -> &str {
     match err.kind() {
-        ErrorKind::InvalidEnvironmentVariable { name, reason } => {
+        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { name, reason }) => {
             assert_eq!(*name, CREDENTIALS_FILE_PATH_ENV);
             reason
         }
@@ -125,9 +126,9 @@ fn lookup_variant_reads_the_variable_by_name() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::MissingEnvironmentVariable {
+            ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
                 name: CREDENTIALS_FILE_PATH_ENV
-            }
+            })
         ),
         "{err:?}"
     );
@@ -141,6 +142,7 @@ fn lookup_variant_reads_the_variable_by_name() {
 #[cfg(unix)]
 #[test]
 fn non_utf8_values_are_errors_not_panics() {
+    use msi_dataplane::ConfigError;
     use std::os::unix::ffi::OsStringExt;
     let raw = OsString::from_vec(b"/mnt/certs/cpo-\xff\xfe".to_vec());
     let err = credentials_path_from(env(&[(CREDENTIALS_FILE_PATH_ENV, raw.clone())])).unwrap_err();
@@ -152,7 +154,7 @@ fn non_utf8_values_are_errors_not_panics() {
     let err =
         key_vault_user_client_id_from(env(&[(KEY_VAULT_USER_CLIENT_ID_ENV, raw)])).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidEnvironmentVariable { name, .. } if *name == KEY_VAULT_USER_CLIENT_ID_ENV),
+        matches!(err.kind(), ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { name, .. }) if *name == KEY_VAULT_USER_CLIENT_ID_ENV),
         "{err:?}"
     );
 }
@@ -195,15 +197,18 @@ fn key_vault_user_client_id_is_required_and_clean() {
     let err = key_vault_user_client_id_from(env(&[])).unwrap_err();
     assert!(matches!(
         err.kind(),
-        ErrorKind::MissingEnvironmentVariable {
+        ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
             name: KEY_VAULT_USER_CLIENT_ID_ENV
-        }
+        })
     ));
     for bad in ["", " id", "id\n"] {
         let err = key_vault_user_client_id_from(env(&[(KEY_VAULT_USER_CLIENT_ID_ENV, bad.into())]))
             .unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidEnvironmentVariable { .. }),
+            matches!(
+                err.kind(),
+                ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { .. })
+            ),
             "{bad:?}: {err:?}"
         );
     }
@@ -382,9 +387,9 @@ async fn child_from_env_unset() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::MissingEnvironmentVariable {
+            ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
                 name: CREDENTIALS_FILE_PATH_ENV
-            }
+            })
         ),
         "{err:?}"
     );

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use msi_dataplane::ConfigError;
 use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::{Component, resolve_credentials_path};
 use msi_dataplane::k8s::k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
@@ -54,7 +55,7 @@ fn cpo_builder() -> SecretProviderClassBuilder {
 /// The field named by an `InvalidKubernetesObject`.
 fn invalid_field(err: &msi_dataplane::Error) -> &'static str {
     match err.kind() {
-        ErrorKind::InvalidKubernetesObject { field, .. } => field,
+        ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, .. }) => field,
         other => panic!("expected InvalidKubernetesObject, got {other:?}"),
     }
 }

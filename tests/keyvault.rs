@@ -7,6 +7,7 @@ use msi_dataplane::keyvault::{
     self, CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
+use msi_dataplane::{ConfigError, FileError};
 use msi_dataplane::{ErrorKind, ManagedIdentityCredentials, UserAssignedIdentityCredentials};
 use support::fixtures::{load, secret};
 use time::OffsetDateTime;
@@ -109,7 +110,9 @@ fn each_missing_time_is_named() {
         let err = keyvault::format_user_assigned_identity_credentials_for_storage(ID, &creds)
             .unwrap_err();
         match err.kind() {
-            ErrorKind::MissingStorageTime { field: seen } => assert_eq!(*seen, field),
+            ErrorKind::Config(ConfigError::MissingStorageTime { field: seen }) => {
+                assert_eq!(*seen, field)
+            }
             other => panic!("{field}: {other}"),
         }
         assert!(err.to_string().contains(field), "{err}");
@@ -125,10 +128,10 @@ fn a_time_that_is_not_rfc3339_is_named() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "renew_after",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -151,7 +154,10 @@ fn secret_names_follow_key_vault_s_rule() {
     for (name, reason) in bad {
         let err = keyvault::validate_secret_name(name).unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidSecretName { .. }),
+            matches!(
+                err.kind(),
+                ErrorKind::Config(ConfigError::InvalidSecretName { .. })
+            ),
             "{name}"
         );
         assert!(err.to_string().contains(reason), "{name}: {err}");
@@ -163,12 +169,15 @@ fn secret_names_follow_key_vault_s_rule() {
     let err = keyvault::format_user_assigned_identity_credentials_for_storage("bad id", &creds)
         .unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::InvalidSecretName { name, .. } if name == "uamsi-bad id")
+        matches!(err.kind(), ErrorKind::Config(ConfigError::InvalidSecretName { name, .. }) if name == "uamsi-bad id")
     );
     let err =
         keyvault::format_user_assigned_identity_credentials_for_storage(&"x".repeat(122), &creds)
             .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::InvalidSecretName { .. }));
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::Config(ConfigError::InvalidSecretName { .. })
+    ));
 }
 
 #[test]
@@ -246,9 +255,9 @@ fn managed_identity_times_come_from_the_single_explicit_identity() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::MissingStorageTime {
+            ErrorKind::Config(ConfigError::MissingStorageTime {
                 field: "renew_after"
-            }
+            })
         ),
         "{err}"
     );
@@ -261,10 +270,10 @@ fn two_explicit_identities_are_an_error() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "explicit_identities",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -279,10 +288,10 @@ fn managed_identity_bad_or_missing_times_are_named() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "not_before",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -292,9 +301,9 @@ fn managed_identity_bad_or_missing_times_are_named() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::MissingStorageTime {
+            ErrorKind::Config(ConfigError::MissingStorageTime {
                 field: "cannot_renew_after"
-            }
+            })
         ),
         "{err}"
     );

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use azure_core::http::{FixedRetryOptions, RetryOptions};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
+use msi_dataplane::{ConfigError, FileError, KeyVaultError};
 use msi_dataplane::{ErrorKind, LinkFault, ManagedIdentityCredentials, keyvault};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
@@ -160,13 +161,13 @@ async fn a_missing_secret_is_a_typed_404() {
         .await
         .unwrap_err();
     match kind(&err) {
-        ErrorKind::KeyVault {
+        ErrorKind::KeyVault(KeyVaultError::Service {
             status,
             code,
             operation,
             name,
             ..
-        } => {
+        }) => {
             assert_eq!(*status, 404);
             assert_eq!(code.as_deref(), Some("SecretNotFound"));
             assert_eq!(*operation, "get");
@@ -205,7 +206,7 @@ async fn soft_delete_holds_the_name_until_purged() {
     // Gone from reads and listings, present as deleted.
     assert!(matches!(
         kind(&s.store.get(&name, None).await.unwrap_err()),
-        ErrorKind::KeyVault { status: 404, .. }
+        ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
     ));
     assert!(s.store.list().await.unwrap().is_empty());
     assert_eq!(
@@ -220,7 +221,7 @@ async fn soft_delete_holds_the_name_until_purged() {
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::SecretNameHeldByDeletedSecret { name: n } if *n == name),
+        matches!(kind(&err), ErrorKind::KeyVault(KeyVaultError::SecretNameHeldByDeletedSecret { name: n }) if *n == name),
         "{err:?}"
     );
     let text = err.to_string();
@@ -229,7 +230,7 @@ async fn soft_delete_holds_the_name_until_purged() {
     s.store.purge_deleted(&name).await.unwrap();
     assert!(matches!(
         kind(&s.store.get_deleted(&name).await.unwrap_err()),
-        ErrorKind::KeyVault { status: 404, .. }
+        ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
     ));
     s.store
         .put_user_assigned_identity(ID, &creds)
@@ -258,7 +259,7 @@ async fn recover_brings_back_every_version() {
     assert_eq!(got.credentials, load("rotation-2"));
     assert!(matches!(
         kind(&s.store.get_deleted(&name).await.unwrap_err()),
-        ErrorKind::KeyVault { status: 404, .. }
+        ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
     ));
 }
 
@@ -370,7 +371,7 @@ async fn throttling_and_unavailability_are_retried_with_retry_after() {
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::KeyVault { status: 429, code: Some(c), .. } if c == "Throttled"),
+        matches!(kind(&err), ErrorKind::KeyVault(KeyVaultError::Service { status: 429, code: Some(c), .. }) if c == "Throttled"),
         "{err:?}"
     );
     assert!(err.is_transient());
@@ -400,7 +401,10 @@ async fn bad_names_fail_before_anything_is_sent() {
     let s = setup().await;
     let err = s.store.get("uamsi-bad_name", None).await.unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::InvalidSecretName { .. }),
+        matches!(
+            kind(&err),
+            ErrorKind::Config(ConfigError::InvalidSecretName { .. })
+        ),
         "{err:?}"
     );
     assert!(s.vault.requests().is_empty());
@@ -412,10 +416,10 @@ async fn bad_names_fail_before_anything_is_sent() {
     .unwrap_err();
     assert!(matches!(
         kind(&err),
-        ErrorKind::InvalidField {
+        ErrorKind::File(FileError::InvalidField {
             field: "vault_url",
             ..
-        }
+        })
     ));
 }
 
@@ -632,7 +636,7 @@ async fn a_large_answer_is_read_whole_and_one_past_the_limit_is_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::InvalidKeyVaultResponse { operation: "get", reason }
+        matches!(kind(&err), ErrorKind::KeyVault(KeyVaultError::InvalidResponse { operation: "get", reason })
             if reason.contains("exceeds")),
         "{err:?}"
     );
@@ -666,7 +670,7 @@ async fn an_unreadable_put_answer_is_a_typed_error_without_the_value() {
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::InvalidStoredSecret { name, reason }
+        matches!(kind(&err), ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret { name, reason })
             if name == &format!("uamsi-{ID}") && reason.contains("cannot be read")),
         "{err:?}"
     );
@@ -682,11 +686,11 @@ async fn an_unreadable_put_answer_is_a_typed_error_without_the_value() {
 /// The operation and fault of a Key Vault `RefusedLink` error.
 fn refused(err: &msi_dataplane::Error) -> (&'static str, &LinkFault) {
     match kind(err) {
-        ErrorKind::RefusedLink {
+        ErrorKind::KeyVault(KeyVaultError::RefusedLink {
             service: "Key Vault",
             operation,
             fault,
-        } => (operation, fault),
+        }) => (operation, fault),
         other => panic!("not a refused Key Vault link: {other:?}"),
     }
 }
@@ -822,12 +826,12 @@ async fn vault_error_text_is_bounded_and_escaped() {
         .get_value(&format!("uamsi-{ID}"), None)
         .await
         .unwrap_err();
-    let ErrorKind::KeyVault {
+    let ErrorKind::KeyVault(KeyVaultError::Service {
         status: 403,
         code: Some(code),
         message: Some(message),
         ..
-    } = kind(&err)
+    }) = kind(&err)
     else {
         panic!("{err:?}")
     };
@@ -867,7 +871,7 @@ async fn a_listing_that_does_not_decode_quotes_none_of_its_values() {
     s.vault.enqueue(Scripted::status(200).body(&page));
     let err = s.store.list().await.unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::InvalidKeyVaultResponse { operation: "list", reason }
+        matches!(kind(&err), ErrorKind::KeyVault(KeyVaultError::InvalidResponse { operation: "list", reason })
             if reason.contains("line 1")),
         "{err:?}"
     );
@@ -894,10 +898,10 @@ async fn a_secret_version_must_be_key_vault_s_form() {
         assert!(
             matches!(
                 kind(&err),
-                ErrorKind::InvalidField {
+                ErrorKind::File(FileError::InvalidField {
                     field: "version",
                     ..
-                }
+                })
             ),
             "{version}: {err:?}"
         );
@@ -916,7 +920,10 @@ async fn a_secret_version_must_be_key_vault_s_form() {
         .await
         .unwrap_err();
     assert!(
-        matches!(kind(&err), ErrorKind::KeyVault { status: 404, .. }),
+        matches!(
+            kind(&err),
+            ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
+        ),
         "{err:?}"
     );
 }

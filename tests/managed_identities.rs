@@ -4,6 +4,7 @@
 use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::Component;
 use msi_dataplane::managed_identities::ManagedIdentities;
+use msi_dataplane::{ConfigError, FileError};
 use serde_json::{Value, json};
 
 const SAMPLE: &str = concat!(
@@ -18,7 +19,7 @@ fn sample() -> Value {
 fn problems(v: &Value) -> Vec<String> {
     let err = ManagedIdentities::from_slice(v.to_string().as_bytes()).unwrap_err();
     match err.kind() {
-        ErrorKind::InvalidManagedIdentities { problems } => problems.clone(),
+        ErrorKind::Config(ConfigError::InvalidManagedIdentities { problems }) => problems.clone(),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -125,7 +126,10 @@ fn every_bad_value_is_named_in_one_error() {
     }
     // Not JSON: a JSON error, not a panic.
     let err = ManagedIdentities::from_slice(b"{").unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err:?}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        "{err:?}"
+    );
 }
 
 #[cfg(feature = "k8s")]

@@ -2,6 +2,7 @@
 
 mod support;
 
+use msi_dataplane::FileError;
 use msi_dataplane::limits::MAX_CREDENTIAL_FILE_BYTES;
 use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
 use support::fixtures::{GOOD, credential_path, load};
@@ -75,7 +76,7 @@ fn unknown_keys_are_ignored() {
 fn every_missing_required_key_is_named_at_once() {
     let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
     match err.kind() {
-        ErrorKind::MissingFields { fields } => assert_eq!(
+        ErrorKind::File(FileError::MissingFields { fields }) => assert_eq!(
             fields,
             &[
                 "authentication_endpoint",
@@ -99,7 +100,7 @@ fn every_missing_required_key_is_named_at_once() {
         UserAssignedIdentityCredentials::from_slice(br#"{"client_id":"c","client_secret":"s"}"#)
             .unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::MissingFields { fields } if fields == &["authentication_endpoint", "tenant_id"])
+        matches!(err.kind(), ErrorKind::File(FileError::MissingFields { fields }) if fields == &["authentication_endpoint", "tenant_id"])
     );
 }
 
@@ -108,7 +109,7 @@ fn camel_case_keys_are_called_out() {
     let json = br#"{"authenticationEndpoint":"https://login.microsoftonline.com/","clientId":"c","tenantId":"t","clientSecret":"SECRETBASE64","notBefore":"2026-01-01T00:00:00Z"}"#;
     let err = UserAssignedIdentityCredentials::from_slice(json).unwrap_err();
     match err.kind() {
-        ErrorKind::CamelCaseKeys { keys, expected } => {
+        ErrorKind::File(FileError::CamelCaseKeys { keys, expected }) => {
             assert_eq!(
                 keys,
                 &[
@@ -147,10 +148,10 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "client_id",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -162,10 +163,10 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "tenant_id",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -177,10 +178,10 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "not_before",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -191,18 +192,24 @@ fn json_errors_have_position_and_no_values() {
     let err = UserAssignedIdentityCredentials::from_slice(b"{\n  \"client_id\": \"c\",\n  oops\n}")
         .unwrap_err();
     match err.kind() {
-        ErrorKind::Json { line, .. } => assert_eq!(*line, 3),
+        ErrorKind::File(FileError::Json { line, .. }) => assert_eq!(*line, 3),
         other => panic!("{other:?}"),
     }
     // A wrong type echoes no value.
     let err = UserAssignedIdentityCredentials::from_slice(br#"{"custom_claims":"TOPSECRETVALUE"}"#)
         .unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }));
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::File(FileError::Json { .. })
+    ));
     assert!(!err.to_string().contains("TOPSECRETVALUE"), "{err}");
     // Truncated file.
     let bytes = std::fs::read(credential_path("pem-pkcs8")).unwrap();
     let err = UserAssignedIdentityCredentials::from_slice(&bytes[..bytes.len() / 2]).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }));
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::File(FileError::Json { .. })
+    ));
 }
 
 #[test]
@@ -210,7 +217,7 @@ fn oversized_input_is_refused_before_parsing() {
     let big = vec![b' '; MAX_CREDENTIAL_FILE_BYTES as usize + 1];
     let err = UserAssignedIdentityCredentials::from_slice(&big).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::FileTooLarge { size, limit } if *size == MAX_CREDENTIAL_FILE_BYTES + 1 && *limit == MAX_CREDENTIAL_FILE_BYTES)
+        matches!(err.kind(), ErrorKind::File(FileError::FileTooLarge { size, limit }) if *size == MAX_CREDENTIAL_FILE_BYTES + 1 && *limit == MAX_CREDENTIAL_FILE_BYTES)
     );
 
     let dir = std::env::temp_dir().join(format!("msi-dp-model-{}", std::process::id()));
@@ -218,7 +225,10 @@ fn oversized_input_is_refused_before_parsing() {
     let path = dir.join("big.json");
     std::fs::write(&path, &big).unwrap();
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::FileTooLarge { .. }));
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::File(FileError::FileTooLarge { .. })
+    ));
     assert_eq!(err.path(), Some(path.as_path()));
     assert!(err.to_string().contains("big.json"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -228,7 +238,7 @@ fn oversized_input_is_refused_before_parsing() {
 fn path_errors_name_the_file() {
     let path = credential_path("does-not-exist");
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Io { .. }));
+    assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));
     assert!(err.to_string().contains("does-not-exist.json"), "{err}");
 
     let dir = std::env::temp_dir().join(format!("msi-dp-model2-{}", std::process::id()));
@@ -236,7 +246,10 @@ fn path_errors_name_the_file() {
     let path = dir.join("camel.json");
     std::fs::write(&path, br#"{"clientId":"c"}"#).unwrap();
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::CamelCaseKeys { .. }));
+    assert!(matches!(
+        err.kind(),
+        ErrorKind::File(FileError::CamelCaseKeys { .. })
+    ));
     assert_eq!(err.path(), Some(path.as_path()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -286,7 +299,7 @@ fn a_secret_in_the_wrong_key_is_refused_without_being_echoed() {
         let err =
             UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidField { field: f, .. } if *f == field),
+            matches!(err.kind(), ErrorKind::File(FileError::InvalidField { field: f, .. }) if *f == field),
             "{field}: {err}"
         );
         for text in [err.to_string(), format!("{err:?}")] {
@@ -319,7 +332,7 @@ fn ids_have_their_known_shapes() {
         let err =
             UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidField { field: f, .. } if *f == field),
+            matches!(err.kind(), ErrorKind::File(FileError::InvalidField { field: f, .. }) if *f == field),
             "{field}={value}: {err}"
         );
     }

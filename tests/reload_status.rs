@@ -6,6 +6,7 @@ mod support;
 
 use std::sync::Arc;
 
+use msi_dataplane::FileError;
 use msi_dataplane::{
     Error, ErrorKind, ManualClock, ReloadOutcome, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
@@ -88,7 +89,10 @@ async fn status_serializes_displays_and_compares_without_secrets() {
     assert_ne!(s1, s0);
     assert_eq!(s1, s1.clone());
     let mut other = s1.clone();
-    other.last_error = Some(Error::from(ErrorKind::FileTooLarge { size: 2, limit: 1 }));
+    other.last_error = Some(Error::from(ErrorKind::File(FileError::FileTooLarge {
+        size: 2,
+        limit: 1,
+    })));
     assert_ne!(other, s1);
     let mut none = s1.clone();
     none.last_error = None;

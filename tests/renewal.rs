@@ -164,6 +164,7 @@ mod with_the_store {
     use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
     use super::support::harness::{credential, https_client};
+    use msi_dataplane::KeyVaultError;
     use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
 
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
@@ -316,7 +317,10 @@ mod with_the_store {
         let s = setup("rotation-1").await;
         let err = s.store.renew(&s.client, "db-password").await.unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidStoredSecret { .. }),
+            matches!(
+                err.kind(),
+                ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret { .. })
+            ),
             "{err:?}"
         );
     }

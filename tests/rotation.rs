@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use msi_dataplane::FileError;
 use msi_dataplane::{
     ErrorKind, ManualClock, ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
@@ -418,7 +419,7 @@ async fn bad_files_keep_the_last_good_credential() {
         &cred,
         "truncated JSON",
         || write_temp_then_rename(&path, &b2[..b2.len() / 2]),
-        |e| matches!(e.kind(), ErrorKind::Json { message, .. } if message.contains("EOF")),
+        |e| matches!(e.kind(), ErrorKind::File(FileError::Json { message, .. }) if message.contains("EOF")),
     )
     .await;
 
@@ -432,7 +433,7 @@ async fn bad_files_keep_the_last_good_credential() {
                 b"{\n  \"client_id\": \"x\",\n  \"tenant_id\": ,\n}\n",
             )
         },
-        |e| matches!(e.kind(), ErrorKind::Json { line: 3, .. }),
+        |e| matches!(e.kind(), ErrorKind::File(FileError::Json { line: 3, .. })),
     )
     .await;
 
@@ -444,7 +445,12 @@ async fn bad_files_keep_the_last_good_credential() {
         &cred,
         "EC key",
         || write_temp_then_rename(&path, ec.as_bytes()),
-        |e| matches!(e.kind(), ErrorKind::UnsupportedKeyType { .. }),
+        |e| {
+            matches!(
+                e.kind(),
+                ErrorKind::File(FileError::UnsupportedKeyType { .. })
+            )
+        },
     )
     .await;
 
@@ -454,7 +460,7 @@ async fn bad_files_keep_the_last_good_credential() {
         "missing file",
         || std::fs::remove_file(&path).expect("remove"),
         |e| {
-            matches!(e.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::NotFound)
+            matches!(e.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::NotFound)
         },
     )
     .await;
@@ -463,6 +469,7 @@ async fn bad_files_keep_the_last_good_credential() {
     // is renamed into place, so there is never a readable version to pick up. As root
     // (CAP_DAC_OVERRIDE), mode 000 is still readable, and this sub-case cannot be made.
     {
+        use msi_dataplane::FileError;
         use std::os::unix::fs::PermissionsExt as _;
         let tmp = path.with_file_name(".unreadable.tmp");
         std::fs::write(&tmp, &b2).expect("write");
@@ -476,7 +483,7 @@ async fn bad_files_keep_the_last_good_credential() {
                 "unreadable file",
                 || std::fs::rename(&tmp, &path).expect("rename"),
                 |e| {
-                    matches!(e.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::PermissionDenied)
+                    matches!(e.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::PermissionDenied)
                 },
             )
             .await;
@@ -621,7 +628,7 @@ async fn first_load_failure_is_a_clear_error() {
         .expect_err("a missing file is an error");
     assert_eq!(err.path(), Some(missing.as_path()), "{err:?}");
     assert!(
-        matches!(err.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::NotFound),
+        matches!(err.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::NotFound),
         "{err:?}"
     );
     assert!(err.to_string().contains("does-not-exist"), "{err}");
@@ -632,7 +639,10 @@ async fn first_load_failure_is_a_clear_error() {
         .await
         .expect_err("bad JSON is an error");
     assert_eq!(err.path(), Some(bad.as_path()), "{err:?}");
-    assert!(matches!(err.kind(), ErrorKind::Json { .. }), "{err:?}");
+    assert!(
+        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        "{err:?}"
+    );
 }
 
 /// Reading the file must not count as a change to it: inotify reports the credential's

@@ -7,6 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use msi_dataplane::ReloadError;
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, ReloadOutcome,
     ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
@@ -149,7 +150,7 @@ fn a_credential_whose_runtime_ended_says_it_is_no_longer_watching() {
     );
     let err = s.last_error.as_ref().expect("an error saying why");
     assert!(
-        matches!(err.kind(), ErrorKind::ReloadStopped { .. }),
+        matches!(err.kind(), ErrorKind::Reload(ReloadError::Stopped { .. })),
         "{err:?}"
     );
     assert_eq!(err.kind().code(), "reload_stopped");

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use msi_dataplane::FileError;
 use msi_dataplane::{
     CloudConfig, ErrorKind, ReloadOutcome, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions, UserAssignedIdentityCredentials,
@@ -59,7 +60,7 @@ fn fixture_json(name: &str) -> Vec<u8> {
 #[track_caller]
 fn assert_refused(err: &msi_dataplane::Error, path: &Path, kind: &str) {
     assert!(
-        matches!(err.kind(), ErrorKind::NotARegularFile { kind: k } if *k == kind),
+        matches!(err.kind(), ErrorKind::File(FileError::NotARegularFile { kind: k }) if *k == kind),
         "{err:?}"
     );
     assert_eq!(err.kind().code(), "not_a_regular_file");
@@ -119,7 +120,10 @@ fn the_cloud_config_reader_refuses_a_fifo() {
         .expect("CloudConfig::from_path on a FIFO did not return")
         .expect_err("a FIFO is not a cloud config");
     assert!(
-        matches!(err.kind(), ErrorKind::NotARegularFile { kind: "FIFO" }),
+        matches!(
+            err.kind(),
+            ErrorKind::File(FileError::NotARegularFile { kind: "FIFO" })
+        ),
         "{err:?}"
     );
     assert_eq!(err.path(), Some(path.as_path()));

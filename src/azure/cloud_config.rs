@@ -11,7 +11,7 @@
 //! the VM's managed identity through the instance metadata service and never reads
 //! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so
 //! [`CloudConfig::identity_path`] (and [`UserAssignedIdentityCredential::from_cloud_config`])
-//! refuse it with [`ErrorKind::ConflictingIdentitySources`] instead of silently choosing.
+//! refuse it with [`ConfigError::ConflictingIdentitySources`](crate::ConfigError::ConflictingIdentitySources) instead of silently choosing.
 //! HyperShift's generated config for ARO HCP does set both; a component that knows it runs
 //! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
 //!
@@ -36,7 +36,7 @@
 //! }"#)?;
 //! assert!(matches!(
 //!     both.identity_path().unwrap_err().kind(),
-//!     ErrorKind::ConflictingIdentitySources { .. }
+//!     ConfigError::ConflictingIdentitySources { .. }
 //! ));
 //! # Ok::<(), msi_dataplane::Error>(())
 //! ```
@@ -48,6 +48,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 use crate::file::model::{check_size, json_error, read_limited_as};
 use crate::reload::user_assigned::{
@@ -112,7 +113,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::FileTooLarge`], or [`ErrorKind::Json`] with the line and column (quoted
+    /// [`FileError::FileTooLarge`](crate::FileError::FileTooLarge), or [`FileError::Json`](crate::FileError::Json) with the line and column (quoted
     /// values in the message are redacted).
     pub fn from_slice(bytes: &[u8]) -> Result<CloudConfig> {
         check_size(bytes)?;
@@ -133,7 +134,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::UnknownCloud`] for a name that is not a well-known cloud; unlike
+    /// [`ConfigError::UnknownCloud`](crate::ConfigError::UnknownCloud) for a name that is not a well-known cloud; unlike
     /// cloud-provider-azure, an unknown name never falls back to the public cloud.
     pub fn cloud(&self) -> Result<Cloud> {
         match self.cloud.as_deref().map(str::trim) {
@@ -148,9 +149,9 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// - [`ErrorKind::ConflictingIdentitySources`] when `useManagedIdentityExtension` is
+    /// - [`ConfigError::ConflictingIdentitySources`](crate::ConfigError::ConflictingIdentitySources) when `useManagedIdentityExtension` is
     ///   also `true`;
-    /// - [`ErrorKind::NoIdentityPath`] when the path is absent or blank (saying whether
+    /// - [`ConfigError::NoIdentityPath`](crate::ConfigError::NoIdentityPath) when the path is absent or blank (saying whether
     ///   the config selects the VM identity instead).
     pub fn identity_path(&self) -> Result<&Path> {
         let uses_imds = self.use_managed_identity_extension == Some(true);
@@ -160,14 +161,16 @@ impl CloudConfig {
             .filter(|p| !p.trim().is_empty());
         match (path, uses_imds) {
             (Some(path), false) => Ok(Path::new(path)),
-            (Some(path), true) => Err(ErrorKind::ConflictingIdentitySources {
+            (Some(path), true) => Err(ErrorKind::Config(ConfigError::ConflictingIdentitySources {
                 identity_path: path.to_owned(),
-            }
+            })
             .into()),
-            (None, uses_managed_identity_extension) => Err(ErrorKind::NoIdentityPath {
-                uses_managed_identity_extension,
+            (None, uses_managed_identity_extension) => {
+                Err(ErrorKind::Config(ConfigError::NoIdentityPath {
+                    uses_managed_identity_extension,
+                })
+                .into())
             }
-            .into()),
         }
     }
 }
@@ -186,10 +189,15 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::NoIdentityPath`] when the path is absent or blank.
+    /// [`ConfigError::NoIdentityPath`](crate::ConfigError::NoIdentityPath) when the path is absent or blank.
     pub fn credential_file_path(&self) -> Result<&Path> {
         match self.identity_path() {
-            Err(e) if matches!(e.kind(), ErrorKind::ConflictingIdentitySources { .. }) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Config(ConfigError::ConflictingIdentitySources { .. })
+                ) =>
+            {
                 let path = self
                     .aad_msi_data_plane_identity_path
                     .as_deref()

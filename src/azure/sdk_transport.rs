@@ -9,7 +9,9 @@ use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 
-use crate::token::endpoint::{MAX_RESPONSE_BYTES, error_chain};
+use crate::error::KeyVaultError;
+use crate::error::cause_chain;
+use crate::token::endpoint::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
 #[derive(Debug, Clone)]
@@ -72,10 +74,12 @@ async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes
     let too_large = || {
         azure_core::Error::new(
             AzureErrorKind::Other,
-            crate::error::Error::from(crate::error::ErrorKind::InvalidKeyVaultResponse {
-                operation: "request",
-                reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
-            }),
+            crate::error::Error::from(crate::error::ErrorKind::KeyVault(
+                KeyVaultError::InvalidResponse {
+                    operation: "request",
+                    reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+                },
+            )),
         )
     };
     if response
@@ -117,5 +121,5 @@ fn transport_error(e: reqwest::Error) -> azure_core::Error {
     } else {
         AzureErrorKind::Io
     };
-    azure_core::Error::with_message(kind, error_chain(&e))
+    azure_core::Error::with_message(kind, cause_chain(&e))
 }

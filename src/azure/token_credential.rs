@@ -116,6 +116,7 @@ fn to_azure_error(error: Error) -> azure_core::Error {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+    use crate::error::FileError;
     use time::macros::datetime;
 
     #[test]
@@ -131,10 +132,10 @@ mod tests {
 
     #[test]
     fn error_is_credential_kind_with_our_error_as_source() {
-        let ours = Error::from(ErrorKind::CredentialExpired {
+        let ours = Error::from(ErrorKind::File(FileError::CredentialExpired {
             expired_at: datetime!(2020-01-01 00:00 UTC),
             now: datetime!(2020-01-02 00:00 UTC),
-        });
+        }));
         let message = ours.to_string();
         let theirs = to_azure_error(ours);
         assert_eq!(theirs.kind(), &AzureErrorKind::Credential);
@@ -142,7 +143,10 @@ mod tests {
         let source = std::error::Error::source(&theirs).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some(message.as_str()));
         let inner = theirs.downcast_ref::<Error>().map(Error::kind);
-        assert!(matches!(inner, Some(ErrorKind::CredentialExpired { .. })));
+        assert!(matches!(
+            inner,
+            Some(ErrorKind::File(FileError::CredentialExpired { .. }))
+        ));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use url::Url;
 
+use crate::error::DataPlaneError;
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::model::is_guid;
 
@@ -52,7 +53,7 @@ pub struct BearerChallenge {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidChallenge`] naming the field and byte offset where the syntax
+/// [`DataPlaneError::InvalidChallenge`](crate::DataPlaneError::InvalidChallenge) naming the field and byte offset where the syntax
 /// breaks.
 pub fn parse_www_authenticate<'a>(
     values: impl IntoIterator<Item = &'a str>,
@@ -75,7 +76,7 @@ pub fn parse_www_authenticate<'a>(
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidChallenge`]: no `Bearer` challenge, none with an authorization
+/// [`DataPlaneError::InvalidChallenge`](crate::DataPlaneError::InvalidChallenge): no `Bearer` challenge, none with an authorization
 /// URL, a URL that does not parse, or a tenant that is neither a GUID nor a domain.
 pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
     let mut bearers = challenges
@@ -150,9 +151,9 @@ pub(crate) fn is_domain(s: &str) -> bool {
 
 /// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
 fn invalid(reason: String) -> Error {
-    ErrorKind::InvalidChallenge {
+    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge {
         reason: crate::untrusted_text::service_text(&reason),
-    }
+    })
     .into()
 }
 
@@ -431,7 +432,10 @@ mod tests {
         ] {
             let e = parse_www_authenticate([bad]).unwrap_err();
             assert!(
-                matches!(e.kind(), ErrorKind::InvalidChallenge { .. }),
+                matches!(
+                    e.kind(),
+                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                ),
                 "{bad}: {e}"
             );
         }
@@ -453,7 +457,10 @@ mod tests {
         ] {
             let e = bearer_challenge(&one(bad)).unwrap_err();
             assert!(
-                matches!(e.kind(), ErrorKind::InvalidChallenge { .. }),
+                matches!(
+                    e.kind(),
+                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                ),
                 "{bad}"
             );
         }

@@ -12,7 +12,6 @@ use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 
 use super::challenge::{bearer_challenge, parse_www_authenticate, scope_for_audience};
-use super::error::DataPlaneError;
 use super::source::TokenSource;
 use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
@@ -20,6 +19,9 @@ use super::types::{
 };
 use crate::azure_error_body::parse_error_body;
 use crate::clock::{Clock, SystemClock};
+use crate::error::{
+    ConfigError, DataPlaneError, DataPlaneServiceError, FileError, TransportError, cause_chain,
+};
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
 use crate::token::access_token::AccessToken;
 use crate::token::cache::REFRESH_WINDOW;
@@ -199,8 +201,8 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidField`] for an empty audience; [`ErrorKind::HttpClient`] when
-    /// the HTTP client cannot be built; [`ErrorKind::ConflictingOptions`] when both an
+    /// [`FileError::InvalidField`](crate::FileError::InvalidField) for an empty audience; [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when
+    /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an
     /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
     pub fn new(
@@ -219,10 +221,10 @@ impl ClientFactory {
     ) -> Result<Self> {
         let audience = audience.trim();
         if audience.trim_end_matches('/').is_empty() {
-            return Err(ErrorKind::InvalidField {
+            return Err(ErrorKind::File(FileError::InvalidField {
                 field: "audience",
                 reason: "is empty".into(),
-            }
+            })
             .into());
         }
         // Hosts vary per identity URL: the crate-built client comes in two, the second
@@ -265,7 +267,7 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
+    /// [`ConfigError::InvalidIdentityUrl`](crate::ConfigError::InvalidIdentityUrl): not a URL, not `https` (plain `http` only on a
     /// loopback host with [`ClientOptions::allow_http_loopback`]), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
@@ -492,11 +494,16 @@ impl Client {
         let f = &*self.factory;
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let transport = |e: reqwest::Error| -> Error {
-            ErrorKind::DataPlaneTransport {
-                url: without_query(url),
-                timeout: e.is_timeout(),
-                message: endpoint::error_chain(&e).replace(url.as_str(), &without_query(url)),
-            }
+            let message = cause_chain(&e).replace(url.as_str(), &without_query(url));
+            // reqwest's error names the URL with its query (a signature): not kept.
+            let e = e.without_url();
+            TransportError::new(
+                "data plane",
+                without_query(url),
+                e.is_timeout(),
+                message,
+                Some(Arc::new(e)),
+            )
             .into()
         };
         // A loopback host is never reached through a proxy from the environment.
@@ -576,36 +583,38 @@ fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
         .as_deref()
         .map(parse_error_body)
         .unwrap_or_default();
-    Err(ErrorKind::DataPlane(Box::new(DataPlaneError {
-        status: raw.status,
-        code,
-        message,
-        request_id: raw.request_id,
-        client_request_id: Some(raw.client_request_id),
-        retry_after: raw
-            .retry_after
-            .as_deref()
-            .and_then(|v| endpoint::parse_retry_after(v, raw.requested_at)),
-        request: what.to_owned(),
-    }))
-    .into())
+    Err(
+        ErrorKind::DataPlane(DataPlaneError::Service(Box::new(DataPlaneServiceError {
+            status: raw.status,
+            code,
+            message,
+            request_id: raw.request_id,
+            client_request_id: Some(raw.client_request_id),
+            retry_after: raw
+                .retry_after
+                .as_deref()
+                .and_then(|v| endpoint::parse_retry_after(v, raw.requested_at)),
+            request: what.to_owned(),
+        })))
+        .into(),
+    )
 }
 
 fn too_large(status: u16) -> Error {
-    ErrorKind::InvalidDataPlaneResponse {
+    ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
         status,
         reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
-    }
+    })
     .into()
 }
 
 /// Pure: a 2xx body as `T`; errors never echo the body (it holds secrets).
 fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
     serde_json::from_slice(&answer.body).map_err(|e| {
-        ErrorKind::InvalidDataPlaneResponse {
+        ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
             status: answer.status,
             reason: format!("not the expected JSON ({})", redact_quoted(&e.to_string())),
-        }
+        })
         .into()
     })
 }
@@ -619,7 +628,7 @@ fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
 fn is_data_plane_failure(error: &Error) -> bool {
     matches!(
         error.kind(),
-        ErrorKind::DataPlane(_) | ErrorKind::DataPlaneTransport { .. }
+        ErrorKind::DataPlane(DataPlaneError::Service(_)) | ErrorKind::Transport(_)
     )
 }
 
@@ -641,10 +650,10 @@ pub(crate) fn parse_identity_url(
         .unwrap_or_default()
         .to_owned();
     let refuse = |reason: &str| -> Error {
-        ErrorKind::InvalidIdentityUrl {
+        ErrorKind::Config(ConfigError::InvalidIdentityUrl {
             url: shown.clone(),
             reason: reason.to_owned(),
-        }
+        })
         .into()
     };
     let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
@@ -752,7 +761,10 @@ mod tests {
         ] {
             let e = parse_identity_url(bad, allow).unwrap_err();
             assert!(
-                matches!(e.kind(), ErrorKind::InvalidIdentityUrl { .. }),
+                matches!(
+                    e.kind(),
+                    ErrorKind::Config(ConfigError::InvalidIdentityUrl { .. })
+                ),
                 "{bad}"
             );
             assert!(!e.to_string().contains("SECRETSIG"), "{e}");
@@ -780,7 +792,7 @@ mod tests {
             requested_at: datetime!(2026-01-01 00:00 UTC),
         };
         let e = finish(raw, "GET /x").err().unwrap();
-        let ErrorKind::DataPlane(d) = e.kind() else {
+        let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
             panic!("{e:?}")
         };
         assert_eq!(d.status, 429);

@@ -11,12 +11,10 @@
 
 pub mod challenge;
 mod client;
-mod error;
 mod source;
 mod types;
 
 pub use client::{API_VERSION, Client, ClientFactory, ClientOptions};
-pub use error::DataPlaneError;
 #[cfg(feature = "azure_core")]
 pub use source::AzureTokenCredential;
 pub use source::{TokenFuture, TokenSource};

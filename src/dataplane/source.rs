@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::access_token::AccessToken;
@@ -37,10 +38,10 @@ impl TokenSource for UserAssignedIdentityCredential {
         Box::pin(async move {
             let current = self.current();
             if !tenant.eq_ignore_ascii_case(current.tenant_id()) {
-                return Err(ErrorKind::TenantNotAllowed {
+                return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
                     tenant: tenant.to_owned(),
                     credential_tenant: current.tenant_id().to_owned(),
-                }
+                })
                 .into());
             }
             self.get_token(&[scope]).await
@@ -58,7 +59,7 @@ mod azure {
     use azure_core::credentials::TokenCredential;
 
     use super::{TokenFuture, TokenSource};
-    use crate::error::{Error, ErrorKind};
+    use crate::error::{Error, ErrorKind, TokenError};
     use crate::token::access_token::AccessToken;
 
     /// Any `azure_core` `TokenCredential` (an `azure_identity` credential, say) as a
@@ -81,9 +82,9 @@ mod azure {
                     Ok(token) => Ok(AccessToken::new(token.token.secret(), token.expires_on)),
                     Err(e) => Err(match e.downcast_ref::<Error>() {
                         Some(ours) => ours.clone(),
-                        None => ErrorKind::ExternalCredential {
+                        None => ErrorKind::Token(TokenError::External {
                             message: e.to_string(),
-                        }
+                        })
                         .into(),
                     }),
                 }

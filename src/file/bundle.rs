@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
+use crate::error::FileError;
 use crate::error::{ErrorKind, Result};
 use crate::file::{pem_blocks, pkcs12_scan};
 
@@ -46,8 +47,10 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
     let mut out = Zeroizing::new(Vec::with_capacity(trimmed.len() / 4 * 3 + 3));
     STANDARD
         .decode_vec(trimmed.as_bytes(), &mut out)
-        .map_err(|e| ErrorKind::SecretNotBase64 {
-            reason: describe_base64_error(&e),
+        .map_err(|e| {
+            ErrorKind::File(FileError::SecretNotBase64 {
+                reason: describe_base64_error(&e),
+            })
         })?;
     Ok(out)
 }
@@ -60,11 +63,11 @@ pub(crate) fn decode_bundle(bytes: &[u8]) -> Result<RawBundle> {
     if looks_like_der_sequence(bytes) {
         return decode_pkcs12(bytes);
     }
-    Err(ErrorKind::UnknownBundleFormat {
+    Err(ErrorKind::File(FileError::UnknownBundleFormat {
         reason: "no PEM `-----BEGIN` line, and not a DER SEQUENCE spanning the whole input \
                  as a PKCS#12 archive is"
             .into(),
-    }
+    })
     .into())
 }
 
@@ -93,8 +96,10 @@ fn looks_like_der_sequence(bytes: &[u8]) -> bool {
 }
 
 fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
-    let malformed = |reason: String| ErrorKind::UnknownBundleFormat {
-        reason: format!("the PEM bundle is malformed: {reason}"),
+    let malformed = |reason: String| {
+        ErrorKind::File(FileError::UnknownBundleFormat {
+            reason: format!("the PEM bundle is malformed: {reason}"),
+        })
     };
     let blocks = pem_blocks::parse(bytes).map_err(malformed)?;
     let mut certificates = Vec::new();
@@ -106,21 +111,25 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
             }
             Some("PRIVATE KEY") => keys.push(RawKey::Pkcs8(block.decode().map_err(malformed)?)),
             Some("RSA PRIVATE KEY") => keys.push(if block.encrypted {
-                RawKey::Refused(ErrorKind::EncryptedPrivateKey {
+                RawKey::Refused(ErrorKind::File(FileError::EncryptedPrivateKey {
                     format: "legacy PEM encryption (Proc-Type: 4,ENCRYPTED)",
-                })
+                }))
             } else {
                 RawKey::Pkcs1(block.decode().map_err(malformed)?)
             }),
             Some("ENCRYPTED PRIVATE KEY") => {
-                keys.push(RawKey::Refused(ErrorKind::EncryptedPrivateKey {
-                    format: "PKCS#8 EncryptedPrivateKeyInfo",
-                }));
+                keys.push(RawKey::Refused(ErrorKind::File(
+                    FileError::EncryptedPrivateKey {
+                        format: "PKCS#8 EncryptedPrivateKeyInfo",
+                    },
+                )));
             }
             Some("EC PRIVATE KEY") => {
-                keys.push(RawKey::Refused(ErrorKind::UnsupportedKeyType {
-                    algorithm: "EC (SEC1 `EC PRIVATE KEY`)".into(),
-                }));
+                keys.push(RawKey::Refused(ErrorKind::File(
+                    FileError::UnsupportedKeyType {
+                        algorithm: "EC (SEC1 `EC PRIVATE KEY`)".into(),
+                    },
+                )));
             }
             _ => {
                 tracing::debug!(line = block.line, "ignoring PEM block with an unused label");
@@ -128,9 +137,9 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
         }
     }
     if certificates.is_empty() && keys.is_empty() {
-        return Err(ErrorKind::UnknownBundleFormat {
+        return Err(ErrorKind::File(FileError::UnknownBundleFormat {
             reason: "the PEM bundle has no CERTIFICATE or private key block".into(),
-        }
+        })
         .into());
     }
     finish(BundleFormat::Pem, certificates, keys)
@@ -167,19 +176,19 @@ fn finish(
     mut keys: Vec<RawKey>,
 ) -> Result<RawBundle> {
     if certificates.len() > MAX_CERTIFICATES {
-        return Err(ErrorKind::TooManyCertificates {
+        return Err(ErrorKind::File(FileError::TooManyCertificates {
             count: certificates.len(),
             limit: MAX_CERTIFICATES,
-        }
+        })
         .into());
     }
     let key = match keys.len() {
-        0 => return Err(ErrorKind::NoPrivateKey.into()),
+        0 => return Err(ErrorKind::File(FileError::NoPrivateKey).into()),
         1 => keys.remove(0),
-        count => return Err(ErrorKind::MultiplePrivateKeys { count }.into()),
+        count => return Err(ErrorKind::File(FileError::MultiplePrivateKeys { count }).into()),
     };
     if certificates.is_empty() {
-        return Err(ErrorKind::NoCertificate.into());
+        return Err(ErrorKind::File(FileError::NoCertificate).into());
     }
     Ok(RawBundle {
         format,
@@ -189,9 +198,9 @@ fn finish(
 }
 
 fn pkcs12_error(e: p12_keystore::error::Error) -> ErrorKind {
-    ErrorKind::Pkcs12 {
+    ErrorKind::File(FileError::Pkcs12 {
         reason: crate::parser_errors::pkcs12(&e),
-    }
+    })
 }
 
 fn describe_base64_error(e: &base64::DecodeError) -> String {
@@ -231,7 +240,10 @@ mod tests {
         for archive in [many_bags, huge_mac, huge_bag] {
             let before = PKCS12_OPENED.with(|n| n.get());
             let err = decode_bundle(&archive).err().expect("refused");
-            assert!(matches!(err.kind(), ErrorKind::Pkcs12Limit { .. }), "{err}");
+            assert!(
+                matches!(err.kind(), ErrorKind::File(FileError::Pkcs12Limit { .. })),
+                "{err}"
+            );
             assert_eq!(PKCS12_OPENED.with(|n| n.get()), before, "the decoder ran");
         }
         // An archive within the bounds does reach the decoder (which then refuses it).

@@ -9,6 +9,7 @@ use aws_lc_rs::signature::RsaKeyPair;
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::error::FileError;
 use crate::error::{ErrorKind, Result};
 use crate::file::bundle::{self, BundleFormat};
 use crate::file::key::{self, LoadedKey};
@@ -52,12 +53,13 @@ impl ClientCertificate {
     /// Decode the `client_secret` of a credential file (validated or not: a missing
     /// `client_secret` is reported as such).
     pub fn from_credentials(creds: &UserAssignedIdentityCredentials) -> Result<Self> {
-        let secret = creds
-            .client_secret
-            .as_ref()
-            .ok_or(ErrorKind::MissingFields {
-                fields: vec!["client_secret"],
-            })?;
+        let secret =
+            creds
+                .client_secret
+                .as_ref()
+                .ok_or(ErrorKind::File(FileError::MissingFields {
+                    fields: vec!["client_secret"],
+                }))?;
         Self::from_base64(secret.expose_secret())
     }
 
@@ -84,11 +86,12 @@ impl ClientCertificate {
         let public = loaded.public_key_der();
         let mut leaf = None;
         for (index, der) in certificates.iter().enumerate() {
-            let (_, cert) =
-                X509Certificate::from_der(der).map_err(|e| ErrorKind::InvalidCertificate {
+            let (_, cert) = X509Certificate::from_der(der).map_err(|e| {
+                ErrorKind::File(FileError::InvalidCertificate {
                     index,
                     reason: crate::parser_errors::x509(&e),
-                })?;
+                })
+            })?;
             if leaf.is_none() && cert.public_key().subject_public_key.data.as_ref() == public {
                 let validity = cert.validity();
                 leaf = Some((
@@ -98,9 +101,10 @@ impl ClientCertificate {
                 ));
             }
         }
-        let (index, not_before, not_after) = leaf.ok_or(ErrorKind::NoMatchingCertificate {
-            certificates: certificates.len(),
-        })?;
+        let (index, not_before, not_after) =
+            leaf.ok_or(ErrorKind::File(FileError::NoMatchingCertificate {
+                certificates: certificates.len(),
+            }))?;
         let leaf_der = certificates.remove(index);
         certificates.insert(0, leaf_der);
         let sha1 = fixed(digest::digest(
@@ -182,10 +186,10 @@ impl ClientCertificate {
 
     fn with_leaf<T>(&self, f: impl FnOnce(&X509Certificate<'_>) -> T) -> Result<T> {
         let (_, cert) = X509Certificate::from_der(&self.chain[0]).map_err(|e| {
-            ErrorKind::InvalidCertificate {
+            ErrorKind::File(FileError::InvalidCertificate {
                 index: 0,
                 reason: crate::parser_errors::x509(&e),
-            }
+            })
         })?;
         Ok(f(&cert))
     }

@@ -8,6 +8,7 @@
 use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
 use pkcs8::der::Decode;
 
+use crate::error::FileError;
 use crate::error::{ErrorKind, Result};
 use crate::file::bundle::RawKey;
 
@@ -51,9 +52,9 @@ pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
                         let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
                         Ok(LoadedKey { pair, bits })
                     }
-                    other => Err(ErrorKind::UnsupportedKeyType {
+                    other => Err(ErrorKind::File(FileError::UnsupportedKeyType {
                         algorithm: algorithm_name(other),
-                    }
+                    })
                     .into()),
                 }
             }
@@ -72,13 +73,14 @@ fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
 
 /// The modulus size of a PKCS#1 `RSAPrivateKey`, read without loading the key.
 fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
-    let key =
-        pkcs1::RsaPrivateKey::from_der(pkcs1_der).map_err(|e| ErrorKind::InvalidPrivateKey {
+    let key = pkcs1::RsaPrivateKey::from_der(pkcs1_der).map_err(|e| {
+        ErrorKind::File(FileError::InvalidPrivateKey {
             reason: format!(
                 "neither PKCS#8 nor PKCS#1 RSA DER ({})",
                 crate::parser_errors::der(&e)
             ),
-        })?;
+        })
+    })?;
     let modulus = key.modulus.as_bytes();
     let leading = modulus.iter().take_while(|b| **b == 0).count();
     let significant = &modulus[leading..];
@@ -90,25 +92,25 @@ fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
 
 fn check_bits(bits: usize) -> Result<()> {
     if bits < MIN_RSA_BITS {
-        return Err(ErrorKind::KeyTooSmall {
+        return Err(ErrorKind::File(FileError::KeyTooSmall {
             bits,
             min_bits: MIN_RSA_BITS,
-        }
+        })
         .into());
     }
     if bits > MAX_RSA_BITS {
-        return Err(ErrorKind::InvalidPrivateKey {
+        return Err(ErrorKind::File(FileError::InvalidPrivateKey {
             reason: format!("the RSA key has {bits} bits; at most {MAX_RSA_BITS} are supported"),
-        }
+        })
         .into());
     }
     Ok(())
 }
 
 fn rejected(e: aws_lc_rs::error::KeyRejected) -> ErrorKind {
-    ErrorKind::InvalidPrivateKey {
+    ErrorKind::File(FileError::InvalidPrivateKey {
         reason: format!("rejected by the signing backend ({e})"),
-    }
+    })
 }
 
 fn algorithm_name(oid: &str) -> String {

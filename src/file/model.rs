@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::error::FileError;
 use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
 use crate::secret::SecretString;
 use crate::untrusted_text::quoted_input;
@@ -172,7 +173,7 @@ impl UserAssignedIdentityCredentials {
             .map(|(k, _)| *k)
             .collect();
         if !missing.is_empty() {
-            return Err(ErrorKind::MissingFields { fields: missing }.into());
+            return Err(ErrorKind::File(FileError::MissingFields { fields: missing }).into());
         }
         for (field, value) in required {
             if value.is_some_and(|v| v.trim().is_empty()) {
@@ -264,10 +265,10 @@ impl UserAssignedIdentityCredentials {
 pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
     let size = bytes.len() as u64;
     if size > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(ErrorKind::FileTooLarge {
+        return Err(ErrorKind::File(FileError::FileTooLarge {
             size,
             limit: MAX_CREDENTIAL_FILE_BYTES,
-        }
+        })
         .into());
     }
     Ok(())
@@ -284,10 +285,10 @@ pub(crate) fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
 pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let too_large = |size: u64| {
-        Error::from(ErrorKind::FileTooLarge {
+        Error::from(ErrorKind::File(FileError::FileTooLarge {
             size,
             limit: MAX_CREDENTIAL_FILE_BYTES,
-        })
+        }))
         .with_file(path, role)
     };
     // Only a regular file, opened without blocking (a FIFO or a device is refused).
@@ -322,7 +323,7 @@ fn check_camel_case(bytes: &[u8]) -> Result<()> {
     if keys.is_empty() {
         Ok(())
     } else {
-        Err(ErrorKind::CamelCaseKeys { keys, expected }.into())
+        Err(ErrorKind::File(FileError::CamelCaseKeys { keys, expected }).into())
     }
 }
 
@@ -454,10 +455,10 @@ fn check_resource_id(value: &str) -> Result<()> {
 }
 
 fn invalid(field: &'static str, reason: &str) -> Error {
-    ErrorKind::InvalidField {
+    ErrorKind::File(FileError::InvalidField {
         field,
         reason: reason.to_owned(),
-    }
+    })
     .into()
 }
 
@@ -470,11 +471,11 @@ pub(crate) fn secret_json<T: Serialize>(value: &T, size_hint: usize) -> Result<S
     serde_json::to_writer(&mut out, value).map_err(json_error)?;
     // serde_json writes UTF-8; the buffer moves into the String without a copy.
     String::from_utf8(std::mem::take(&mut *out.0)).map_err(|_| {
-        Error::from(ErrorKind::Json {
+        Error::from(ErrorKind::File(FileError::Json {
             line: 0,
             column: 0,
             message: "serialization produced invalid UTF-8".into(),
-        })
+        }))
     })
 }
 
@@ -502,11 +503,11 @@ impl std::io::Write for ZeroizingBuffer {
 }
 
 pub(crate) fn json_error(e: serde_json::Error) -> Error {
-    ErrorKind::Json {
+    ErrorKind::File(FileError::Json {
         line: e.line(),
         column: e.column(),
         message: crate::parser_errors::json(&e),
-    }
+    })
     .into()
 }
 
@@ -562,10 +563,10 @@ mod tests {
         let err = parse_time("not_after", Some("yesterday")).unwrap_err();
         assert!(matches!(
             err.kind(),
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field: "not_after",
                 ..
-            }
+            })
         ));
     }
 }

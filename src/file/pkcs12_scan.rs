@@ -23,6 +23,7 @@
 use zeroize::Zeroizing;
 
 use crate::error::ErrorKind;
+use crate::error::FileError;
 
 /// Largest iteration count accepted for the MAC or any encryption of a PKCS#12 archive.
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;
@@ -162,9 +163,9 @@ pub(crate) fn scan(archive: &[u8]) -> Result<Scanned, ErrorKind> {
             match verify_mac(digest_oid, digest, salt, iterations, octets.bytes) {
                 Some(true) => true,
                 Some(false) => {
-                    return Err(ErrorKind::Pkcs12 {
+                    return Err(ErrorKind::File(FileError::Pkcs12 {
                         reason: crate::parser_errors::PKCS12_MAC_MISMATCH.to_owned(),
-                    });
+                    }));
                 }
                 None => false,
             }
@@ -298,13 +299,13 @@ impl Scan {
                     check_encryption(&algorithm, "a shrouded key bag")?;
                 }
                 Some(BAG_SECRET) => {
-                    return Err(ErrorKind::Pkcs12 {
+                    return Err(ErrorKind::File(FileError::Pkcs12 {
                         reason: format!(
                             "the secret bag at byte {} is not supported (only certificate and \
                              key bags are)",
                             bag.offset
                         ),
-                    });
+                    }));
                 }
                 Some(BAG_SAFE_CONTENTS) => {
                     let (nested, _) = value.contents().next(SEQUENCE)?;
@@ -334,13 +335,13 @@ fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
         let (kdf, _) = pbes2.contents().next(SEQUENCE)?;
         let (kdf_oid, kdf_params) = kdf.contents().next(OID)?;
         if kdf_oid.bytes != OID_PBKDF2 {
-            return Err(ErrorKind::Pkcs12 {
+            return Err(ErrorKind::File(FileError::Pkcs12 {
                 reason: format!(
                     "{what} at byte {} uses a key derivation other than PBKDF2 (scrypt is not \
                      supported)",
                     algorithm.offset
                 ),
-            });
+            }));
         }
         // PBKDF2-params ::= SEQUENCE { salt CHOICE { OCTET STRING, AlgorithmIdentifier },
         //                              iterationCount INTEGER, ... }
@@ -349,12 +350,12 @@ fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
         let (iterations, _) = after.next(INTEGER)?;
         return check_iterations(&iterations, what);
     }
-    Err(ErrorKind::Pkcs12 {
+    Err(ErrorKind::File(FileError::Pkcs12 {
         reason: format!(
             "{what} at byte {} uses an unsupported encryption scheme",
             algorithm.offset
         ),
-    })
+    }))
 }
 
 /// Decrypt an encrypted container with the empty password, into a zeroized buffer;
@@ -409,14 +410,16 @@ fn decrypt(algorithm: &Tlv<'_>, ciphertext: &[u8]) -> Option<Zeroizing<Vec<u8>>>
 /// are within the plaintext).
 fn inside(e: ErrorKind, container: usize) -> ErrorKind {
     match e {
-        ErrorKind::Pkcs12Limit { what, value, limit } if what != "bags" => ErrorKind::Pkcs12Limit {
-            what: format!("{what} in the encrypted container at byte {container}"),
-            value,
-            limit,
-        },
-        ErrorKind::Pkcs12 { reason } => ErrorKind::Pkcs12 {
+        ErrorKind::File(FileError::Pkcs12Limit { what, value, limit }) if what != "bags" => {
+            ErrorKind::File(FileError::Pkcs12Limit {
+                what: format!("{what} in the encrypted container at byte {container}"),
+                value,
+                limit,
+            })
+        }
+        ErrorKind::File(FileError::Pkcs12 { reason }) => ErrorKind::File(FileError::Pkcs12 {
             reason: format!("in the encrypted container at byte {container}: {reason}"),
-        },
+        }),
         other => other,
     }
 }
@@ -442,11 +445,11 @@ fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
         .filter(|v| *v > 0)
         .ok_or_else(|| malformed(integer.offset, "an iteration count that is not positive"))?;
     if value > MAX_PKCS12_ITERATIONS {
-        return Err(ErrorKind::Pkcs12Limit {
+        return Err(ErrorKind::File(FileError::Pkcs12Limit {
             what: format!("iterations of {what} (byte {})", integer.offset),
             value,
             limit: MAX_PKCS12_ITERATIONS,
-        });
+        }));
     }
     Ok(())
 }
@@ -462,17 +465,17 @@ fn count(mut items: Items<'_>) -> Result<usize, ErrorKind> {
 }
 
 fn limit(what: &str, value: u64, limit: u64) -> ErrorKind {
-    ErrorKind::Pkcs12Limit {
+    ErrorKind::File(FileError::Pkcs12Limit {
         what: what.to_owned(),
         value,
         limit,
-    }
+    })
 }
 
 fn malformed(offset: usize, what: &str) -> ErrorKind {
-    ErrorKind::Pkcs12 {
+    ErrorKind::File(FileError::Pkcs12 {
         reason: format!("malformed DER at byte {offset}: {what}"),
-    }
+    })
 }
 
 /// One DER element: its tag, its contents and where they start in the archive.
@@ -685,7 +688,9 @@ pub(crate) mod tests {
 
     fn limit_of(archive: &[u8]) -> (String, u64, u64) {
         match scan(archive).map(|s| s.bags) {
-            Err(ErrorKind::Pkcs12Limit { what, value, limit }) => (what, value, limit),
+            Err(ErrorKind::File(FileError::Pkcs12Limit { what, value, limit })) => {
+                (what, value, limit)
+            }
             other => panic!("expected a limit, got {other:?}"),
         }
     }
@@ -705,7 +710,9 @@ pub(crate) mod tests {
         // A MAC that does not verify with the empty password is refused as the decoder
         // would refuse it.
         match scan(&pfx(&containers, Some(2048))).map(|s| s.bags) {
-            Err(ErrorKind::Pkcs12 { reason }) => assert!(reason.contains("password"), "{reason}"),
+            Err(ErrorKind::File(FileError::Pkcs12 { reason })) => {
+                assert!(reason.contains("password"), "{reason}")
+            }
             other => panic!("{other:?}"),
         }
     }

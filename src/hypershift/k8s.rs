@@ -14,7 +14,7 @@
 //! | `formatSecretProviderClassObject(name, encoding)` | [`objects_parameter`] |
 //!
 //! Names and values are checked before anything is built (DNS-1123 names, Key Vault
-//! naming rules, GUIDs); bad input is an [`ErrorKind::InvalidKubernetesObject`] naming the
+//! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
 //! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
 //! expects; write them with the serializer of your choice (`kubectl apply` takes JSON and
 //! YAML alike). This crate ships no YAML serializer of its own.
@@ -58,6 +58,7 @@ use k8s_openapi::api::core::v1::{CSIVolumeSource, EnvVar, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
@@ -479,7 +480,7 @@ impl SecretProviderClassBuilder {
         self
     }
 
-    /// The SecretProviderClass, or an [`ErrorKind::InvalidKubernetesObject`] naming the
+    /// The SecretProviderClass, or an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
     /// first field that is missing or invalid.
     pub fn build(self) -> Result<SecretProviderClass> {
         check("metadata.name", dns1123_subdomain_problem(&self.name))?;
@@ -528,7 +529,7 @@ impl SecretProviderClassBuilder {
 // ---- checks (pure) ----
 
 fn invalid(field: &'static str, reason: String) -> crate::error::Error {
-    ErrorKind::InvalidKubernetesObject { field, reason }.into()
+    ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, reason }).into()
 }
 
 fn check(field: &'static str, problem: Option<String>) -> Result<()> {

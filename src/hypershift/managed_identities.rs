@@ -18,12 +18,13 @@
 //!
 //! [`ManagedIdentities::from_slice`] parses and validates it (GUIDs, the Key Vault name,
 //! secret names, encodings; `kms` is optional), naming every problem in one
-//! [`ErrorKind::InvalidManagedIdentities`]. With the `k8s` feature,
+//! [`ConfigError::InvalidManagedIdentities`](crate::ConfigError::InvalidManagedIdentities). With the `k8s` feature,
 //! [`ManagedIdentities::kubernetes_objects`] builds each component's SecretProviderClass,
 //! volume and mount with [`crate::hypershift::k8s`].
 
 use serde::Deserialize;
 
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 use crate::hypershift::Component;
 use crate::keyvault::validate_secret_name;
@@ -194,8 +195,8 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Json`] when it is not JSON of this shape;
-    /// [`ErrorKind::InvalidManagedIdentities`] listing every missing or invalid field.
+    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
+    /// [`ConfigError::InvalidManagedIdentities`](crate::ConfigError::InvalidManagedIdentities) listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let raw: RawFile = serde_json::from_slice(bytes).map_err(crate::file::model::json_error)?;
         let mut p = Problems::default();
@@ -286,7 +287,9 @@ impl ManagedIdentities {
                 components,
                 data_plane,
             }),
-            _ => Err(ErrorKind::InvalidManagedIdentities { problems: p.0 }.into()),
+            _ => Err(
+                ErrorKind::Config(ConfigError::InvalidManagedIdentities { problems: p.0 }).into(),
+            ),
         }
     }
 
@@ -342,6 +345,7 @@ mod kubernetes {
     use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 
     use super::{ComponentIdentity, ManagedIdentities};
+    use crate::error::ConfigError;
     use crate::error::{ErrorKind, Result};
     use crate::hypershift::Component;
     use crate::hypershift::k8s::{
@@ -369,7 +373,7 @@ mod kubernetes {
         ///
         /// # Errors
         ///
-        /// [`ErrorKind::InvalidKubernetesObject`] from the builders.
+        /// [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) from the builders.
         pub fn kubernetes_objects(
             &self,
             namespace: &str,
@@ -415,10 +419,10 @@ mod kubernetes {
             "utf-8" => Ok(ObjectEncoding::Utf8),
             "hex" => Ok(ObjectEncoding::Hex),
             "base64" => Ok(ObjectEncoding::Base64),
-            other => Err(ErrorKind::InvalidKubernetesObject {
+            other => Err(ErrorKind::Config(ConfigError::InvalidKubernetesObject {
                 field: "objectEncoding",
                 reason: format!("`{other}` is not one of utf-8, hex, base64"),
-            }
+            })
             .into()),
         }
     }

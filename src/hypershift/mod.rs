@@ -49,6 +49,7 @@ pub mod managed_identities;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
 use crate::reload::user_assigned::{
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
@@ -203,7 +204,7 @@ impl Component {
 /// - A bare secret name (no `/`) is joined to [`CERTS_MOUNT_PATH`]: `cpo-creds` →
 ///   `/mnt/certs/cpo-creds` (one operator sets the variable this way).
 ///
-/// Refused, with [`ErrorKind::InvalidEnvironmentVariable`] naming the variable: an empty
+/// Refused, with [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable) naming the variable: an empty
 /// value; leading or trailing whitespace; a NUL or other control character; a relative
 /// path with a `/` in it (`certs/x`, `./x`: resolving it against the working directory
 /// would depend on where the process started); a `..` component; a trailing `/` (a
@@ -216,15 +217,15 @@ impl Component {
 /// assert_eq!(resolve_credentials_path("cpo-creds")?, Path::new("/mnt/certs/cpo-creds"));
 /// assert_eq!(resolve_credentials_path("/var/run/id/creds")?, Path::new("/var/run/id/creds"));
 /// let err = resolve_credentials_path("certs/cpo-creds").unwrap_err();
-/// assert!(matches!(err.kind(), ErrorKind::InvalidEnvironmentVariable { .. }));
+/// assert!(matches!(err.kind(), ConfigError::InvalidEnvironmentVariable { .. }));
 /// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
     let invalid = |reason: String| {
-        ErrorKind::InvalidEnvironmentVariable {
+        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
             name: CREDENTIALS_FILE_PATH_ENV,
             reason,
-        }
+        })
         .into()
     };
     if let Some(problem) = text_problem(value) {
@@ -255,8 +256,8 @@ pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
 
 /// As [`resolve_credentials_path`], reading [`CREDENTIALS_FILE_PATH_ENV`] through
 /// `lookup` (called with the variable's name; `|name| std::env::var_os(name)` reads the
-/// process environment). Unset: [`ErrorKind::MissingEnvironmentVariable`]; not UTF-8:
-/// [`ErrorKind::InvalidEnvironmentVariable`].
+/// process environment). Unset: [`ConfigError::MissingEnvironmentVariable`](crate::ConfigError::MissingEnvironmentVariable); not UTF-8:
+/// [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable).
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -317,10 +318,10 @@ pub fn key_vault_user_client_id_from(
 ) -> Result<String> {
     let value = required_utf8(KEY_VAULT_USER_CLIENT_ID_ENV, lookup)?;
     match text_problem(&value) {
-        Some(reason) => Err(ErrorKind::InvalidEnvironmentVariable {
+        Some(reason) => Err(ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
             name: KEY_VAULT_USER_CLIENT_ID_ENV,
             reason,
-        }
+        })
         .into()),
         None => Ok(value),
     }
@@ -338,8 +339,8 @@ impl UserAssignedIdentityCredential {
     /// absolute path or a bare secret name under `/mnt/certs`; see
     /// [`resolve_credentials_path`]): what a HyperShift-managed component does at start.
     ///
-    /// Fails with [`ErrorKind::MissingEnvironmentVariable`] when the variable is unset,
-    /// [`ErrorKind::InvalidEnvironmentVariable`] when its value is unusable, and as
+    /// Fails with [`ConfigError::MissingEnvironmentVariable`](crate::ConfigError::MissingEnvironmentVariable) when the variable is unset,
+    /// [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable) when its value is unusable, and as
     /// [`new`](Self::new) when the file cannot be loaded. Needs a Tokio runtime.
     ///
     /// ```no_run
@@ -380,12 +381,14 @@ fn required_utf8(
     name: &'static str,
     lookup: impl FnOnce(&str) -> Option<OsString>,
 ) -> Result<String> {
-    let value = lookup(name).ok_or(ErrorKind::MissingEnvironmentVariable { name })?;
+    let value = lookup(name).ok_or(ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
+        name,
+    }))?;
     value.into_string().map_err(|raw| {
-        ErrorKind::InvalidEnvironmentVariable {
+        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
             name,
             reason: format!("{:?} is not valid UTF-8", raw.to_string_lossy()),
-        }
+        })
         .into()
     })
 }

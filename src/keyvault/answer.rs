@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use zeroize::{Zeroize, Zeroizing};
 
+use crate::error::KeyVaultError;
 use crate::error::{ErrorKind, Result};
 use crate::secret::SecretString;
 
@@ -39,9 +40,11 @@ impl GetSecretAnswer<'_> {
     /// The value, unescaped into a zeroized buffer. Errors name the secret, never the
     /// value.
     pub(crate) fn value(&self, name: &str) -> Result<SecretString> {
-        let invalid = |reason: &str| ErrorKind::InvalidStoredSecret {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
+        let invalid = |reason: &str| {
+            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
+                name: name.to_owned(),
+                reason: reason.to_owned(),
+            })
         };
         let raw = self
             .value
@@ -52,17 +55,17 @@ impl GetSecretAnswer<'_> {
     }
 }
 
-/// Parse one of Key Vault's answers; an unreadable one is [`ErrorKind::InvalidStoredSecret`]
+/// Parse one of Key Vault's answers; an unreadable one is [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret)
 /// naming the secret, with `serde_json`'s position but none of the answer's text.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(name: &str, answer: &'a [u8]) -> Result<T> {
     serde_json::from_slice(answer).map_err(|e| {
-        ErrorKind::InvalidStoredSecret {
+        ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
             name: name.to_owned(),
             reason: format!(
                 "Key Vault's answer cannot be read: {}",
                 crate::parser_errors::json(&e)
             ),
-        }
+        })
         .into()
     })
 }
@@ -216,7 +219,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            matches!(err.kind(), ErrorKind::InvalidStoredSecret { name, .. } if name == "n"),
+            matches!(err.kind(), ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret { name, .. }) if name == "n"),
             "{err:?}"
         );
         assert!(!format!("{err} {err:?}").contains("TUlJQ"), "{err:?}");

@@ -8,6 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
+use crate::error::{ConfigError, FileError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
@@ -51,7 +52,7 @@ pub fn identifier_for_managed_identity_credentials(identifier: &str) -> String {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidSecretName`].
+/// [`ConfigError::InvalidSecretName`](crate::ConfigError::InvalidSecretName).
 pub fn validate_secret_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("is empty")
@@ -64,10 +65,10 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(ErrorKind::InvalidSecretName {
+        Some(reason) => Err(ErrorKind::Config(ConfigError::InvalidSecretName {
             name: crate::untrusted_text::quoted_input(name),
             reason,
-        }
+        })
         .into()),
     }
 }
@@ -78,7 +79,7 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidField`] naming `version`.
+/// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `version`.
 ///
 /// ```
 /// use msi_dataplane::keyvault::validate_secret_version;
@@ -89,13 +90,13 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
     if version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(());
     }
-    Err(ErrorKind::InvalidField {
+    Err(ErrorKind::File(FileError::InvalidField {
         field: "version",
         reason: format!(
             "`{}` is not a Key Vault secret version (32 hexadecimal digits)",
             crate::untrusted_text::quoted_input(version)
         ),
-    }
+    })
     .into())
 }
 
@@ -106,10 +107,10 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// - [`ErrorKind::MissingStorageTime`] naming the first of `not_after`, `not_before`,
+/// - [`ConfigError::MissingStorageTime`](crate::ConfigError::MissingStorageTime) naming the first of `not_after`, `not_before`,
 ///   `renew_after`, `cannot_renew_after` that is absent;
-/// - [`ErrorKind::InvalidField`] when one of them is not RFC 3339;
-/// - [`ErrorKind::InvalidSecretName`] when the name breaks Key Vault's rule.
+/// - [`FileError::InvalidField`](crate::FileError::InvalidField) when one of them is not RFC 3339;
+/// - [`ConfigError::InvalidSecretName`](crate::ConfigError::InvalidSecretName) when the name breaks Key Vault's rule.
 pub fn format_user_assigned_identity_credentials_for_storage(
     identifier: &str,
     credentials: &UserAssignedIdentityCredentials,
@@ -151,7 +152,7 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 /// # Errors
 ///
 /// As [`format_user_assigned_identity_credentials_for_storage`], and
-/// [`ErrorKind::InvalidField`] naming `explicit_identities` when it holds two or more
+/// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `explicit_identities` when it holds two or more
 /// (which one's times would be ambiguous).
 pub fn format_managed_identity_credentials_for_storage(
     identifier: &str,
@@ -172,13 +173,13 @@ pub fn format_managed_identity_credentials_for_storage(
             cannot_renew_after: one.cannot_renew_after.as_deref(),
         },
         more => {
-            return Err(ErrorKind::InvalidField {
+            return Err(ErrorKind::File(FileError::InvalidField {
                 field: "explicit_identities",
                 reason: format!(
                     "holds {} identities; the storage format takes its times from at most one",
                     more.len()
                 ),
-            }
+            })
             .into());
         }
     };
@@ -249,7 +250,7 @@ fn required<'a>(value: Option<&'a str>, field: &'static str) -> Result<&'a str> 
 }
 
 fn missing(field: &'static str) -> Error {
-    ErrorKind::MissingStorageTime { field }.into()
+    ErrorKind::Config(ConfigError::MissingStorageTime { field }).into()
 }
 
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
 use crate::dataplane::{Client, UserAssignedIdentitiesRequest};
+use crate::error::KeyVaultError;
 use crate::error::{ErrorKind, Result};
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::keyvault::renewal::{StoredKind, StoredProperties, should_store};
@@ -56,7 +57,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// The store's errors (reading and writing), the data plane's, and
-    /// [`ErrorKind::InvalidStoredSecret`] when the stored credential does not say which
+    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
         let Some((kind, identifier)) = StoredKind::of(name) else {
@@ -151,9 +152,9 @@ impl CredentialStore {
 }
 
 fn invalid(name: &str, reason: &str) -> crate::error::Error {
-    ErrorKind::InvalidStoredSecret {
+    ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
         name: name.to_owned(),
         reason: reason.to_owned(),
-    }
+    })
     .into()
 }

@@ -53,7 +53,8 @@ use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, TransportError, cause_chain};
+use crate::error::{FileError, KeyVaultError, TokenError};
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::renewal::{StoredKind, StoredProperties};
@@ -83,7 +84,7 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 #[non_exhaustive]
 pub struct StoreOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one; setting
-    /// both is refused with [`ErrorKind::ConflictingOptions`]), the request timeout
+    /// both is refused with [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)), the request timeout
     /// (default 30 s). Shared with the credential and the data plane client; see
     /// [`HttpOptions`]. Its `allow_http_loopback` does not apply: the SDK authenticates
     /// only over `https`, so the vault URL is always `https`.
@@ -101,7 +102,7 @@ pub struct StoreOptions {
     pub api_version: Option<String>,
     /// The most pages one listing reads ([`CredentialStore::list`],
     /// [`CredentialStore::list_deleted`]) before it fails with
-    /// [`ErrorKind::RefusedLink`]. Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
+    /// [`KeyVaultError::RefusedLink`](crate::KeyVaultError::RefusedLink). Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
     /// 250,000 secrets at 25 a page, and Key Vault may answer pages with fewer, even
     /// none).
     pub max_list_pages: usize,
@@ -138,7 +139,7 @@ impl StoreOptions {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::HttpClient`] when the PEM holds no usable certificate.
+    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the PEM holds no usable certificate.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
         self.http = self.http.with_extra_root_certificates_pem(pem)?;
         Ok(self)
@@ -254,23 +255,25 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidField`] naming `vault_url` when it is not an `https` URL;
-    /// [`ErrorKind::HttpClient`] when the HTTP client cannot be built;
-    /// [`ErrorKind::ConflictingOptions`] when both an HTTP client and extra roots are set.
+    /// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `vault_url` when it is not an `https` URL;
+    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the HTTP client cannot be built;
+    /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
         options: StoreOptions,
     ) -> Result<Self> {
-        let parsed = url::Url::parse(vault_url).map_err(|e| ErrorKind::InvalidField {
-            field: "vault_url",
-            reason: format!("`{vault_url}` is not a URL: {e}"),
+        let parsed = url::Url::parse(vault_url).map_err(|e| {
+            ErrorKind::File(FileError::InvalidField {
+                field: "vault_url",
+                reason: format!("`{vault_url}` is not a URL: {e}"),
+            })
         })?;
         if parsed.scheme() != "https" || parsed.host_str().is_none() {
-            return Err(ErrorKind::InvalidField {
+            return Err(ErrorKind::File(FileError::InvalidField {
                 field: "vault_url",
                 reason: format!("`{vault_url}` is not an https URL with a host"),
-            }
+            })
             .into());
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
@@ -291,10 +294,10 @@ impl CredentialStore {
         }
         let client =
             SecretClient::new(parsed.as_str(), credential, Some(sdk_options)).map_err(|e| {
-                ErrorKind::InvalidField {
+                ErrorKind::File(FileError::InvalidField {
                     field: "vault_url",
                     reason: e.to_string(),
-                }
+                })
             })?;
         Ok(CredentialStore {
             client: Arc::new(client),
@@ -325,8 +328,8 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
-    /// [`ErrorKind::SecretNameHeldByDeletedSecret`] on Key Vault's 409, and
-    /// [`ErrorKind::KeyVault`] / [`ErrorKind::KeyVaultTransport`].
+    /// [`KeyVaultError::SecretNameHeldByDeletedSecret`](crate::KeyVaultError::SecretNameHeldByDeletedSecret) on Key Vault's 409, and
+    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) / [`ErrorKind::Transport`](crate::ErrorKind::Transport).
     pub async fn put_managed_identity(
         &self,
         identifier: &str,
@@ -364,7 +367,7 @@ impl CredentialStore {
             .client
             .set_secret(name, body, None)
             .await
-            .map_err(|e| map_error("set", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
         let stored: PropertiesAnswer = answer::parse(name, response.body())?;
         tracing::info!(secret = name, "stored a credential in Key Vault");
         Ok(properties_of(
@@ -380,8 +383,8 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::KeyVault`] (404 `SecretNotFound`, ...), [`ErrorKind::KeyVaultTransport`],
-    /// [`ErrorKind::InvalidStoredSecret`] when the value is not the credential JSON.
+    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) (404 `SecretNotFound`, ...), [`ErrorKind::Transport`](crate::ErrorKind::Transport),
+    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) when the value is not the credential JSON.
     pub async fn get_managed_identity(
         &self,
         identifier: &str,
@@ -410,7 +413,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`get_managed_identity`](Self::get_managed_identity), and
-    /// [`ErrorKind::InvalidStoredSecret`] for a name of neither prefix.
+    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) for a name of neither prefix.
     pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
         let (value, properties) = self.get_value(name, version).await?;
         let credentials = AnyCredentials::parse(name, value.expose_secret())?;
@@ -457,7 +460,7 @@ impl CredentialStore {
             .client
             .get_secret(name, Some(options))
             .await
-            .map_err(|e| map_error("get", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
         let secret: GetSecretAnswer<'_> = answer::parse(name, response.body())?;
         let value = secret.value(name)?;
         let properties = properties_of(
@@ -474,15 +477,15 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::KeyVault`] (404 when there is no such secret),
-    /// [`ErrorKind::KeyVaultTransport`].
+    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) (404 when there is no such secret),
+    /// [`ErrorKind::Transport`](crate::ErrorKind::Transport).
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
         validate_secret_name(name)?;
         let response = self
             .client
             .delete_secret(name, None)
             .await
-            .map_err(|e| map_error("delete", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "delete", name, e))?;
         let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
         tracing::info!(secret = name, "deleted a stored credential (soft)");
         Ok(deleted_of(name, deleted))
@@ -499,7 +502,7 @@ impl CredentialStore {
             .client
             .get_deleted_secret(name, None)
             .await
-            .map_err(|e| map_error("get deleted", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "get deleted", name, e))?;
         let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
         Ok(deleted_of(name, deleted))
     }
@@ -514,7 +517,7 @@ impl CredentialStore {
         self.client
             .purge_deleted_secret(name, None)
             .await
-            .map_err(|e| map_error("purge", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "purge", name, e))?;
         tracing::info!(secret = name, "purged a deleted credential");
         Ok(())
     }
@@ -530,7 +533,7 @@ impl CredentialStore {
             .client
             .recover_deleted_secret(name, None)
             .await
-            .map_err(|e| map_error("recover", name, e))?;
+            .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
         let secret: PropertiesAnswer = answer::parse(name, response.body())?;
         tracing::info!(secret = name, "recovered a deleted credential");
         Ok(properties_of(
@@ -546,7 +549,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::KeyVault`], [`ErrorKind::KeyVaultTransport`].
+    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service), [`ErrorKind::Transport`](crate::ErrorKind::Transport).
     pub async fn list(&self) -> Result<Vec<StoredProperties>> {
         const OPERATION: &str = "list";
         let options = SecretClientListSecretPropertiesOptions {
@@ -556,18 +559,18 @@ impl CredentialStore {
         let mut pages = self
             .client
             .list_secret_properties(Some(options))
-            .map_err(|e| map_error(OPERATION, "*", e))?
+            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
             .into_pages();
         let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
         let mut listed = Vec::new();
         while let Some(page) = pages
             .try_next()
             .await
-            .map_err(|e| map_error(OPERATION, "*", e))?
+            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
         {
             let page = page
                 .into_model()
-                .map_err(|e| map_error(OPERATION, "*", e))?;
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
             for item in page.value {
                 let Some(name) = stored_name(item.id.as_deref()) else {
                     continue;
@@ -590,7 +593,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::KeyVault`], [`ErrorKind::KeyVaultTransport`].
+    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service), [`ErrorKind::Transport`](crate::ErrorKind::Transport).
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
         use azure_security_keyvault_secrets::models::{
             DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
@@ -603,18 +606,18 @@ impl CredentialStore {
         let mut pages = self
             .client
             .list_deleted_secret_properties(Some(options))
-            .map_err(|e| map_error(OPERATION, "*", e))?
+            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
             .into_pages();
         let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
         let mut listed = Vec::new();
         while let Some(page) = pages
             .try_next()
             .await
-            .map_err(|e| map_error(OPERATION, "*", e))?
+            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
         {
             let page = page
                 .into_model()
-                .map_err(|e| map_error(OPERATION, "*", e))?;
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
             for item in page.value {
                 let item: DeletedSecretProperties = item;
                 let Some(name) = stored_name(item.id.as_deref()) else {
@@ -654,22 +657,24 @@ fn check_next_link(
     next: Option<&PagerContinuation>,
     operation: &'static str,
 ) -> Result<()> {
-    let refused = |fault| ErrorKind::RefusedLink {
-        service: "Key Vault",
-        operation,
-        fault,
+    let refused = |fault| {
+        ErrorKind::KeyVault(KeyVaultError::RefusedLink {
+            service: "Key Vault",
+            operation,
+            fault,
+        })
     };
     match next {
         None => Ok(()),
         Some(PagerContinuation::Link(link)) => guard.follow(link).map_err(|f| refused(f).into()),
         // Key Vault pages by link only; anything else is not followed.
-        Some(other) => Err(ErrorKind::InvalidKeyVaultResponse {
+        Some(other) => Err(ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
             operation,
             reason: format!(
                 "a continuation that is not a link: `{}`",
                 crate::untrusted_text::quoted_input(other.as_ref())
             ),
-        }
+        })
         .into()),
     }
 }
@@ -693,10 +698,10 @@ impl AnyCredentials {
                 UserAssignedIdentityCredentials::from_stored(name, value)
                     .map(Self::UserAssignedIdentity)
             }
-            None => Err(ErrorKind::InvalidStoredSecret {
+            None => Err(ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
                 name: name.to_owned(),
                 reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
-            }
+            })
             .into()),
         }
     }
@@ -710,7 +715,7 @@ pub(crate) trait FromStored: Sized {
 impl FromStored for ManagedIdentityCredentials {
     fn from_stored(name: &str, value: &str) -> Result<Self> {
         serde_json::from_str(value).map_err(|e| {
-            ErrorKind::InvalidStoredSecret {
+            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
                 name: name.to_owned(),
                 // serde_json's message names the line and column, never the value.
                 reason: format!(
@@ -718,7 +723,7 @@ impl FromStored for ManagedIdentityCredentials {
                     e.line(),
                     e.column()
                 ),
-            }
+            })
             .into()
         })
     }
@@ -727,10 +732,10 @@ impl FromStored for ManagedIdentityCredentials {
 impl FromStored for UserAssignedIdentityCredentials {
     fn from_stored(name: &str, value: &str) -> Result<Self> {
         UserAssignedIdentityCredentials::from_slice(value.as_bytes()).map_err(|e| {
-            ErrorKind::InvalidStoredSecret {
+            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
                 name: name.to_owned(),
                 reason: format!("not UserAssignedIdentityCredentials: {e}"),
-            }
+            })
             .into()
         })
     }
@@ -803,25 +808,25 @@ fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
 }
 
 fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    ErrorKind::InvalidStoredSecret {
+    ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
         name: name.to_owned(),
         reason: format!("Key Vault's answer cannot be read: {}", e.kind()),
-    }
+    })
     .into()
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
 /// 409 of a name held by a deleted secret, a credential failure, or a transport failure.
-fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error {
+fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core::Error) -> Error {
     // An error of this crate's own that the SDK carried (from the credential, or from the
     // transport: an answer over the size limit) comes back as it was.
     if let Some(ours) = source_of::<Error>(&e).cloned() {
         // The transport does not know the store's operation; name it here.
-        if let ErrorKind::InvalidKeyVaultResponse { reason, .. } = ours.kind() {
-            return ErrorKind::InvalidKeyVaultResponse {
+        if let ErrorKind::KeyVault(KeyVaultError::InvalidResponse { reason, .. }) = ours.kind() {
+            return ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
                 operation,
                 reason: reason.clone(),
-            }
+            })
             .into();
         }
         return ours;
@@ -839,25 +844,25 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
                 .unwrap_or_default();
             let code = code.or_else(|| service_text_opt(error_code.clone()));
             if status == 409 && operation == "set" {
-                return ErrorKind::SecretNameHeldByDeletedSecret {
+                return ErrorKind::KeyVault(KeyVaultError::SecretNameHeldByDeletedSecret {
                     name: name.to_owned(),
-                }
+                })
                 .into();
             }
-            ErrorKind::KeyVault {
+            ErrorKind::KeyVault(KeyVaultError::Service {
                 operation,
                 name: name.to_owned(),
                 status,
                 code,
                 message,
-            }
+            })
             .into()
         }
-        AzureErrorKind::Credential => ErrorKind::ExternalCredential {
+        AzureErrorKind::Credential => ErrorKind::Token(TokenError::External {
             message: service_text(&e.to_string()),
-        }
+        })
         .into(),
-        AzureErrorKind::DataConversion => ErrorKind::InvalidKeyVaultResponse {
+        AzureErrorKind::DataConversion => ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
             operation,
             reason: match source_of::<serde_json::Error>(&e) {
                 // serde's message without the values it quotes, and where it stopped.
@@ -869,11 +874,15 @@ fn map_error(operation: &'static str, name: &str, e: azure_core::Error) -> Error
                 ),
                 None => "the answer cannot be decoded".to_owned(),
             },
-        }
+        })
         .into(),
-        _ => ErrorKind::KeyVaultTransport {
-            message: service_text(&format!("{operation} `{name}`: {}", chain(&e))),
-        }
+        _ => TransportError::new(
+            "Key Vault",
+            vault_url,
+            false,
+            service_text(&format!("{operation} `{name}`: {}", cause_chain(&e))),
+            Some(Arc::new(e)),
+        )
         .into(),
     }
 }
@@ -889,21 +898,6 @@ fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T
         source = s.source();
     }
     None
-}
-
-/// An error and its sources, `: `-separated (azure_core's wrapping hides the cause).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let next = s.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

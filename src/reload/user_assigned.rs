@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ReloadError, TokenError};
 use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
@@ -219,7 +220,7 @@ impl UserAssignedIdentityCredential {
     /// The background task that follows the file runs on the runtime that calls `new`
     /// and ends with it: if that runtime shuts down while the credential lives on,
     /// [`status`](Self::status) then shows `watching: false` and a
-    /// [`ErrorKind::ReloadStopped`] error, the active credential keeps serving, and
+    /// [`ReloadError::Stopped`](crate::ReloadError::Stopped) error, the active credential keeps serving, and
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](UserAssignedIdentityCredentialOptions::with_dedicated_thread).
@@ -394,9 +395,9 @@ fn spawn_dedicated(task: ReloadTask) -> Result<()> {
 }
 
 fn abandoned() -> Error {
-    ErrorKind::RequestAbandoned {
+    ErrorKind::Token(TokenError::RequestAbandoned {
         reason: "the blocking task reading the credential file did not finish",
-    }
+    })
     .into()
 }
 
@@ -731,9 +732,9 @@ impl Drop for ReloadTask {
         reloader.status.send_modify(|s| {
             s.watching = false;
             s.last_error = Some(
-                ErrorKind::ReloadStopped {
+                ErrorKind::Reload(ReloadError::Stopped {
                     reason: "the Tokio runtime running the reload task shut down",
-                }
+                })
                 .into(),
             );
         });

@@ -14,6 +14,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
+use crate::error::TokenError;
 use crate::error::{ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 
@@ -106,7 +107,8 @@ impl AssertionSigner {
                 x5c: &x5c,
             },
         };
-        let json = serde_json::to_vec(&header).map_err(|_| ErrorKind::Signing)?;
+        let json =
+            serde_json::to_vec(&header).map_err(|_| ErrorKind::Token(TokenError::Signing))?;
         let mut header_prefix = URL_SAFE_NO_PAD.encode(json);
         header_prefix.push('.');
         Ok(AssertionSigner {
@@ -146,7 +148,8 @@ impl AssertionSigner {
         let mut claims_json = Zeroizing::new(Vec::with_capacity(
             6 * (aud.len() + 2 * client_id.len() + jti.len()) + 128,
         ));
-        serde_json::to_writer(&mut *claims_json, &claims).map_err(|_| ErrorKind::Signing)?;
+        serde_json::to_writer(&mut *claims_json, &claims)
+            .map_err(|_| ErrorKind::Token(TokenError::Signing))?;
         let key = cert.key_pair();
         let sig_len = key.public_modulus_len();
         // header '.' claims '.' signature, each base64url without padding.
@@ -162,7 +165,7 @@ impl AssertionSigner {
             jwt.as_bytes(),
             &mut signature,
         )
-        .map_err(|_| ErrorKind::Signing)?;
+        .map_err(|_| ErrorKind::Token(TokenError::Signing))?;
         jwt.push('.');
         URL_SAFE_NO_PAD.encode_string(signature.as_slice(), &mut jwt);
         Ok(jwt)

@@ -31,6 +31,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, to_time, unix_millis};
+use crate::error::TokenError;
 use crate::error::{ErrorKind, Result};
 use crate::published::{LocalCopies, Published};
 use crate::token::access_token::AccessToken;
@@ -281,8 +282,10 @@ impl TokenCache {
                 None => Slot::start(&slot, &self.shared, &mut state, clock, fetcher)?,
             }
         };
-        let abandoned = || ErrorKind::RequestAbandoned {
-            reason: "the task running it ended without an answer (runtime shutting down?)",
+        let abandoned = || {
+            ErrorKind::Token(TokenError::RequestAbandoned {
+                reason: "the task running it ended without an answer (runtime shutting down?)",
+            })
         };
         match rx.wait_for(Option::is_some).await {
             Ok(result) => match &*result {
@@ -434,9 +437,9 @@ impl Slot {
         fetcher: &Arc<F>,
     ) -> Result<watch::Receiver<Option<Result<AccessToken>>>> {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return Err(ErrorKind::RequestAbandoned {
+            return Err(ErrorKind::Token(TokenError::RequestAbandoned {
                 reason: "no Tokio runtime to run it on",
-            }
+            })
             .into());
         };
         let (tx, rx) = watch::channel(None);

@@ -10,6 +10,7 @@ use reqwest::Url;
 use time::OffsetDateTime;
 
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
+use crate::error::{ConfigError, FileError, TokenError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
@@ -300,9 +301,9 @@ impl ClientCertificateCredential {
             creds.tenant_id.as_deref(),
         ) else {
             // `validate` guarantees these; keep the error honest if that ever changes.
-            return Err(ErrorKind::MissingFields {
+            return Err(ErrorKind::File(FileError::MissingFields {
                 fields: vec!["authentication_endpoint", "client_id", "tenant_id"],
-            }
+            })
             .into());
         };
         let certificate = ClientCertificate::from_credentials(creds)?;
@@ -346,8 +347,8 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidField`] for an empty client id or a tenant that is not usable
-    /// in a URL path; [`ErrorKind::InvalidAuthority`] for an unusable authority.
+    /// [`FileError::InvalidField`](crate::FileError::InvalidField) for an empty client id or a tenant that is not usable
+    /// in a URL path; [`ConfigError::InvalidAuthority`](crate::ConfigError::InvalidAuthority) for an unusable authority.
     #[doc(alias = "NewClientCertificateCredential")]
     pub fn from_parts(
         authority: &str,
@@ -357,10 +358,10 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let invalid = |field: &'static str, reason: &str| -> Error {
-            ErrorKind::InvalidField {
+            ErrorKind::File(FileError::InvalidField {
                 field,
                 reason: reason.to_owned(),
-            }
+            })
             .into()
         };
         if client_id.trim().is_empty() {
@@ -486,9 +487,9 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::TenantNotAllowed`] when `tenant` is neither the credential's own nor
+    /// [`ConfigError::TenantNotAllowed`](crate::ConfigError::TenantNotAllowed) when `tenant` is neither the credential's own nor
     /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
-    /// (nor is `*` there); [`ErrorKind::InvalidField`] for a tenant that cannot be used
+    /// (nor is `*` there); [`FileError::InvalidField`](crate::FileError::InvalidField) for a tenant that cannot be used
     /// in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
         let inner = &self.inner;
@@ -497,17 +498,17 @@ impl ClientCertificateCredential {
             return self.get_token(scopes).await;
         }
         if !tenant_allowed(tenant, &inner.allowed_tenants) {
-            return Err(ErrorKind::TenantNotAllowed {
+            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
                 tenant: tenant.to_owned(),
                 credential_tenant: inner.tenant_id.clone(),
-            }
+            })
             .into());
         }
         if !is_url_safe_tenant(tenant) {
-            return Err(ErrorKind::InvalidField {
+            return Err(ErrorKind::File(FileError::InvalidField {
                 field: "tenant_id",
                 reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
-            }
+            })
             .into());
         }
         check_scopes(scopes)?;
@@ -599,9 +600,9 @@ impl Fetch for TenantFetch {
         let this = self.clone();
         async move {
             let Some(inner) = this.inner.upgrade() else {
-                return Err(ErrorKind::RequestAbandoned {
+                return Err(ErrorKind::Token(TokenError::RequestAbandoned {
                     reason: "the credential was dropped",
-                }
+                })
                 .into());
             };
             inner.fetch_with_retries(&scope, &this.token_url).await
@@ -813,18 +814,18 @@ impl Inner {
     fn check_validity(&self, now: OffsetDateTime) -> Result<()> {
         let end = self.end();
         if now > end {
-            return Err(ErrorKind::CredentialExpired {
+            return Err(ErrorKind::File(FileError::CredentialExpired {
                 expired_at: end,
                 now,
-            }
+            })
             .into());
         }
         let start = self.certificate.not_before();
         if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < start {
-            return Err(ErrorKind::CredentialNotYetValid {
+            return Err(ErrorKind::File(FileError::CredentialNotYetValid {
                 valid_from: start,
                 now,
-            }
+            })
             .into());
         }
         Ok(())
@@ -879,18 +880,18 @@ fn is_url_safe_tenant(tenant: &str) -> bool {
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
 fn check_scopes(scopes: &[&str]) -> Result<()> {
     if scopes.is_empty() {
-        return Err(ErrorKind::InvalidScopes {
+        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
             reason: "no scope given".into(),
-        }
+        })
         .into());
     }
     if scopes
         .iter()
         .any(|s| s.trim().is_empty() || s.contains(char::is_whitespace))
     {
-        return Err(ErrorKind::InvalidScopes {
+        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
             reason: "a scope is empty or contains whitespace".into(),
-        }
+        })
         .into());
     }
     Ok(())

@@ -8,7 +8,9 @@ use reqwest::Url;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::error::{Error, ErrorKind, Result, TokenEndpointError, redact_quoted};
+use crate::error::TransportError;
+use crate::error::{ConfigError, TokenError};
+use crate::error::{Error, ErrorKind, Result, TokenEndpointError, cause_chain, redact_quoted};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
@@ -28,10 +30,10 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `http` is accepted only for a loopback host and only when `allow_http_loopback` is set.
 pub(crate) fn token_url(authority: &str, tenant: &str, allow_http_loopback: bool) -> Result<Url> {
     let refuse = |reason: &str| -> Error {
-        ErrorKind::InvalidAuthority {
+        ErrorKind::Config(ConfigError::InvalidAuthority {
             authority: authority.to_owned(),
             reason: reason.to_owned(),
-        }
+        })
         .into()
     };
     let base = Url::parse(authority.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
@@ -98,12 +100,13 @@ pub(crate) async fn send(
     timeout: Duration,
 ) -> Result<RawResponse> {
     let transport = |e: reqwest::Error| -> Error {
-        ErrorKind::Transport {
-            url: req.url.to_string(),
-            timeout: e.is_timeout(),
-            message: error_chain(&e),
-            source: Some(std::sync::Arc::new(e)),
-        }
+        TransportError::new(
+            "token",
+            req.url.as_str(),
+            e.is_timeout(),
+            cause_chain(&e),
+            Some(std::sync::Arc::new(e)),
+        )
         .into()
     };
     let form = [
@@ -191,24 +194,11 @@ pub(crate) async fn read_limited_body(
 }
 
 fn too_large(status: u16) -> Error {
-    ErrorKind::InvalidTokenResponse {
+    ErrorKind::Token(TokenError::InvalidResponse {
         status,
         reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
-    }
+    })
     .into()
-}
-
-/// `reqwest::Error`'s own message is terse; the causes say what happened (refused,
-/// certificate not trusted, ...). URLs and causes hold no secrets.
-pub(crate) fn error_chain(e: &reqwest::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    message
 }
 
 /// A number that some servers send as a string (`"expires_in": "3599"`).
@@ -270,19 +260,20 @@ pub(crate) fn parse_response(
             .retry_after
             .as_deref()
             .and_then(|v| parse_retry_after(v, requested_at));
-        Err(ErrorKind::TokenEndpoint(Box::new(parse_error(
+        Err(ErrorKind::Token(TokenError::Endpoint(Box::new(parse_error(
             raw.status,
             &raw.body,
             retry_after,
             client_request_id,
-        )))
+        ))))
         .into())
     }
 }
 
 fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Result<AccessToken> {
-    let invalid =
-        |reason: String| -> Error { ErrorKind::InvalidTokenResponse { status, reason }.into() };
+    let invalid = |reason: String| -> Error {
+        ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
+    };
     let parsed: SuccessBody = serde_json::from_slice(body).map_err(|e| {
         invalid(format!(
             "not a token response ({})",
@@ -399,7 +390,10 @@ mod tests {
         ] {
             let err = token_url(authority, "t", allow).unwrap_err();
             assert!(
-                matches!(err.kind(), ErrorKind::InvalidAuthority { .. }),
+                matches!(
+                    err.kind(),
+                    ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+                ),
                 "{authority}: {err}"
             );
         }
@@ -436,7 +430,7 @@ mod tests {
         let err = parse_success(200, br#"{"expires_in":1,"foo":"SECRETVALUE"}"#, at).unwrap_err();
         assert!(matches!(
             err.kind(),
-            ErrorKind::InvalidTokenResponse { status: 200, .. }
+            ErrorKind::Token(TokenError::InvalidResponse { status: 200, .. })
         ));
         assert!(err.to_string().contains("access_token"));
         assert!(!err.to_string().contains("SECRETVALUE"));

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::error::ConfigError;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How messages name a file of extra root CAs.
@@ -42,7 +43,7 @@ pub struct HttpOptions {
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for hosts behind a private CA. Setting both this and `http_client` is
-    /// refused ([`ErrorKind::ConflictingOptions`]) when the credential, client factory or
+    /// refused ([`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)) when the credential, client factory or
     /// store is built.
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// Accept an `http://` URL when its host is loopback (`127.0.0.0/8`, `::1`,
@@ -76,12 +77,12 @@ impl HttpOptions {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::HttpClient`] when the PEM holds no usable certificate.
+    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the PEM holds no usable certificate.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
         let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            Error::from(ErrorKind::HttpClient {
+            Error::from(ErrorKind::Config(ConfigError::HttpClient {
                 reason: format!("extra root certificates: {e}"),
-            })
+            }))
         })?;
         self.extra_root_certificates.extend(certs);
         Ok(self)
@@ -96,9 +97,9 @@ impl HttpOptions {
         let path = path.as_ref();
         let pem = crate::file::model::read_limited_as(path, CA_FILE)?;
         if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-            return Err(Error::from(ErrorKind::HttpClient {
+            return Err(Error::from(ErrorKind::Config(ConfigError::HttpClient {
                 reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
-            })
+            }))
             .with_file(path, CA_FILE));
         }
         self.with_extra_root_certificates_pem(&pem)
@@ -122,8 +123,8 @@ impl HttpOptions {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::ConflictingOptions`] when both a client and extra roots are set (the
-    /// roots would be silently dropped); [`ErrorKind::HttpClient`] when the client cannot
+    /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both a client and extra roots are set (the
+    /// roots would be silently dropped); [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the client cannot
     /// be built.
     pub(crate) fn client(&self, direct: bool) -> Result<reqwest::Client> {
         match &self.http_client {
@@ -171,12 +172,12 @@ pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
 /// Both an HTTP client of the caller's and extra roots (which only the crate-built client
 /// would use): refused rather than silently dropping the roots.
 pub(crate) fn client_with_extra_roots() -> Error {
-    ErrorKind::ConflictingOptions {
+    ErrorKind::Config(ConfigError::ConflictingOptions {
         first: "http_client",
         second: "extra_root_certificates",
         hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
                client with `reqwest::ClientBuilder::add_root_certificate`",
-    }
+    })
     .into()
 }
 
@@ -203,9 +204,9 @@ pub(crate) fn build_http_client(
         );
     let builder = if direct { builder.no_proxy() } else { builder };
     builder.build().map_err(|e| {
-        Error::from(ErrorKind::HttpClient {
+        Error::from(ErrorKind::Config(ConfigError::HttpClient {
             reason: e.to_string(),
-        })
+        }))
     })
 }
 
@@ -230,11 +231,11 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::ConflictingOptions {
+                ErrorKind::Config(ConfigError::ConflictingOptions {
                     first: "http_client",
                     second: "extra_root_certificates",
                     ..
-                }
+                })
             ),
             "{err:?}"
         );

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::error::{DataPlaneError, TokenError};
 use crate::error::{Error, ErrorKind};
 
 /// How token requests are retried.
@@ -147,8 +148,8 @@ pub(crate) fn next_delay(
         return None;
     }
     let retry_after = match error.kind() {
-        ErrorKind::TokenEndpoint(e) => e.retry_after,
-        ErrorKind::DataPlane(e) => e.retry_after,
+        ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after,
+        ErrorKind::DataPlane(DataPlaneError::Service(e)) => e.retry_after,
         _ => None,
     };
     let delay = retry_after.unwrap_or_else(|| {
@@ -165,14 +166,15 @@ pub(crate) fn next_delay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::FileError;
     use crate::error::TokenEndpointError;
 
     fn status(status: u16, retry_after: Option<u64>) -> Error {
-        ErrorKind::TokenEndpoint(Box::new(TokenEndpointError {
+        ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
             status,
             retry_after: retry_after.map(Duration::from_secs),
             ..Default::default()
-        }))
+        })))
         .into()
     }
 
@@ -191,15 +193,19 @@ mod tests {
                 "{code}"
             );
         }
-        let transport: Error = ErrorKind::Transport {
-            url: "u".into(),
-            timeout: true,
-            message: "m".into(),
-            source: None,
-        }
-        .into();
+        let transport: Error =
+            crate::error::TransportError::new("token", "u", true, "m".into(), None).into();
         assert!(next_delay(&p, 1, &transport, Duration::ZERO, 0.0).is_some());
-        assert!(next_delay(&p, 1, &ErrorKind::NoPrivateKey.into(), Duration::ZERO, 0.0).is_none());
+        assert!(
+            next_delay(
+                &p,
+                1,
+                &ErrorKind::File(FileError::NoPrivateKey).into(),
+                Duration::ZERO,
+                0.0
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::output::Format;
+use msi_dataplane::{ConfigError, TokenError};
 
 /// What `token` prints.
 #[derive(Debug, Serialize)]
@@ -385,13 +386,13 @@ pub fn plain_error(kind: &'static str, message: &str, format: Format) -> String 
 fn is_file_error(kind: &ErrorKind) -> bool {
     !matches!(
         kind,
-        ErrorKind::Transport { .. }
-            | ErrorKind::TokenEndpoint(_)
-            | ErrorKind::RequestAbandoned { .. }
-            | ErrorKind::InvalidTokenResponse { .. }
-            | ErrorKind::InvalidScopes { .. }
-            | ErrorKind::HttpClient { .. }
-            | ErrorKind::Signing
+        ErrorKind::Transport(_)
+            | ErrorKind::Token(TokenError::Endpoint(_))
+            | ErrorKind::Token(TokenError::RequestAbandoned { .. })
+            | ErrorKind::Token(TokenError::InvalidResponse { .. })
+            | ErrorKind::Config(ConfigError::InvalidScopes { .. })
+            | ErrorKind::Config(ConfigError::HttpClient { .. })
+            | ErrorKind::Token(TokenError::Signing)
     )
 }
 
@@ -456,6 +457,7 @@ fn json<T: Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use msi_dataplane::FileError;
 
     #[test]
     fn human_durations() {
@@ -468,7 +470,7 @@ mod tests {
 
     #[test]
     fn file_errors_name_the_file_once() {
-        let err = Error::from(ErrorKind::NoPrivateKey);
+        let err = Error::from(ErrorKind::File(FileError::NoPrivateKey));
         let text = error(&err, Some(Path::new("/mnt/certs/x")), Format::Text);
         assert_eq!(
             text,

@@ -13,6 +13,7 @@ use crate::args::TokenArgs;
 use crate::exit::Exit;
 use crate::output::{self, Format};
 use crate::render::{self, TokenOutput};
+use msi_dataplane::ConfigError;
 
 /// Run the command.
 pub fn run(args: &TokenArgs, format: Format) -> Exit {
@@ -33,7 +34,12 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
     };
     let credential = match ClientCertificateCredential::new(&creds, options) {
         Ok(credential) => credential,
-        Err(err) if matches!(err.kind(), ErrorKind::HttpClient { .. }) => {
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::Config(ConfigError::HttpClient { .. })
+            ) =>
+        {
             return fail(&err, Exit::Internal);
         }
         Err(err) => return fail(&err, Exit::InvalidCredential),

@@ -1,17 +1,56 @@
-//! What a data plane error answer carries, and parsing it (pure).
+//! Failures of the MSI data plane.
 
 use std::fmt;
 use std::time::Duration;
 
+/// Failures of the MSI data plane: its error answers, its challenge and its bodies.
+///
+/// Reached through [`ErrorKind`](crate::error::ErrorKind); marked `#[non_exhaustive]`: new
+/// failures may be added.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataPlaneError {
+    /// The data plane answered with an error status.
+    #[error("{0}")]
+    Service(Box<DataPlaneServiceError>),
+    /// The data plane's `WWW-Authenticate` challenge cannot be used: not RFC 9110
+    /// syntax, no `Bearer` challenge, or no usable tenant in its `authorization` URL.
+    #[error("cannot use the data plane's authentication challenge: {reason}")]
+    InvalidChallenge {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The data plane answered 2xx with a body that is not what the operation returns.
+    #[error("the data plane answered HTTP {status} with an unusable body: {reason}")]
+    InvalidResponse {
+        /// HTTP status.
+        status: u16,
+        /// What is wrong (the body itself is never included: it may hold secrets).
+        reason: String,
+    },
+}
+
+impl DataPlaneError {
+    /// A stable snake_case name for the failure (see
+    /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
+    pub fn code(&self) -> &'static str {
+        match self {
+            DataPlaneError::Service(_) => "data_plane",
+            DataPlaneError::InvalidChallenge { .. } => "invalid_challenge",
+            DataPlaneError::InvalidResponse { .. } => "invalid_data_plane_response",
+        }
+    }
+}
+
 /// An error answer from the MSI data plane: its status, the service's error code and
 /// message, and the ids to quote to support. Reached through
-/// [`ErrorKind::DataPlane`](crate::ErrorKind::DataPlane).
+/// [`DataPlaneError::Service`].
 ///
 /// Every field but `status` is optional: the body may be `{"error": {"code", "message"}}`,
 /// a bare `{"code", "message"}`, empty, or a proxy's HTML page.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DataPlaneError {
+pub struct DataPlaneServiceError {
     /// HTTP status code.
     pub status: u16,
     /// The service's error code, e.g. `NotFound` (at most 512 characters, control
@@ -30,7 +69,7 @@ pub struct DataPlaneError {
     pub request: String,
 }
 
-impl fmt::Display for DataPlaneError {
+impl fmt::Display for DataPlaneServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -56,7 +95,7 @@ mod tests {
 
     #[test]
     fn display_names_status_code_and_request_id() {
-        let e = DataPlaneError {
+        let e = DataPlaneServiceError {
             status: 404,
             code: Some("NotFound".into()),
             // As the client stores a service's message: bounded and escaped.

@@ -1,0 +1,83 @@
+//! Failures of the Key Vault store.
+
+/// Failures of the Key Vault store: Key Vault's error answers, unusable answers, links
+/// not followed, and stored secrets that are not credentials.
+///
+/// Reached through [`ErrorKind`](crate::error::ErrorKind); marked `#[non_exhaustive]`: new
+/// failures may be added.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyVaultError {
+    /// Key Vault answered a store operation with an error status.
+    #[error("Key Vault {operation} of secret `{name}` failed: HTTP {status}{}{}", code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(), message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Service {
+        /// The operation: `set`, `get`, `delete`, `get deleted`, `purge`, `recover`, `list`.
+        operation: &'static str,
+        /// The secret name (`*` for a listing).
+        name: String,
+        /// HTTP status.
+        status: u16,
+        /// Key Vault's error code, e.g. `SecretNotFound`.
+        code: Option<String>,
+        /// Key Vault's error message.
+        message: Option<String>,
+    },
+    /// A secret name is still held by a deleted secret (HTTP 409): Key Vault keeps the name
+    /// until the deleted secret is purged or recovered.
+    #[error(
+        "secret `{name}` is deleted but recoverable, so its name cannot be reused: purge it \
+         (`purge_deleted`) or recover it (`recover_deleted`) first"
+    )]
+    SecretNameHeldByDeletedSecret {
+        /// The secret name.
+        name: String,
+    },
+    /// Key Vault answered something the store does not use: an answer over
+    /// [`MAX_RESPONSE_BYTES`](crate::limits::MAX_RESPONSE_BYTES) (read no further and never
+    /// retried: the same answer would come again), or one that is not the JSON the
+    /// operation expects (the message says where it stopped, never what the values were).
+    #[error("Key Vault {operation}: the answer is not usable: {reason}")]
+    InvalidResponse {
+        /// The store's operation (`list`, `get`, ...).
+        operation: &'static str,
+        /// What is wrong with the answer.
+        reason: String,
+    },
+    /// A link a service handed back (Key Vault's `nextLink`) was not followed: it leads
+    /// to another origin than the service's own, repeats one already followed, or the
+    /// listing reached its page limit. Nothing was sent to the link.
+    #[error("{service} {operation} stopped: {fault}")]
+    RefusedLink {
+        /// The service (`Key Vault`).
+        service: &'static str,
+        /// The operation (`list`, `list deleted`).
+        operation: &'static str,
+        /// Why the link was not followed.
+        fault: crate::service_link::LinkFault,
+    },
+    /// A stored secret is not a credential of the storage format (no value, not the
+    /// credential JSON, a name without the `msi-`/`uamsi-` prefix, ...).
+    #[error("stored secret `{name}` is not usable: {reason}")]
+    InvalidStoredSecret {
+        /// The secret name.
+        name: String,
+        /// What is wrong (never the value).
+        reason: String,
+    },
+}
+
+impl KeyVaultError {
+    /// A stable snake_case name for the failure (see
+    /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
+    pub fn code(&self) -> &'static str {
+        match self {
+            KeyVaultError::Service { .. } => "key_vault",
+            KeyVaultError::SecretNameHeldByDeletedSecret { .. } => {
+                "secret_name_held_by_deleted_secret"
+            }
+            KeyVaultError::InvalidResponse { .. } => "invalid_key_vault_response",
+            KeyVaultError::RefusedLink { .. } => "refused_link",
+            KeyVaultError::InvalidStoredSecret { .. } => "invalid_stored_secret",
+        }
+    }
+}
