@@ -4,37 +4,42 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-// Shared by everything below: errors, time, secrets, the hot-path publication
-// primitive, reading files safely, parser messages without input, clouds, and the
-// health report (which reads across the file and the token layers). `inspect` (the
-// report's parts) and `limits` (fixed limits and timings) are public modules, so the
-// crate root keeps what most users need.
-mod azure_error_body;
+// The layers, lowest first; each uses only its own and those above it here
+// (`tests/layers.rs` checks it).
+//
+// The basics: errors (each layer's failures and the root `Error`), time, secrets,
+// untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
+// (client choice, bounded answers, retries, Azure error bodies) and the publication
+// primitive.
 mod clock;
 mod cloud;
 mod error;
-pub mod inspect;
-pub mod limits;
+mod http;
 mod parser_errors;
 mod published;
 mod regular_file;
 mod secret;
-mod service_link;
 mod untrusted_text;
 
-// The layers, each using only those above it: the credential file; file to token;
-// following rotations; Azure glue; HyperShift and Kubernetes; the MSI data plane; Key
-// Vault storage.
+// Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
+// `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
+// `dataplane` (the MSI data plane), `keyvault` (Key Vault storage), `hypershift`
+// (HyperShift and Kubernetes).
 mod azure;
 pub mod dataplane;
 mod file;
 pub mod hypershift;
 pub mod keyvault;
 mod reload;
+mod token;
+
+// Across the layers: the health report of a credential file, the fixed limits, and the
+// testing kit.
+pub mod inspect;
+pub mod limits;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
-mod token;
 
 #[cfg(feature = "k8s")]
 #[doc(inline)]
@@ -53,11 +58,13 @@ pub use cloud::{Cloud, default_scope};
 pub use dataplane::ManagedIdentityCredentials;
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
-    KeyVaultError, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
+    KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
 };
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
+pub use http::options::HttpOptions;
+pub use http::retry::RetryPolicy;
 pub use inspect::CredentialReport;
 #[cfg(feature = "keyvault")]
 pub use keyvault::renew::RenewalOutcome;
@@ -70,12 +77,9 @@ pub use reload::user_assigned::{
 #[doc(hidden)]
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
-pub use service_link::LinkFault;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;
 pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
-pub use token::http::HttpOptions;
-pub use token::retry::RetryPolicy;
 /// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
 pub use tokio_util::sync::CancellationToken;
 

@@ -89,6 +89,17 @@ pub(crate) fn json(e: &serde_json::Error) -> String {
     redact_quoted(text)
 }
 
+/// A JSON document that does not parse, as the crate's error (serde's message without
+/// the values it quotes, and where it stopped).
+pub(crate) fn json_error(e: serde_json::Error) -> crate::error::Error {
+    crate::error::FileError::Json {
+        line: e.line(),
+        column: e.column(),
+        message: json(&e),
+    }
+    .into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,13 +8,62 @@
 //! was actually opened is checked again (the path may have been swapped in between).
 
 use std::fs::{File, Metadata};
+use std::io::Read as _;
 use std::path::Path;
+
+use zeroize::Zeroizing;
 
 use crate::error::FileError;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Open `path` for reading if it is a regular file; returns the file and its length.
 /// Errors name the file as `role`.
+/// The largest file the crate reads (credential files, cloud configs, CA files, managed
+/// identities files): 1 MiB.
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Refuse input over [`MAX_FILE_BYTES`] before parsing it.
+pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
+    let size = bytes.len() as u64;
+    if size > MAX_FILE_BYTES {
+        return Err(ErrorKind::File(FileError::FileTooLarge {
+            size,
+            limit: MAX_FILE_BYTES,
+        })
+        .into());
+    }
+    Ok(())
+}
+
+/// Read at most `MAX_FILE_BYTES + 1` bytes of a regular file, so a huge or growing file
+/// is refused without being read whole; errors name the file as `role` (e.g. "cloud config
+/// file"). The buffer may hold a secret: it is zeroized on drop.
+pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
+    let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
+    let too_large = |size: u64| {
+        Error::from(ErrorKind::File(FileError::FileTooLarge {
+            size,
+            limit: MAX_FILE_BYTES,
+        }))
+        .with_file(path, role)
+    };
+    // Only a regular file, opened without blocking (a FIFO or a device is refused).
+    let (file, hint) = open(path, role)?;
+    if hint > MAX_FILE_BYTES {
+        return Err(too_large(hint));
+    }
+    // Sized from the metadata so that a regular file is read without reallocating (a
+    // reallocation would free a copy of the secret without zeroizing it).
+    let mut bytes = Zeroizing::new(Vec::with_capacity(hint as usize));
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let refuse = |kind| {

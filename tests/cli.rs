@@ -587,7 +587,9 @@ fn token_prints_the_expiry_and_the_token_only_when_asked() {
 }
 
 #[test]
-fn token_failures_exit_5_and_bad_files_exit_4() {
+/// Exit codes follow the error's category: a service's refusal 5, a transient failure 7,
+/// anything wrong with the credential file (its validity included) 4.
+fn token_failures_exit_by_category() {
     let setup = token_setup("pem-pkcs8");
     let ca = ca_file(&setup);
     let file = path_str(&setup.file);
@@ -627,16 +629,18 @@ fn token_failures_exit_5_and_bad_files_exit_4() {
     )
     .json();
     assert_eq!(json["error"]["kind"], "token_endpoint");
+    assert_eq!(json["error"]["category"], "service");
     assert_eq!(json["error"]["transient"], false);
     assert_eq!(json["error"]["file"], Value::Null);
 
     // Without --ca-file the test CA is not trusted: a TLS failure, not a token.
     let untrusted = run(
         &["token", file, "--scope", ARM, "--attempts", "1", "--json"],
-        5,
+        7,
     )
     .json();
     assert_eq!(untrusted["error"]["kind"], "transport", "{untrusted}");
+    assert_eq!(untrusted["error"]["category"], "transient", "{untrusted}");
     assert!(issued_tokens(&setup.server).is_empty());
 
     // An expired credential never reaches the network.
@@ -651,7 +655,7 @@ fn token_failures_exit_5_and_bad_files_exit_4() {
             "--ca-file",
             &ca,
         ],
-        5,
+        4,
     );
     assert!(
         exp.stderr.contains("the credential expired at"),
@@ -664,6 +668,7 @@ fn token_failures_exit_5_and_bad_files_exit_4() {
     let ec = credential_path("ec-key");
     let bad = run(&["token", path_str(&ec), "--scope", ARM, "--json"], 4).json();
     assert_eq!(bad["error"]["kind"], "unsupported_key_type");
+    assert_eq!(bad["error"]["category"], "credential_file");
     assert_eq!(bad["error"]["file"], path_str(&ec));
 
     // An http authority without --allow-http-loopback is the file's problem.

@@ -5,7 +5,7 @@
 mod support;
 
 use assert_cmd::Command;
-use msi_dataplane::testing::KeyVaultServer;
+use msi_dataplane::testing::{KeyVaultServer, Scripted};
 use serde_json::{Value, json};
 use support::entra::EntraServer;
 use support::fixtures::credential_path;
@@ -114,4 +114,64 @@ async fn vault_list_reports_each_credential_s_renewal_state_without_values() {
             .filter(|r| r.authorized)
             .all(|r| r.path == "/secrets")
     );
+}
+
+/// A Key Vault failure is the service's (exit 5) or transient (exit 7), never "the
+/// credential file is unusable" (exit 4), though the command was given a credential file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vault_failures_exit_by_category_not_as_file_errors() {
+    let entra = EntraServer::start().await;
+    support::harness::register(&entra, "pem-pkcs8");
+    let vault = KeyVaultServer::start(&entra, TENANT).await;
+    let dir = support::atomic_writer::TempDir::new("cli-vault-fail");
+    let mut creds: Value =
+        serde_json::from_slice(&std::fs::read(credential_path("pem-pkcs8")).unwrap()).unwrap();
+    creds["authentication_endpoint"] = json!(entra.base_url());
+    let cred_file = dir.join("app.json");
+    std::fs::write(&cred_file, creds.to_string()).unwrap();
+    let ca_file = EntraServer::write_ca_pem(dir.path());
+    let list = |url: String| {
+        let (cred_file, ca_file) = (cred_file.clone(), ca_file.clone());
+        tokio::task::spawn_blocking(move || {
+            let out = Command::cargo_bin("msi-credential")
+                .unwrap()
+                .args([
+                    "vault",
+                    "list",
+                    &url,
+                    "--json",
+                    "--no-verify-challenge-resource",
+                ])
+                .args(["--attempts", "1"])
+                .arg("--credential")
+                .arg(&cred_file)
+                .arg("--ca-file")
+                .arg(&ca_file)
+                .output()
+                .unwrap();
+            let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            (out.status.code(), json)
+        })
+    };
+
+    // Key Vault refuses: the service's answer, with its code.
+    for _ in 0..2 {
+        vault.enqueue(
+            Scripted::status(403)
+                .body(r#"{"error":{"code":"Forbidden","message":"Caller is not authorized"}}"#),
+        );
+    }
+    let (code, json) = list(vault.url()).await.unwrap();
+    assert_eq!(code, Some(5), "{json}");
+    assert_eq!(json["error"]["category"], "service", "{json}");
+    assert_eq!(json["error"]["kind"], "key_vault", "{json}");
+    assert_eq!(json["error"]["file"], Value::Null, "{json}");
+
+    // Nobody listens: a transport failure, worth trying again later.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let (code, json) = list(format!("https://127.0.0.1:{port}/")).await.unwrap();
+    assert_eq!(code, Some(7), "{json}");
+    assert_eq!(json["error"]["category"], "transient", "{json}");
 }

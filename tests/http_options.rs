@@ -215,7 +215,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
 mod store {
     use std::sync::Arc;
 
-    use azure_core::http::RetryOptions;
+    use msi_dataplane::RetryPolicy;
     use msi_dataplane::store::{CredentialStore, StoreOptions};
 
     use super::*;
@@ -224,7 +224,7 @@ mod store {
     fn store_options(http: HttpOptions) -> StoreOptions {
         StoreOptions::default()
             .with_http_options(http)
-            .with_retry(RetryOptions::none())
+            .with_retry_policy(RetryPolicy::none())
     }
 
     #[tokio::test]

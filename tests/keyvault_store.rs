@@ -7,7 +7,9 @@ mod support;
 
 use std::sync::Arc;
 
-use azure_core::http::{FixedRetryOptions, RetryOptions};
+use std::time::Duration;
+
+use msi_dataplane::RetryPolicy;
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{ConfigError, FileError, KeyVaultError};
@@ -26,12 +28,10 @@ struct Setup {
     store: CredentialStore,
 }
 
-fn quick_retry() -> RetryOptions {
-    RetryOptions::fixed(FixedRetryOptions {
-        delay: azure_core::time::Duration::milliseconds(10),
-        max_retries: 3,
-        ..Default::default()
-    })
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy::default()
+        .with_initial_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(10))
 }
 
 async fn setup() -> Setup {
@@ -44,7 +44,7 @@ async fn setup() -> Setup {
         StoreOptions::default()
             .with_http_client(https_client())
             .verify_challenge_resource(false)
-            .with_retry(quick_retry()),
+            .with_retry_policy(quick_retry()),
     )
     .unwrap();
     Setup {

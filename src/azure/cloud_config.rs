@@ -50,7 +50,8 @@ use serde::{Deserialize, Serialize};
 use crate::cloud::Cloud;
 use crate::error::ConfigError;
 use crate::error::{ErrorKind, Result};
-use crate::file::model::{check_size, json_error, read_limited_as};
+use crate::parser_errors::json_error;
+use crate::regular_file::{check_size, read_limited_as};
 use crate::reload::user_assigned::{
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };

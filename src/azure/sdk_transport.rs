@@ -11,7 +11,7 @@ use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 
 use crate::error::KeyVaultError;
 use crate::error::cause_chain;
-use crate::token::endpoint::MAX_RESPONSE_BYTES;
+use crate::http::body::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes
             crate::error::Error::from(crate::error::ErrorKind::KeyVault(
                 KeyVaultError::InvalidResponse {
                     operation: "request",
-                    reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+                    reason: crate::http::body::too_large_reason(),
                 },
             )),
         )

@@ -17,17 +17,17 @@ use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
-use crate::azure_error_body::parse_error_body;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, FileError, TransportError, cause_chain,
 };
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
+use crate::http::azure_error_body::parse_error_body;
+use crate::http::body;
+use crate::http::options::HttpOptions;
+use crate::http::retry::{self, RetryPolicy};
 use crate::token::access_token::AccessToken;
 use crate::token::cache::REFRESH_WINDOW;
-use crate::token::endpoint::{self, MAX_RESPONSE_BYTES};
-use crate::token::http::HttpOptions;
-use crate::token::retry::{self, RetryPolicy};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -508,7 +508,7 @@ impl Client {
         };
         // A loopback host is never reached through a proxy from the environment.
         let http = match &f.http_direct {
-            Some(direct) if endpoint::is_loopback(url) => direct,
+            Some(direct) if body::is_loopback(url) => direct,
             _ => &f.http,
         };
         let mut request = http
@@ -540,7 +540,7 @@ impl Client {
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
-        let body = endpoint::read_limited_body(&mut response)
+        let body = body::read_limited_body(&mut response)
             .await
             .map_err(transport)?;
         tracing::debug!(request = %what, status, "data plane answered");
@@ -593,7 +593,7 @@ fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
             retry_after: raw
                 .retry_after
                 .as_deref()
-                .and_then(|v| endpoint::parse_retry_after(v, raw.requested_at)),
+                .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
             request: what.to_owned(),
         })))
         .into(),
@@ -603,7 +603,7 @@ fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
 fn too_large(status: u16) -> Error {
     ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
         status,
-        reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+        reason: crate::http::body::too_large_reason(),
     })
     .into()
 }
@@ -620,7 +620,7 @@ fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
 }
 
 fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(crate::file::model::json_error)
+    serde_json::to_vec(value).map_err(crate::parser_errors::json_error)
 }
 
 /// Whether an error is the data plane's own (an answer or a transport failure), which the
@@ -659,7 +659,7 @@ pub(crate) fn parse_identity_url(
     let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
     match url.scheme() {
         "https" => {}
-        "http" if allow_http_loopback && endpoint::is_loopback(&url) => {}
+        "http" if allow_http_loopback && body::is_loopback(&url) => {}
         "http" => {
             return Err(refuse(
                 "plain http is refused; the data plane is https only",

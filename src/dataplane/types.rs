@@ -232,6 +232,6 @@ impl ManagedIdentityCredentials {
     /// Compact JSON, absent fields omitted. It holds `client_secret`: treat it as a
     /// secret.
     pub fn to_json(&self) -> Result<String> {
-        serde_json::to_string(self).map_err(crate::file::model::json_error)
+        serde_json::to_string(self).map_err(crate::parser_errors::json_error)
     }
 }

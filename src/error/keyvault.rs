@@ -53,7 +53,7 @@ pub enum KeyVaultError {
         /// The operation (`list`, `list deleted`).
         operation: &'static str,
         /// Why the link was not followed.
-        fault: crate::service_link::LinkFault,
+        fault: LinkFault,
     },
     /// A stored secret is not a credential of the storage format (no value, not the
     /// credential JSON, a name without the `msi-`/`uamsi-` prefix, ...).
@@ -80,4 +80,30 @@ impl KeyVaultError {
             KeyVaultError::InvalidStoredSecret { .. } => "invalid_stored_secret",
         }
     }
+}
+
+/// Why a link that a service handed back was not followed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkFault {
+    /// The link leads to another scheme, host or port than the service's own.
+    #[error("the link leads to {link_origin}, not to the service's own origin {service_origin}")]
+    ForeignOrigin {
+        /// Where the link leads (scheme, host and port; bounded and escaped).
+        link_origin: String,
+        /// The service's own origin.
+        service_origin: String,
+    },
+    /// The link was already followed in this walk: the service is paging in a loop.
+    #[error("the link for page {page} repeats one already followed (a paging loop)")]
+    Loop {
+        /// The page (counted from 1) whose link repeated an earlier one.
+        page: usize,
+    },
+    /// The walk reached its page limit.
+    #[error("the listing has more than {limit} pages (the configured limit)")]
+    TooManyPages {
+        /// The limit.
+        limit: usize,
+    },
 }

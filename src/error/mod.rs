@@ -23,7 +23,7 @@ mod transport;
 pub use config::ConfigError;
 pub use dataplane::{DataPlaneError, DataPlaneServiceError};
 pub use file::FileError;
-pub use keyvault::KeyVaultError;
+pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
@@ -247,8 +247,8 @@ pub enum ErrorKind {
 /// | category | what to do | examples |
 /// |---|---|---|
 /// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, timeout, HTTP 408, 429, 500, 502, 503, 504 |
-/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad authority or scope, conflicting options, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
-/// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, expired or not yet valid, a key that cannot sign |
+/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
+/// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, an unusable `authentication_endpoint`, expired or not yet valid, a key that cannot sign |
 /// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, a link refused |
 ///
 /// Marked `#[non_exhaustive]`: treat an unknown category as [`Service`](Self::Service).
@@ -340,6 +340,10 @@ impl ErrorKind {
         }
         match self {
             ErrorKind::File(_) if credential_file => ErrorCategory::CredentialFile,
+            // The authority is the credential file's `authentication_endpoint`.
+            ErrorKind::Config(ConfigError::InvalidAuthority { .. }) => {
+                ErrorCategory::CredentialFile
+            }
             ErrorKind::File(_) | ErrorKind::Config(_) => ErrorCategory::Configuration,
             ErrorKind::Token(TokenError::Signing) => ErrorCategory::CredentialFile,
             ErrorKind::Token(TokenError::RequestAbandoned { .. }) => ErrorCategory::Configuration,
@@ -572,7 +576,7 @@ mod tests {
             let code = kind.code();
             let e = Error::from(kind);
             assert_eq!(e.is_transient(), transient, "{code}");
-            assert_eq!(crate::token::retry::is_retryable(&e), transient, "{code}");
+            assert_eq!(crate::http::retry::is_retryable(&e), transient, "{code}");
         }
     }
 

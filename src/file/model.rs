@@ -6,7 +6,6 @@
 //! four that a token needs and names every missing one at once. Unknown keys are ignored.
 //! Keys are snake_case; a file written with camelCase keys gets an error that says so.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -15,12 +14,14 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::error::FileError;
 use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
+use crate::parser_errors::json_error;
+use crate::regular_file::{check_size, read_limited_as};
 use crate::secret::SecretString;
 use crate::untrusted_text::quoted_input;
 use zeroize::{Zeroize, Zeroizing};
 
 /// Credential files larger than this (1 MiB) are refused before they are parsed.
-pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 1024 * 1024;
+pub const MAX_CREDENTIAL_FILE_BYTES: u64 = crate::regular_file::MAX_FILE_BYTES;
 
 /// A user-assigned managed identity's credential, as stored in Key Vault and mounted
 /// into the pod (`/mnt/certs/<secret-name>`).
@@ -261,51 +262,10 @@ impl UserAssignedIdentityCredentials {
     }
 }
 
-/// Refuse input over [`MAX_CREDENTIAL_FILE_BYTES`] before parsing it.
-pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
-    let size = bytes.len() as u64;
-    if size > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(ErrorKind::File(FileError::FileTooLarge {
-            size,
-            limit: MAX_CREDENTIAL_FILE_BYTES,
-        })
-        .into());
-    }
-    Ok(())
-}
-
 /// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused
 /// without being read whole. The buffer holds `client_secret`: it is zeroized on drop.
 pub(crate) fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
     read_limited_as(path, CREDENTIAL_FILE)
-}
-
-/// [`read_limited`] for any kind of file; errors name the file as `role` (e.g.
-/// "cloud config file").
-pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
-    let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
-    let too_large = |size: u64| {
-        Error::from(ErrorKind::File(FileError::FileTooLarge {
-            size,
-            limit: MAX_CREDENTIAL_FILE_BYTES,
-        }))
-        .with_file(path, role)
-    };
-    // Only a regular file, opened without blocking (a FIFO or a device is refused).
-    let (file, hint) = crate::regular_file::open(path, role)?;
-    if hint > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(too_large(hint));
-    }
-    // Sized from the metadata so that a regular file is read without reallocating (a
-    // reallocation would free a copy of the secret without zeroizing it).
-    let mut bytes = Zeroizing::new(Vec::with_capacity(hint as usize));
-    file.take(MAX_CREDENTIAL_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > MAX_CREDENTIAL_FILE_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    Ok(bytes)
 }
 
 /// When keys are absent, look for their camelCase spellings: a file written with
@@ -500,15 +460,6 @@ impl std::io::Write for ZeroizingBuffer {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-pub(crate) fn json_error(e: serde_json::Error) -> Error {
-    ErrorKind::File(FileError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: crate::parser_errors::json(&e),
-    })
-    .into()
 }
 
 #[cfg(test)]

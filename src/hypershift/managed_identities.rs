@@ -198,7 +198,8 @@ impl ManagedIdentities {
     /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
     /// [`ConfigError::InvalidManagedIdentities`](crate::ConfigError::InvalidManagedIdentities) listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let raw: RawFile = serde_json::from_slice(bytes).map_err(crate::file::model::json_error)?;
+        let raw: RawFile =
+            serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
         let mut p = Problems::default();
         let mut key_vault = ManagedIdentitiesKeyVault {
             name: String::new(),

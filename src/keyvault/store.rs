@@ -42,7 +42,9 @@ use std::time::Duration;
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::pager::PagerContinuation;
-use azure_core::http::{ClientOptions, RequestContent, RetryOptions, Transport};
+use azure_core::http::{
+    ClientOptions, ExponentialRetryOptions, RequestContent, RetryOptions, Transport,
+};
 use azure_security_keyvault_secrets::models::{
     DeletedSecret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
     SecretClientListSecretPropertiesOptions, SetSecretParameters,
@@ -56,6 +58,9 @@ use crate::dataplane::ManagedIdentityCredentials;
 use crate::error::{Error, ErrorKind, Result, TransportError, cause_chain};
 use crate::error::{FileError, KeyVaultError, TokenError};
 use crate::file::model::UserAssignedIdentityCredentials;
+use crate::http::options::HttpOptions;
+use crate::http::retry::RetryPolicy;
+use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::renewal::{StoredKind, StoredProperties};
 use crate::keyvault::{
@@ -63,8 +68,6 @@ use crate::keyvault::{
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
     validate_secret_version,
 };
-use crate::service_link::LinkGuard;
-use crate::token::http::HttpOptions;
 use crate::untrusted_text::{service_text, service_text_opt};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
@@ -89,9 +92,10 @@ pub struct StoreOptions {
     /// [`HttpOptions`]. Its `allow_http_loopback` does not apply: the SDK authenticates
     /// only over `https`, so the vault URL is always `https`.
     pub http: HttpOptions,
-    /// The SDK's retry options (429 and 503 honour `Retry-After`). Default: the SDK's
-    /// exponential back-off.
-    pub retry: RetryOptions,
+    /// How requests are retried: the crate's one [`RetryPolicy`], applied through the
+    /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Default
+    /// [`RetryPolicy::default`].
+    pub retry_policy: RetryPolicy,
     /// Check that the challenge's resource matches the vault's host (the SDK's
     /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
     /// loopback address.
@@ -112,7 +116,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             http: HttpOptions::default(),
-            retry: RetryOptions::default(),
+            retry_policy: RetryPolicy::default(),
             verify_challenge_resource: true,
             page_size: MAX_PAGE_SIZE,
             api_version: None,
@@ -161,9 +165,9 @@ impl StoreOptions {
         self
     }
 
-    /// Set the SDK's retry options.
-    pub fn with_retry(mut self, retry: RetryOptions) -> Self {
-        self.retry = retry;
+    /// Retry as `policy` says ([`RetryPolicy::none`] for one request per operation).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
         self
     }
 
@@ -277,13 +281,13 @@ impl CredentialStore {
             .into());
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
-        let direct = crate::token::endpoint::is_loopback(&parsed);
+        let direct = crate::http::body::is_loopback(&parsed);
         let http = options.http.client(direct)?;
         let transport = ReqwestTransport::new(http, options.http.request_timeout);
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),
-                retry: options.retry,
+                retry: sdk_retry(&options.retry_policy),
                 ..Default::default()
             },
             verify_challenge_resource: Some(options.verify_challenge_resource),
@@ -840,7 +844,7 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
             let status = u16::from(*status);
             let (code, message) = raw_response
                 .as_ref()
-                .map(|r| crate::azure_error_body::parse_error_body(r.body()))
+                .map(|r| crate::http::azure_error_body::parse_error_body(r.body()))
                 .unwrap_or_default();
             let code = code.or_else(|| service_text_opt(error_code.clone()));
             if status == 409 && operation == "set" {
@@ -885,6 +889,20 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
         )
         .into(),
     }
+}
+
+/// The crate's retry policy as the SDK's options (the SDK counts retries, not attempts).
+fn sdk_retry(policy: &RetryPolicy) -> RetryOptions {
+    if policy.max_attempts <= 1 {
+        return RetryOptions::none();
+    }
+    let span = |d: Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
+    RetryOptions::exponential(ExponentialRetryOptions {
+        initial_delay: span(policy.initial_delay),
+        max_retries: policy.max_attempts - 1,
+        max_total_elapsed: span(policy.max_total),
+        max_delay: span(policy.max_delay),
+    })
 }
 
 /// The first error of type `T` in an SDK error's chain of sources (azure_core wraps the

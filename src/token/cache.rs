@@ -493,7 +493,7 @@ impl FlightGuard {
                     started,
                     token.expires_on(),
                     token.refresh_on(),
-                    crate::token::retry::jitter(),
+                    crate::http::retry::jitter(),
                 );
                 let cached = Arc::new(Cached::new(token, at));
                 self.shared.update(|current| {
@@ -510,7 +510,7 @@ impl FlightGuard {
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
-                let wait = refresh_backoff(state.failures, crate::token::retry::jitter());
+                let wait = refresh_backoff(state.failures, crate::http::retry::jitter());
                 let now = clock.now_unix_millis();
                 let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
                 slot.retry_not_before

@@ -14,13 +14,13 @@ use crate::error::{ConfigError, FileError, TokenError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
+use crate::http::options::HttpOptions;
+use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
 use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
-use crate::token::http::HttpOptions;
-use crate::token::retry::{self, RetryPolicy};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
@@ -400,7 +400,7 @@ impl ClientCertificateCredential {
         )?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         // A loopback authority is never reached through a proxy from the environment.
-        let direct = endpoint::is_loopback(&token_url);
+        let direct = crate::http::body::is_loopback(&token_url);
         let http = options.http.client(direct)?;
         let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {

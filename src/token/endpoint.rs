@@ -11,12 +11,10 @@ use time::OffsetDateTime;
 use crate::error::TransportError;
 use crate::error::{ConfigError, TokenError};
 use crate::error::{Error, ErrorKind, Result, TokenEndpointError, cause_chain, redact_quoted};
+use crate::http::body::{is_loopback, parse_retry_after, read_limited_body, too_large_reason};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
-
-/// Token (and error) response bodies larger than this are refused.
-pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 const SKU: &str = env!("CARGO_PKG_NAME");
@@ -64,15 +62,6 @@ pub(crate) fn token_url(authority: &str, tenant: &str, allow_http_loopback: bool
     let mut url = base.clone();
     url.set_path(&format!("{path}/{tenant}/oauth2/v2.0/token"));
     Ok(url)
-}
-
-pub(crate) fn is_loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
 }
 
 /// What one token request sends.
@@ -173,30 +162,10 @@ impl AsRef<[u8]> for ZeroizingBody {
     }
 }
 
-/// Read a response body of at most [`MAX_RESPONSE_BYTES`]; `None` when it is longer
-/// (announced or seen), without reading past the limit.
-pub(crate) async fn read_limited_body(
-    response: &mut reqwest::Response,
-) -> std::result::Result<Option<Vec<u8>>, reqwest::Error> {
-    if let Some(len) = response.content_length()
-        && len > MAX_RESPONSE_BYTES as u64
-    {
-        return Ok(None);
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Ok(None);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Some(body))
-}
-
 fn too_large(status: u16) -> Error {
     ErrorKind::Token(TokenError::InvalidResponse {
         status,
-        reason: format!("the body exceeds {MAX_RESPONSE_BYTES} bytes"),
+        reason: too_large_reason(),
     })
     .into()
 }
@@ -331,26 +300,6 @@ fn parse_error(
         retry_after,
         client_request_id: Some(client_request_id.to_owned()),
     }
-}
-
-/// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), relative to `now`.
-pub(crate) fn parse_retry_after(value: &str, now: OffsetDateTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    let at = time::PrimitiveDateTime::parse(value, format)
-        .ok()?
-        .assume_utc();
-    let delta = at - now;
-    Some(if delta.is_positive() {
-        Duration::try_from(delta).unwrap_or_default()
-    } else {
-        Duration::ZERO
-    })
 }
 
 #[cfg(test)]

@@ -88,6 +88,10 @@ pub struct VaultListArgs {
     /// a loopback address only).
     #[arg(long)]
     pub no_verify_challenge_resource: bool,
+    /// Requests to make at most (to Entra and to the vault) before giving up on a
+    /// transient failure.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempts: u32,
 }
 
 /// `inspect FILE`.

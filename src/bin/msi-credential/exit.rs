@@ -2,19 +2,24 @@
 
 use std::process::ExitCode;
 
+use msi_dataplane::{ConfigError, Error, ErrorCategory, ErrorKind};
+
 /// The `--help` section listing the exit codes (also in the crate docs of `main.rs`).
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success: inspect found no problem, token got a token, watch was stopped by a signal
   1  inspect found warnings only: the credential works now but needs attention
-  2  usage: invalid command line, or an option value that cannot be used (e.g. --ca-file)
+  2  usage or configuration: invalid command line, an option value that cannot be used
+     (e.g. --ca-file), or a setting the library refused (e.g. a vault URL)
   3  inspect found errors: the credential cannot get a token now (expired, not yet valid,
      unusable authority)
-  4  the credential file cannot be loaded: unreadable, not JSON, missing keys, unusable
-     certificate bundle (the message names the file and the field)
-  5  token: the token request failed (credential outside its validity, transport or TLS
-     failure, error answer from the token endpoint)
+  4  the credential file is unusable: unreadable, not JSON, missing keys, unusable
+     certificate bundle, outside its validity (the message names the file and the field)
+  5  a service refused: an error answer from the token endpoint or Key Vault, or an
+     answer that cannot be used
   6  internal failure: the async runtime, a signal handler, or writing the output
+  7  transient failure: connection, TLS or timeout, or HTTP 408, 429, 500, 502, 503, 504
+     (after the retries); trying again later may succeed
 
 Environment:
   MSI_CREDENTIAL_LOG  the --log filter";
@@ -30,12 +35,14 @@ pub enum Exit {
     Usage,
     /// 3: `inspect` found errors.
     Errors,
-    /// 4: the credential file cannot be loaded.
+    /// 4: the credential file is unusable.
     InvalidCredential,
-    /// 5: the token request failed.
-    TokenFailed,
+    /// 5: a service refused or failed.
+    ServiceFailed,
     /// 6: the tool itself failed.
     Internal,
+    /// 7: a transient failure.
+    Transient,
 }
 
 impl Exit {
@@ -47,8 +54,26 @@ impl Exit {
             Exit::Usage => 2,
             Exit::Errors => 3,
             Exit::InvalidCredential => 4,
-            Exit::TokenFailed => 5,
+            Exit::ServiceFailed => 5,
             Exit::Internal => 6,
+            Exit::Transient => 7,
+        }
+    }
+
+    /// Pure: the exit for a library error, from its category (what the user should do).
+    /// Building the HTTP client is the tool's own failure.
+    pub fn for_error(err: &Error) -> Exit {
+        if matches!(
+            err.kind(),
+            ErrorKind::Config(ConfigError::HttpClient { .. })
+        ) {
+            return Exit::Internal;
+        }
+        match err.category() {
+            ErrorCategory::Transient => Exit::Transient,
+            ErrorCategory::Configuration => Exit::Usage,
+            ErrorCategory::CredentialFile => Exit::InvalidCredential,
+            _ => Exit::ServiceFailed,
         }
     }
 }
@@ -71,13 +96,22 @@ mod tests {
             Exit::Usage,
             Exit::Errors,
             Exit::InvalidCredential,
-            Exit::TokenFailed,
+            Exit::ServiceFailed,
             Exit::Internal,
+            Exit::Transient,
         ];
         for (i, exit) in all.iter().enumerate() {
             assert_eq!(usize::from(exit.code()), i);
             let line = format!("\n  {}  ", exit.code());
             assert_eq!(EXIT_CODES_HELP.matches(&line).count(), 1, "{exit:?}");
         }
+    }
+
+    #[test]
+    fn a_service_failure_is_not_a_credential_file_failure() {
+        let file = msi_dataplane::UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+        assert_eq!(Exit::for_error(&file), Exit::InvalidCredential);
+        let unknown_cloud = msi_dataplane::Cloud::from_name("Mars").unwrap_err();
+        assert_eq!(Exit::for_error(&unknown_cloud), Exit::Usage);
     }
 }

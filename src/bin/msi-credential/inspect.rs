@@ -17,7 +17,7 @@ pub fn run(args: &InspectArgs, format: Format) -> Exit {
     match CredentialReport::from_path(&args.file, now, margin) {
         Err(err) => {
             output::failure(&render::error(&err, Some(&args.file), format), format);
-            Exit::InvalidCredential
+            Exit::for_error(&err)
         }
         Ok(report) => match output::stdout(&render::inspect(&args.file, &report, format)) {
             Ok(()) => exit_for(&report),

@@ -9,13 +9,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use msi_dataplane::inspect::Severity;
-use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorKind};
+use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorCategory};
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::output::Format;
-use msi_dataplane::{ConfigError, TokenError};
 
 /// What `token` prints.
 #[derive(Debug, Serialize)]
@@ -335,6 +334,8 @@ struct ErrorBody<'a> {
     kind: &'static str,
     message: &'a str,
     file: Option<&'a Path>,
+    /// What to do: `transient`, `configuration`, `credential_file`, `service`.
+    category: &'static str,
     transient: bool,
 }
 
@@ -344,7 +345,7 @@ struct ErrorBody<'a> {
 pub fn error(err: &Error, file: Option<&Path>, format: Format) -> String {
     let file = err.path().or(file);
     let message = match (err.path(), file) {
-        (None, Some(file)) if is_file_error(err.kind()) => {
+        (None, Some(file)) if is_file_error(err) => {
             format!("credential file {}: {err}", file.display())
         }
         _ => err.to_string(),
@@ -355,11 +356,8 @@ pub fn error(err: &Error, file: Option<&Path>, format: Format) -> String {
             error: ErrorBody {
                 kind: err.kind().code(),
                 message: &message,
-                file: if is_file_error(err.kind()) {
-                    file
-                } else {
-                    None
-                },
+                file: if is_file_error(err) { file } else { None },
+                category: err.category().as_str(),
                 transient: err.is_transient(),
             },
         }),
@@ -376,24 +374,22 @@ pub fn plain_error(kind: &'static str, message: &str, format: Format) -> String 
                 kind,
                 message,
                 file: None,
+                // Not a library error: the command line is the user's configuration; the
+                // tool's own failure is `internal`.
+                category: if kind == "usage" {
+                    "configuration"
+                } else {
+                    kind
+                },
                 transient: false,
             },
         }),
     }
 }
 
-/// Whether an error is about the credential file's content (as opposed to the network).
-fn is_file_error(kind: &ErrorKind) -> bool {
-    !matches!(
-        kind,
-        ErrorKind::Transport(_)
-            | ErrorKind::Token(TokenError::Endpoint(_))
-            | ErrorKind::Token(TokenError::RequestAbandoned { .. })
-            | ErrorKind::Token(TokenError::InvalidResponse { .. })
-            | ErrorKind::Config(ConfigError::InvalidScopes { .. })
-            | ErrorKind::Config(ConfigError::HttpClient { .. })
-            | ErrorKind::Token(TokenError::Signing)
-    )
+/// Whether an error is about the credential file (its content, its bundle, its validity).
+fn is_file_error(err: &Error) -> bool {
+    err.category() == ErrorCategory::CredentialFile
 }
 
 /// RFC 3339 (falls back to `time`'s own format for years RFC 3339 cannot hold).
@@ -457,7 +453,7 @@ fn json<T: Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use msi_dataplane::FileError;
+    use msi_dataplane::{ErrorKind, FileError};
 
     #[test]
     fn human_durations() {

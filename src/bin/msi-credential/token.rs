@@ -4,7 +4,7 @@
 //! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, RetryPolicy,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
 use time::OffsetDateTime;
@@ -13,17 +13,16 @@ use crate::args::TokenArgs;
 use crate::exit::Exit;
 use crate::output::{self, Format};
 use crate::render::{self, TokenOutput};
-use msi_dataplane::ConfigError;
 
 /// Run the command.
 pub fn run(args: &TokenArgs, format: Format) -> Exit {
-    let fail = |err: &Error, exit: Exit| {
+    let fail = |err: &Error| {
         output::failure(&render::error(err, Some(&args.file), format), format);
-        exit
+        Exit::for_error(err)
     };
     let creds = match UserAssignedIdentityCredentials::from_path(&args.file) {
         Ok(creds) => creds,
-        Err(err) => return fail(&err, Exit::InvalidCredential),
+        Err(err) => return fail(&err),
     };
     let options = match client_options(args) {
         Ok(options) => options,
@@ -34,15 +33,7 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
     };
     let credential = match ClientCertificateCredential::new(&creds, options) {
         Ok(credential) => credential,
-        Err(err)
-            if matches!(
-                err.kind(),
-                ErrorKind::Config(ConfigError::HttpClient { .. })
-            ) =>
-        {
-            return fail(&err, Exit::Internal);
-        }
-        Err(err) => return fail(&err, Exit::InvalidCredential),
+        Err(err) => return fail(&err),
     };
     let runtime = match crate::runtime() {
         Ok(runtime) => runtime,
@@ -51,7 +42,7 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
     let scopes: Vec<&str> = args.scopes.iter().map(String::as_str).collect();
     let token = match runtime.block_on(credential.get_token(&scopes)) {
         Ok(token) => token,
-        Err(err) => return fail(&err, Exit::TokenFailed),
+        Err(err) => return fail(&err),
     };
     let now = OffsetDateTime::now_utc();
     let out = TokenOutput {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use msi_dataplane::renewal::{RenewalState, renewal_state};
 use msi_dataplane::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
 use serde::Serialize;
@@ -34,17 +34,20 @@ pub struct Listed {
 
 /// Run `vault list`.
 pub fn list(args: &VaultListArgs, format: Format) -> Exit {
-    let fail_err = |err: &msi_dataplane::Error, exit: Exit| {
+    let fail_err = |err: &msi_dataplane::Error| {
         output::failure(&render::error(err, None, format), format);
-        exit
+        Exit::for_error(err)
     };
     let creds = match UserAssignedIdentityCredentials::from_path(&args.credential) {
         Ok(creds) => creds,
-        Err(err) => return fail_err(&err, Exit::InvalidCredential),
+        Err(err) => return fail_err(&err),
     };
-    let mut options = ClientCertificateCredentialOptions::default();
-    let mut store_options =
-        StoreOptions::default().verify_challenge_resource(!args.no_verify_challenge_resource);
+    let retry = RetryPolicy::default().with_max_attempts(args.attempts);
+    let mut options =
+        ClientCertificateCredentialOptions::default().with_retry_policy(retry.clone());
+    let mut store_options = StoreOptions::default()
+        .verify_challenge_resource(!args.no_verify_challenge_resource)
+        .with_retry_policy(retry);
     if let Some(path) = &args.ca_file {
         // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
         // is refused, not read). One read serves the credential and the store.
@@ -61,11 +64,11 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
     }
     let credential = match ClientCertificateCredential::new(&creds, options) {
         Ok(c) => c,
-        Err(err) => return fail_err(&err, Exit::InvalidCredential),
+        Err(err) => return fail_err(&err),
     };
     let store = match CredentialStore::new(&args.vault_url, Arc::new(credential), store_options) {
         Ok(s) => s,
-        Err(err) => return fail_err(&err, Exit::Usage),
+        Err(err) => return fail_err(&err),
     };
     let runtime = match crate::runtime() {
         Ok(runtime) => runtime,
@@ -73,7 +76,7 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
     };
     let listed = match runtime.block_on(store.list()) {
         Ok(listed) => listed,
-        Err(err) => return fail_err(&err, Exit::TokenFailed),
+        Err(err) => return fail_err(&err),
     };
     let now = OffsetDateTime::now_utc();
     let rows: Vec<Listed> = listed

@@ -44,7 +44,7 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
         Ok(credential) => credential,
         Err(err) => {
             output::failure(&render::error(&err, Some(&args.file), format), format);
-            return Exit::InvalidCredential;
+            return Exit::for_error(&err);
         }
     };
     let mut updates = credential.subscribe();

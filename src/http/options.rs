@@ -95,7 +95,7 @@ impl HttpOptions {
     /// `CERTIFICATE` block is an error.
     pub fn with_extra_root_certificates_file(self, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let pem = crate::file::model::read_limited_as(path, CA_FILE)?;
+        let pem = crate::regular_file::read_limited_as(path, CA_FILE)?;
         if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
             return Err(Error::from(ErrorKind::Config(ConfigError::HttpClient {
                 reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
@@ -197,11 +197,7 @@ pub(crate) fn build_http_client(
     let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(0)
-        .tls_certs_merge(
-            extra_roots
-                .into_iter()
-                .chain(crate::token::roots::bundled()),
-        );
+        .tls_certs_merge(extra_roots.into_iter().chain(crate::http::roots::bundled()));
     let builder = if direct { builder.no_proxy() } else { builder };
     builder.build().map_err(|e| {
         Error::from(ErrorKind::Config(ConfigError::HttpClient {

@@ -1,0 +1,65 @@
+//! Reading answers safely: a bounded body, the one message for a body over the limit,
+//! `Retry-After`, and which hosts are loopback.
+
+use std::time::Duration;
+
+use reqwest::Url;
+use time::OffsetDateTime;
+
+/// Answer bodies (token endpoint, data plane, Key Vault) larger than this are refused.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// The one message for an answer over [`MAX_RESPONSE_BYTES`].
+pub(crate) fn too_large_reason() -> String {
+    format!("the body exceeds {MAX_RESPONSE_BYTES} bytes")
+}
+
+/// Read a response body of at most [`MAX_RESPONSE_BYTES`]; `None` when it is longer
+/// (announced or seen), without reading past the limit.
+pub(crate) async fn read_limited_body(
+    response: &mut reqwest::Response,
+) -> std::result::Result<Option<Vec<u8>>, reqwest::Error> {
+    if let Some(len) = response.content_length()
+        && len > MAX_RESPONSE_BYTES as u64
+    {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
+/// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), relative to `now`.
+pub(crate) fn parse_retry_after(value: &str, now: OffsetDateTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let at = time::PrimitiveDateTime::parse(value, format)
+        .ok()?
+        .assume_utc();
+    let delta = at - now;
+    Some(if delta.is_positive() {
+        Duration::try_from(delta).unwrap_or_default()
+    } else {
+        Duration::ZERO
+    })
+}
+
+/// Whether a URL's host is loopback (`127.0.0.0/8`, `::1`, `localhost`).
+pub(crate) fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}

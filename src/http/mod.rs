@@ -1,0 +1,12 @@
+//! HTTP plumbing shared by the token, data plane and Key Vault layers: which client
+//! ([`options`]), where exchanges run ([`exchange`]), bounded answers and `Retry-After`
+//! ([`body`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
+//! a service hands back ([`service_link`]) and the bundled roots ([`roots`]). Uses only
+//! the basics (errors, bounded file reading, untrusted text).
+
+pub(crate) mod azure_error_body;
+pub(crate) mod body;
+pub(crate) mod options;
+pub(crate) mod retry;
+pub(crate) mod roots;
+pub(crate) mod service_link;
