@@ -50,19 +50,23 @@ impl HttpClient for ReqwestTransport {
                 ));
             }
         };
-        let mut response = builder.send().await.map_err(transport_error)?;
-        let status = StatusCode::from(response.status().as_u16());
-        let mut headers = Headers::new();
-        for (name, value) in response.headers() {
-            if let Ok(value) = value.to_str() {
-                headers.insert(
-                    HeaderName::from(name.as_str().to_owned()),
-                    HeaderValue::from(value.to_owned()),
-                );
+        crate::http::exchange::run(async move {
+            let mut response = builder.send().await.map_err(transport_error)?;
+            let status = StatusCode::from(response.status().as_u16());
+            let mut headers = Headers::new();
+            for (name, value) in response.headers() {
+                if let Ok(value) = value.to_str() {
+                    headers.insert(
+                        HeaderName::from(name.as_str().to_owned()),
+                        HeaderValue::from(value.to_owned()),
+                    );
+                }
             }
-        }
-        let body = read_body(&mut response).await?;
-        Ok(AsyncRawResponse::from_bytes(status, headers, body))
+            let body = read_body(&mut response).await?;
+            Ok(AsyncRawResponse::from_bytes(status, headers, body))
+        })
+        .await
+        .map_err(|a| azure_core::Error::with_message(AzureErrorKind::Io, a.0))?
     }
 }
 

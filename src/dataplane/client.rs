@@ -23,9 +23,9 @@ use crate::error::{
 };
 use crate::error::{Error, ErrorKind, Result, redact_quoted};
 use crate::http::azure_error_body::parse_error_body;
-use crate::http::body;
 use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
+use crate::http::{body, exchange};
 use crate::token::access_token::AccessToken;
 use crate::token::cache::REFRESH_WINDOW;
 
@@ -524,9 +524,16 @@ impl Client {
                 .header("content-type", "application/json")
                 .body(body.to_vec());
         }
-        let mut response = request.send().await.map_err(transport)?;
-        let status = response.status().as_u16();
-        let headers = response.headers();
+        let (status, headers, body) = exchange::run(async move {
+            let mut response = request.send().await?;
+            let status = response.status().as_u16();
+            let headers = std::mem::take(response.headers_mut());
+            let body = body::read_limited_body(&mut response).await?;
+            Ok((status, headers, body))
+        })
+        .await
+        .map_err(crate::token::endpoint::abandoned)?
+        .map_err(transport)?;
         let header = |name: &str| {
             headers
                 .get(name)
@@ -540,9 +547,6 @@ impl Client {
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .collect();
-        let body = body::read_limited_body(&mut response)
-            .await
-            .map_err(transport)?;
         tracing::debug!(request = %what, status, "data plane answered");
         Ok(RawAnswer {
             status,

@@ -6,6 +6,7 @@
 
 pub(crate) mod azure_error_body;
 pub(crate) mod body;
+pub(crate) mod exchange;
 pub(crate) mod options;
 pub(crate) mod retry;
 pub(crate) mod roots;

@@ -35,11 +35,12 @@ const CA_FILE: &str = "CA file";
 pub struct HttpOptions {
     /// The HTTP client. `None` uses a shared client built by the crate (rustls, system
     /// roots, no redirects, proxies from the environment but never for a loopback
-    /// authority, no idle connections so that it works from any runtime: see SECURITY.md
-    /// and the README's "Runtimes"). Supply your own for explicit proxies; disable
-    /// redirects on it (`reqwest::redirect::Policy::none()`): token requests must not
-    /// follow them. A client of your own that pools connections must only be used while
-    /// the runtime that opened them runs.
+    /// authority, pooled connections: see SECURITY.md and the README's "Runtimes").
+    /// Supply your own for explicit proxies; disable redirects on it
+    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. Every
+    /// exchange, with either client, runs on the crate's own I/O thread, so pooled
+    /// connections work whatever runtime the caller uses; a client of your own that you
+    /// also use on your runtimes should not share its pool with the crate.
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for hosts behind a private CA. Setting both this and `http_client` is
@@ -185,18 +186,15 @@ pub(crate) fn client_with_extra_roots() -> Error {
 /// certificate validation on, no redirects (a token request is never re-sent elsewhere),
 /// proxies from the environment unless `direct`.
 ///
-/// It keeps no idle connections. A pooled connection is served by a task on the runtime
-/// that opened it; a credential (and this process-wide client) outlives runtimes, and a
-/// request on another runtime that picks up such a connection hangs while that runtime
-/// is not running and fails once it is gone. Tokens are cached for about an hour, so a
-/// new connection per token request costs little (BENCHMARKS.md).
+/// It pools connections: every exchange runs on the crate's own I/O runtime
+/// ([`exchange`](crate::http::exchange)), so a pooled connection never belongs to a
+/// caller's runtime that may stop.
 pub(crate) fn build_http_client(
     extra_roots: Vec<reqwest::Certificate>,
     direct: bool,
 ) -> Result<reqwest::Client> {
     let builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(0)
         .tls_certs_merge(extra_roots.into_iter().chain(crate::http::roots::bundled()));
     let builder = if direct { builder.no_proxy() } else { builder };
     builder.build().map_err(|e| {

@@ -12,6 +12,7 @@ use crate::error::TransportError;
 use crate::error::{ConfigError, TokenError};
 use crate::error::{Error, ErrorKind, Result, TokenEndpointError, cause_chain, redact_quoted};
 use crate::http::body::{is_loopback, parse_retry_after, read_limited_body, too_large_reason};
+use crate::http::exchange::{self, Abandoned};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
@@ -105,7 +106,7 @@ pub(crate) async fn send(
         ("client_assertion_type", JWT_BEARER),
         ("client_assertion", req.assertion),
     ];
-    let mut response = client
+    let request = client
         .post(req.url.clone())
         .timeout(timeout)
         .header("accept", "application/json")
@@ -118,17 +119,22 @@ pub(crate) async fn send(
             reqwest::header::CONTENT_TYPE,
             "application/x-www-form-urlencoded",
         )
-        .body(form_body(&form))
-        .send()
-        .await
-        .map_err(transport)?;
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let Some(body) = read_limited_body(&mut response).await.map_err(transport)? else {
+        .body(form_body(&form));
+    let (status, retry_after, body) = exchange::run(async move {
+        let mut response = request.send().await?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = read_limited_body(&mut response).await?;
+        Ok((status, retry_after, body))
+    })
+    .await
+    .map_err(abandoned)?
+    .map_err(transport)?;
+    let Some(body) = body else {
         return Err(too_large(status));
     };
     Ok(RawResponse {
@@ -160,6 +166,11 @@ impl AsRef<[u8]> for ZeroizingBody {
     fn as_ref(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// An exchange that ended without an answer (the crate's I/O runtime is gone).
+pub(crate) fn abandoned(a: Abandoned) -> Error {
+    TokenError::RequestAbandoned { reason: a.0 }.into()
 }
 
 fn too_large(status: u16) -> Error {
