@@ -8,7 +8,7 @@
 //! ```toml
 //! [dev-dependencies]
 //! msi-dataplane = { version = "0.1", features = ["test-util"] }
-//! reqwest = "0.13"
+//! reqwest = { version = "0.13", default-features = false } # the kit's client brings TLS
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
