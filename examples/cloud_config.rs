@@ -2,32 +2,27 @@
 //! ARM token for the config's cloud.
 //!
 //! With no arguments, it writes an ARO HCP-style `azure.json` and the credential file it
-//! points to into a temporary directory, and talks to the Entra-compatible test server on
-//! loopback (no network). It also shows the refusal of a config that selects both the VM
-//! managed identity and a credential file.
+//! points to into a temporary directory, and talks to the testing kit's Entra-compatible
+//! server on loopback (feature `test-util`; no network): the identity and its certificate
+//! are made at run time and registered with that server. It also shows the refusal of a
+//! config that selects both the VM managed identity and a credential file.
 //!
 //! With `--config PATH`, it reads that cloud config and uses the real Entra endpoint of
 //! the credential file it names.
 //!
 //! ```text
-//! cargo run --example cloud_config
-//! cargo run --example cloud_config -- --config /etc/kubernetes/azure.json
+//! cargo run --example cloud_config --features test-util
+//! cargo run --example cloud_config --features test-util -- --config /etc/kubernetes/azure.json
 //! ```
-
-#[path = "../tests/support/mod.rs"]
-mod support;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    ClientCertificateCredentialOptions, CloudConfig, UserAssignedIdentityCredential,
+    BundleFormat, ClientCertificateCredentialOptions, CloudConfig, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-use support::atomic_writer::TempDir;
-use support::entra::EntraServer;
-use support::fixtures::load_with_endpoint;
-use support::harness::{options, register};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -78,33 +73,37 @@ async fn consume(
 
 /// Writes a config and credential file, then consumes them against the local server.
 async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    // Entra on loopback, and an identity with a certificate it trusts.
     let entra = EntraServer::start().await;
-    register(&entra, "pem-pkcs8");
+    let identity = TestIdentity::new();
+    let certificate = TestCertificate::self_signed();
+    entra.register(&identity, &certificate);
+    // The credential file, and the config naming it.
     let dir = TempDir::new("cloud-config-example");
-    let identity = dir.join("cloud-provider");
-    std::fs::write(
-        &identity,
-        load_with_endpoint("pem-pkcs8", &entra.base_url()).to_json()?,
-    )?;
+    let identity_path = dir.join("cloud-provider");
+    let creds = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
+    std::fs::write(&identity_path, creds.to_json()?)?;
     let config = |use_imds: bool| {
         serde_json::json!({
             "cloud": "AzurePublicCloud",
-            "tenantId": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+            "tenantId": identity.tenant_id,
             "subscriptionId": "11111111-2222-3333-4444-555555555555",
             "resourceGroup": "hcp-managed-rg",
             "location": "eastus",
             "useManagedIdentityExtension": use_imds,
-            "aadMSIDataPlaneIdentityPath": identity,
+            "aadMSIDataPlaneIdentityPath": identity_path,
         })
         .to_string()
     };
+    // The HTTP client trusts the kit's test CA (a real component keeps the default).
+    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
     let good = dir.join("azure.json");
     std::fs::write(&good, config(false))?;
-    consume(&good, options()).await?;
+    consume(&good, options.clone()).await?;
 
     let conflicting = dir.join("azure-conflicting.json");
     std::fs::write(&conflicting, config(true))?;
-    match consume(&conflicting, options()).await {
+    match consume(&conflicting, options).await {
         Err(e) => println!("\nrefused, as it should be:\n  {e}"),
         Ok(()) => return Err("a conflicting config was accepted".into()),
     }

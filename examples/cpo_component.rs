@@ -6,29 +6,25 @@
 //!
 //! ```text
 //! MANAGED_SERVICE=ARO-HCP MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<secret> \
-//!     cargo run --example cpo_component
+//!     cargo run --example cpo_component --features test-util
 //! ```
 //!
-//! With the variable unset, it plays the pod for you, without any network: it starts the
-//! Entra-compatible test server on loopback, writes a credential file into a temporary
-//! directory, and runs itself as the component with the variables set (a child process,
-//! so the variables are read from a real environment). The child trusts the test server's
-//! CA through `MSI_DATAPLANE_EXAMPLE_CA_FILE`, a variable of this example only.
-
-#[path = "../tests/support/mod.rs"]
-mod support;
+//! With the variable unset (`cargo run --example cpo_component --features test-util`), it
+//! plays the pod for you, without any network: it starts the testing kit's
+//! Entra-compatible server on loopback, makes an identity and certificate at run time,
+//! writes their credential file into a temporary directory, and runs itself as the
+//! component with the variables set (a child process, so the variables are read from a
+//! real environment). The child trusts the test server's CA through
+//! `MSI_DATAPLANE_EXAMPLE_CA_FILE`, a variable of this example only.
 
 use std::process::{Command, ExitCode};
 
 use msi_dataplane::hypershift::{self, CREDENTIALS_FILE_PATH_ENV, MANAGED_SERVICE_ENV};
+use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    ClientCertificateCredentialOptions, Cloud, UserAssignedIdentityCredential,
+    BundleFormat, ClientCertificateCredentialOptions, Cloud, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-use support::atomic_writer::TempDir;
-use support::entra::EntraServer;
-use support::fixtures::load_with_endpoint;
-use support::harness::register;
 
 /// This example's own variable: a PEM file of extra root CAs to trust (the test CA).
 const CA_FILE_ENV: &str = "MSI_DATAPLANE_EXAMPLE_CA_FILE";
@@ -84,14 +80,16 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The pod: a mounted credential file, the variables, and the component started with them.
 async fn play_the_pod() -> Result<(), Box<dyn std::error::Error>> {
+    // Entra on loopback, and the component's identity with a certificate it trusts.
     let entra = EntraServer::start().await;
-    register(&entra, "pem-pkcs8");
+    let identity = TestIdentity::new();
+    let certificate = TestCertificate::self_signed();
+    entra.register(&identity, &certificate);
+    // The file the CSI driver mounts at /mnt/certs/<secret>.
     let certs = TempDir::new("cpo-component-certs");
     let file = certs.join("managed-azure-cpo");
-    std::fs::write(
-        &file,
-        load_with_endpoint("pem-pkcs8", &entra.base_url()).to_json()?,
-    )?;
+    let creds = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
+    std::fs::write(&file, creds.to_json()?)?;
     println!("[pod] {CREDENTIALS_FILE_PATH_ENV}={}", file.display());
 
     let child = Command::new(std::env::current_exe()?)

@@ -17,7 +17,7 @@
 //! 5. A token with the identity's own certificate.
 //!
 //! ```text
-//! cargo run --example dataplane
+//! cargo run --example dataplane --features test-util
 //! ```
 
 use std::process::ExitCode;

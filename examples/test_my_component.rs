@@ -1,146 +1,140 @@
 //! Testing your component's Azure authentication without Azure, with the crate's testing
-//! kit (feature `test-util`): copy this into your tests.
+//! kit (feature `test-util`).
 //!
-//! The "component" is what a service built on this crate looks like: an Azure SDK-style
-//! `azure_core` pipeline (with azure_core's `BearerTokenAuthorizationPolicy`) that calls
-//! an ARM-like endpoint with the reloading credential read from a CSI-mounted file. The
-//! test makes a credential at run time, serves tokens from the kit's verifying Entra
-//! server, rotates the mounted file as the CSI driver does, and checks the component's
-//! calls are then authorized by a token signed with the new certificate.
+//! Copy this file unchanged into your crate's `tests/` directory, add the dev-dependencies
+//! below, run `cargo test`; then replace `MyComponent` with your own code. (CI does exactly
+//! this, in a separate crate: `.ci/downstream`.)
 //!
-//! ```text
-//! cargo run --example test_my_component --features test-util
+//! ```toml
+//! [dev-dependencies]
+//! msi-dataplane = { version = "0.1", features = ["test-util"] }
+//! reqwest = { version = "0.13", default-features = false } # the kit's client brings TLS
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
+//!
+//! The component gets a token from the reloading credential (a file the Secrets Store CSI
+//! driver mounts) and calls ARM. The tests serve tokens from the kit's Entra server (it
+//! verifies each assertion as Entra does) and ARM from its `ResourceServer` (it accepts
+//! only tokens that server issued for ARM, and says which certificate signed them),
+//! rotate the mounted file as the CSI driver does, and check which certificate is behind
+//! each call. `main` runs the same scenario, for this repository's
+//! `cargo run --example test_my_component --features test-util`; in `tests/`, it is unused.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
-use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::credentials::TokenCredential;
-use azure_core::http::{Pipeline, Url};
-use msi_dataplane::testing::{CsiMount, EntraServer, TestCa, TestCertificate, TestIdentity};
+use msi_dataplane::testing::{
+    CsiMount, EntraServer, ResourceServer, TestCa, TestCertificate, TestIdentity,
+};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, UserAssignedIdentityCredential,
+    BundleFormat, ClientCertificateCredentialOptions, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-// The ARM-like endpoint (accepts only tokens the kit's server issued for ARM) and an
-// azure_core transport over reqwest; in your tests, your own service and transport.
-use support::azure_sdk::{Resource, get, pipeline};
 
-/// The component under test: lists resource groups through an SDK pipeline.
-struct Component {
-    pipeline: Pipeline,
-    arm: Url,
+const ARM_SCOPE: &str = "https://management.azure.com/.default";
+
+/// The component under test (in your crate, your own code): lists a subscription's
+/// resource groups in ARM with its managed identity.
+struct MyComponent {
+    credential: UserAssignedIdentityCredential,
+    http: reqwest::Client,
+    arm_url: String,
 }
 
-impl Component {
-    fn new(credential: Arc<dyn TokenCredential>, arm: Url) -> Component {
-        Component {
-            pipeline: pipeline(credential),
-            arm,
-        }
-    }
-
-    async fn list_resource_groups(&self) -> Result<u16, azure_core::Error> {
-        let url = self
-            .arm
-            .join("/subscriptions/00000000-0000-0000-0000-000000000000/resourcegroups")?;
-        Ok(u16::from(get(&self.pipeline, &url).await?.status()))
+impl MyComponent {
+    /// The call's HTTP status; an error when no token could be had or ARM was unreachable.
+    async fn list_resource_groups(&self) -> Result<u16, Box<dyn std::error::Error>> {
+        let token = self.credential.get_token(&[ARM_SCOPE]).await?;
+        let url = format!(
+            "{}subscriptions/00000000-0000-0000-0000-000000000000/resourcegroups?api-version=2021-04-01",
+            self.arm_url
+        );
+        let response = self.http.get(url).bearer_auth(token.token()).send().await?;
+        Ok(response.status().as_u16())
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    // Azure without Azure: an identity, a certificate from a test CA, Entra.
+/// Azure without Azure: the kit's Entra (trusting `certificate` for `identity`) and ARM,
+/// and the component reading the identity's credential file, mounted with `certificate`.
+async fn start(
+    identity: &TestIdentity,
+    certificate: &TestCertificate,
+) -> (EntraServer, ResourceServer, CsiMount, MyComponent) {
     let entra = EntraServer::start().await;
-    let identity = TestIdentity::new();
-    let ca = TestCa::new("my component tests");
-    let first = TestCertificate::builder().signed_by(&ca);
-    entra.register(&identity, &first);
-
-    // The credential file, mounted as the Secrets Store CSI driver mounts it.
-    let mut mount = CsiMount::with_credentials(&identity.credentials(
-        &first,
-        &entra.base_url(),
-        BundleFormat::Pem,
-    ));
+    entra.register(identity, certificate);
+    let arm = ResourceServer::start(&entra, ARM_SCOPE).await;
+    let creds = identity.credentials(certificate, &entra.base_url(), BundleFormat::Pem);
+    let mount = CsiMount::with_credentials(&creds);
+    // The kit's servers use a test CA: the component's HTTP clients must trust it.
+    let client = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
     let options = UserAssignedIdentityCredentialOptions::default()
-        .with_client_options(
-            ClientCertificateCredentialOptions::default().with_http_client(entra.client()),
-        )
+        .with_client_options(client)
         .with_debounce(Duration::from_millis(50));
-    let credential =
-        Arc::new(UserAssignedIdentityCredential::new(mount.visible_path(), options).await?);
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
+        .await
+        .expect("a credential from the mounted file");
+    let (http, arm_url) = (entra.client(), arm.url());
+    let component = MyComponent {
+        credential,
+        http,
+        arm_url,
+    };
+    (entra, arm, mount, component)
+}
 
-    let arm = Resource::start(&entra).await;
-    let component = Component::new(credential.clone(), arm.url("/"));
-    call_signed_by(&component, &arm, &entra, &first, "before rotation").await?;
+/// The certificate whose key signed the assertion behind the last call's token.
+fn signer_of_last_call(arm: &ResourceServer) -> String {
+    let call = arm.requests().pop().expect("ARM received a call");
+    let issued = call.issued.expect("a token the kit's Entra issued");
+    issued.cert_sha256_hex
+}
 
-    // The MSI service renews; Entra drops the old certificate; the CSI driver rotates.
+#[tokio::test(flavor = "multi_thread")]
+async fn my_component_keeps_working_through_a_certificate_rotation() {
+    rotation().await;
+}
+
+async fn rotation() {
+    let (identity, ca) = (TestIdentity::new(), TestCa::new("my component tests"));
+    let first = TestCertificate::builder().signed_by(&ca);
+    let (entra, arm, mut mount, component) = start(&identity, &first).await;
+    let status = component.list_resource_groups().await.expect("a call");
+    assert_eq!(status, 200);
+    assert_eq!(signer_of_last_call(&arm), first.sha256_hex());
+
+    // The MSI service renews the certificate; Entra trusts only the new one; the CSI
+    // driver swaps the new file in (a PKCS#12 bundle this time).
     let second = TestCertificate::builder().renewing(&first).signed_by(&ca);
     entra.clear_certificates(&identity.client_id, &identity.tenant_id);
     entra.register(&identity, &second);
-    let mut status_rx = credential.subscribe();
-    mount.rotate_credentials(&identity.credentials(
-        &second,
-        &entra.base_url(),
-        BundleFormat::Pkcs12,
-    ));
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        status_rx.wait_for(|s| {
-            s.thumbprint_sha256
-                .eq_ignore_ascii_case(&second.sha256_hex())
-        }),
-    )
-    .await??;
+    let mut reloads = component.credential.subscribe();
+    let renewed = identity.credentials(&second, &entra.base_url(), BundleFormat::Pkcs12);
+    mount.rotate_credentials(&renewed);
+    let second_sha256 = second.sha256_hex();
+    let swapped = |s: &ReloadStatus| s.thumbprint_sha256.eq_ignore_ascii_case(&second_sha256);
+    tokio::time::timeout(Duration::from_secs(20), reloads.wait_for(swapped))
+        .await
+        .expect("the rotation is picked up within 20 s")
+        .expect("the credential is alive");
 
-    // A new component instance (a fresh SDK client: no cached token) after the rotation.
-    let component = Component::new(credential, arm.url("/"));
-    call_signed_by(&component, &arm, &entra, &second, "after rotation").await?;
-    Ok(())
+    // The same component, unchanged: its next call is signed with the new certificate.
+    let status = component.list_resource_groups().await.expect("a call");
+    assert_eq!(status, 200);
+    assert_eq!(signer_of_last_call(&arm), second_sha256);
 }
 
-/// The component's call succeeds, and the token it sent was signed by `certificate`.
-async fn call_signed_by(
-    component: &Component,
-    arm: &Resource,
-    entra: &EntraServer,
-    certificate: &TestCertificate,
-    when: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let status = component.list_resource_groups().await?;
-    check(status == 200, format!("{when}: HTTP {status}"))?;
-    let token = arm
-        .seen()
-        .pop()
-        .and_then(|s| s.token)
-        .ok_or("no bearer token seen")?;
-    let signer = entra
-        .issued(&token)
-        .ok_or("token not issued by the kit")?
-        .cert_sha256_hex;
-    check(
-        signer == certificate.sha256_hex(),
-        format!("{when}: token signed by the expected certificate"),
-    )?;
-    println!("{when}: HTTP {status}, token signed by {}", &signer[..16]);
-    Ok(())
+#[tokio::test(flavor = "multi_thread")]
+async fn my_component_fails_when_entra_does_not_trust_its_certificate() {
+    let identity = TestIdentity::new();
+    let (entra, arm, _mount, component) = start(&identity, &TestCertificate::self_signed()).await;
+    entra.clear_certificates(&identity.client_id, &identity.tenant_id);
+    let error = component.list_resource_groups().await.expect_err("fails");
+    assert!(error.to_string().contains("AADSTS700027"), "{error}");
+    assert!(arm.requests().is_empty(), "ARM was not called");
 }
 
-fn check(ok: bool, what: impl Into<String>) -> Result<(), Box<dyn std::error::Error>> {
-    if ok { Ok(()) } else { Err(what.into().into()) }
+/// `cargo run --example test_my_component --features test-util`: the rotation scenario.
+#[tokio::main]
+async fn main() {
+    rotation().await;
+    println!("ok: the component's calls were authorized through a certificate rotation");
 }

@@ -3,10 +3,11 @@
 //! `BearerTokenAuthorizationPolicy` in an `azure_core::http::Pipeline`, against a loopback
 //! HTTPS resource service that accepts only tokens the Entra-compatible test server issued.
 //!
-//! The pipeline's transport is an azure_core `HttpClient` over the crate's reqwest 0.13
-//! client (trusting only the test CA), so azure_core needs none of its own HTTP or TLS
-//! features. The resource service is HTTPS because `BearerTokenAuthorizationPolicy`
-//! refuses to put a token on a non-`https` request.
+//! The pipeline's transport is azure_core's own `HttpClient` for reqwest (its `reqwest`
+//! feature, enabled for the tests only: the library leaves azure_core without HTTP or TLS
+//! features) over a client trusting only the test CA. The resource service is the kit's
+//! `ResourceServer`, HTTPS because `BearerTokenAuthorizationPolicy` refuses to put a token
+//! on a non-`https` request.
 #![cfg(feature = "azure_core")]
 
 mod support;
@@ -17,13 +18,14 @@ use std::time::{Duration, Instant};
 use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::StatusCode;
+use msi_dataplane::testing::{ResourceRequest, ResourceServer};
 use msi_dataplane::{
     ErrorKind, ManualClock, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 use msi_dataplane::{FileError, TokenError};
 use support::atomic_writer::AtomicDir;
-use support::azure_sdk::{Resource, get, pipeline};
+use support::azure_sdk::{get, pipeline, url};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
@@ -45,22 +47,25 @@ fn source_chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
 #[tokio::test]
 async fn pipeline_presents_a_token_entra_issued() {
     let entra = EntraServer::start().await;
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let cred = credential(&entra, "pem-pkcs8");
     let client_id = cred.client_id().to_owned();
     let pipeline = pipeline(Arc::new(cred));
 
-    let response = get(&pipeline, &resource.url("/subscriptions"))
+    let response = get(&pipeline, &url(&resource, "/subscriptions"))
         .await
         .unwrap_or_else(|e| panic!("pipeline: {e} ({:?})", source_chain(&e)));
     assert_eq!(response.status(), StatusCode::Ok);
-    assert_eq!(response.into_body().into_string().unwrap(), "ok");
+    assert_eq!(
+        response.into_body().into_string().unwrap(),
+        r#"{"value":[]}"#
+    );
 
-    let seen = resource.seen();
+    let seen = resource.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].path, "/subscriptions");
     assert_eq!(seen[0].status, 200);
-    let token = seen[0].token.as_deref().expect("a bearer token");
+    let token = seen[0].bearer_token.as_deref().expect("a bearer token");
     let issued = entra.issued(token).expect("issued by the Entra server");
     assert_eq!(issued.scope, ARM);
     assert_eq!(issued.client_id, client_id);
@@ -71,25 +76,25 @@ async fn pipeline_presents_a_token_entra_issued() {
 #[tokio::test]
 async fn sequential_requests_all_succeed_with_issued_tokens() {
     let entra = EntraServer::start().await;
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let cred: Arc<dyn TokenCredential> = Arc::new(credential(&entra, "pfx-aes"));
     // Two pipelines (two SDK clients) sharing one credential.
     let pipelines = [pipeline(cred.clone()), pipeline(cred)];
 
     for i in 0..6 {
-        let response = get(&pipelines[i % 2], &resource.url(&format!("/r/{i}")))
+        let response = get(&pipelines[i % 2], &url(&resource, &format!("/r/{i}")))
             .await
             .unwrap_or_else(|e| panic!("request {i}: {e} ({:?})", source_chain(&e)));
         assert_eq!(response.status(), StatusCode::Ok, "request {i}");
     }
 
-    let seen = resource.seen();
+    let seen = resource.requests();
     assert_eq!(seen.len(), 6, "{seen:?}");
     for (i, s) in seen.iter().enumerate() {
         assert_eq!(s.path, format!("/r/{i}"));
         assert_eq!(s.status, 200);
         let issued = entra
-            .issued(s.token.as_deref().expect("a bearer token"))
+            .issued(s.bearer_token.as_deref().expect("a bearer token"))
             .unwrap_or_else(|| panic!("request {i}: token not issued by the server"));
         assert_eq!(issued.scope, ARM);
         assert_eq!(issued.cert_sha256_hex, leaf_sha256_hex("pfx-aes"));
@@ -103,10 +108,10 @@ async fn sequential_requests_all_succeed_with_issued_tokens() {
 #[tokio::test]
 async fn expired_credential_fails_the_call_with_a_credential_error() {
     let entra = EntraServer::start().await;
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let pipeline = pipeline(Arc::new(credential(&entra, "expired")));
 
-    let err = get(&pipeline, &resource.url("/subscriptions"))
+    let err = get(&pipeline, &url(&resource, "/subscriptions"))
         .await
         .expect_err("an expired credential cannot authorize a request");
     assert_eq!(err.kind(), &AzureErrorKind::Credential, "{err:?}");
@@ -122,14 +127,17 @@ async fn expired_credential_fails_the_call_with_a_credential_error() {
         ),
         "{ours:?}"
     );
-    assert!(resource.seen().is_empty(), "no request reached the service");
+    assert!(
+        resource.requests().is_empty(),
+        "no request reached the service"
+    );
     assert_eq!(entra.token_requests(), 0, "checked before any network call");
 }
 
 #[tokio::test]
 async fn token_endpoint_rejection_fails_the_call_with_a_credential_error() {
     let entra = EntraServer::start().await;
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let pipeline = pipeline(Arc::new(credential(&entra, "pem-pkcs8")));
     entra.enqueue(Scripted::aadsts(
         401,
@@ -138,7 +146,7 @@ async fn token_endpoint_rejection_fails_the_call_with_a_credential_error() {
         "AADSTS700027: Client assertion failed signature validation.",
     ));
 
-    let err = get(&pipeline, &resource.url("/subscriptions"))
+    let err = get(&pipeline, &url(&resource, "/subscriptions"))
         .await
         .expect_err("the token request was refused");
     assert_eq!(err.kind(), &AzureErrorKind::Credential, "{err:?}");
@@ -150,7 +158,7 @@ async fn token_endpoint_rejection_fails_the_call_with_a_credential_error() {
     };
     assert_eq!(e.aadsts_code(), Some(700027));
     assert!(err.to_string().contains("AADSTS700027"), "{err}");
-    assert!(resource.seen().is_empty());
+    assert!(resource.requests().is_empty());
 }
 
 #[tokio::test]
@@ -209,15 +217,15 @@ async fn resource_refuses_a_token_entra_did_not_issue() {
     }
 
     let entra = EntraServer::start().await;
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let pipeline = pipeline(Arc::new(Forged));
-    let err = get(&pipeline, &resource.url("/subscriptions"))
+    let err = get(&pipeline, &url(&resource, "/subscriptions"))
         .await
         .expect_err("401");
     assert_eq!(err.http_status(), Some(StatusCode::Unauthorized), "{err:?}");
-    let seen = resource.seen();
+    let seen = resource.requests();
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].token.as_deref(), Some("forged.token.value"));
+    assert_eq!(seen[0].bearer_token.as_deref(), Some("forged.token.value"));
     assert_eq!(seen[0].status, 401);
 }
 
@@ -250,17 +258,17 @@ async fn reloading_credential_follows_a_rotation_through_the_pipeline() {
     .unwrap();
     let mut status = reloading.subscribe();
     let reloading = Arc::new(reloading);
-    let resource = Resource::start(&entra).await;
+    let resource = ResourceServer::start(&entra, ARM).await;
     let pipeline = pipeline(reloading.clone() as Arc<dyn TokenCredential>);
 
-    let signed_by = |seen: &support::azure_sdk::Seen| {
-        let token = seen.token.as_deref().expect("bearer token");
+    let signed_by = |seen: &ResourceRequest| {
+        let token = seen.bearer_token.as_deref().expect("bearer token");
         entra.issued(token).expect("issued").cert_sha256_hex
     };
-    let response = get(&pipeline, &resource.url("/before")).await.unwrap();
+    let response = get(&pipeline, &url(&resource, "/before")).await.unwrap();
     assert_eq!(response.status(), StatusCode::Ok);
     assert_eq!(
-        signed_by(&resource.seen()[0]),
+        signed_by(&resource.requests()[0]),
         leaf_sha256_hex("rotation-1")
     );
 
@@ -273,17 +281,22 @@ async fn reloading_credential_follows_a_rotation_through_the_pipeline() {
         .unwrap_or_else(|_| panic!("no swap {:?} after the rotation", rotated_at.elapsed()))
         .unwrap();
 
-    let response = get(&pipeline, &resource.url("/same-client")).await.unwrap();
+    let response = get(&pipeline, &url(&resource, "/same-client"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::Ok);
     let new_client = support::azure_sdk::pipeline(reloading.clone() as Arc<dyn TokenCredential>);
-    let response = get(&new_client, &resource.url("/new-client"))
+    let response = get(&new_client, &url(&resource, "/new-client"))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::Ok);
 
-    let seen = resource.seen();
+    let seen = resource.requests();
     let paths: Vec<_> = seen.iter().map(|s| s.path.as_str()).collect();
     assert_eq!(paths, ["/before", "/same-client", "/new-client"]);
-    assert_eq!(seen[1].token, seen[0].token, "the policy's cached token");
+    assert_eq!(
+        seen[1].bearer_token, seen[0].bearer_token,
+        "the policy's cached token"
+    );
     assert_eq!(signed_by(&seen[2]), leaf_sha256_hex("rotation-2"));
 }

@@ -1,12 +1,13 @@
 //! The testing kit through its public API only, as a downstream crate uses it: a
 //! credential made at run time, a token from the kit's Entra-compatible server, a CSI
-//! rotation by the kit's writer, then a token signed by the new certificate.
+//! rotation by the kit's writer, then a token signed by the new certificate; and the
+//! kit's protected resource, which answers only tokens issued for its scope.
 #![cfg(all(feature = "test-util", unix))]
 
 use std::time::Duration;
 
 use msi_dataplane::testing::{
-    CsiMount, EntraServer, Outcome, TestCa, TestCertificate, TestIdentity,
+    CsiMount, EntraServer, Outcome, ResourceServer, TestCa, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredentialOptions, ReloadOutcome,
@@ -120,4 +121,77 @@ async fn the_server_rejects_an_unregistered_certificate_and_stops_on_drop() {
         tokio::net::TcpStream::connect(addr).await.is_err(),
         "still listening after drop"
     );
+}
+
+#[tokio::test]
+async fn the_resource_server_answers_only_tokens_entra_issued_for_its_scope() {
+    let entra = EntraServer::start().await;
+    let arm = ResourceServer::start(&entra, ResourceServer::ARM_SCOPE).await;
+    assert!(arm.addr().ip().is_loopback());
+    let identity = TestIdentity::new();
+    let cert = TestCertificate::self_signed();
+    entra.register(&identity, &cert);
+    let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let credential = msi_dataplane::ClientCertificateCredential::new(&creds, options).unwrap();
+    let arm_token = credential.get_token(&[ARM]).await.unwrap();
+    let vault_token = credential
+        .get_token(&["https://vault.azure.net/.default"])
+        .await
+        .unwrap();
+
+    let http = entra.client();
+    let url = format!("{}subscriptions", arm.url());
+    let call = |token: Option<&str>| {
+        let mut request = http.get(&url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    let ok = call(Some(arm_token.token())).await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.text().await.unwrap(), r#"{"value":[]}"#);
+    for (token, reason) in [
+        (None, "a bearer token is required"),
+        (Some("forged.token"), "not issued by the test Entra server"),
+        (
+            Some(vault_token.token()),
+            "issued for `https://vault.azure.net/.default`",
+        ),
+    ] {
+        let refused = call(token).await;
+        assert_eq!(refused.status(), 401, "{token:?}");
+        assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+        let body = refused.text().await.unwrap();
+        assert!(body.contains("InvalidAuthenticationToken"), "{body}");
+        assert!(body.contains(reason), "{body}");
+    }
+
+    let seen = arm.requests();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|r| r.method == "GET" && r.path == "/subscriptions")
+    );
+    let statuses: Vec<u16> = seen.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 401, 401, 401]);
+    let issued = seen[0].issued.as_ref().expect("issued by the kit");
+    assert_eq!(issued.cert_sha256_hex, cert.sha256_hex());
+    assert_eq!(issued.client_id, identity.client_id);
+    assert_eq!(seen[0].bearer_token.as_deref(), Some(arm_token.token()));
+    assert!(seen[1].issued.is_none() && seen[1].bearer_token.is_none());
+    assert_eq!(seen[2].bearer_token.as_deref(), Some("forged.token"));
+    assert!(seen[2].issued.is_none());
+    assert!(seen[3].issued.is_some(), "a real token, for another scope");
+    // The log's Debug never shows a token.
+    let debug = format!("{seen:?}");
+    assert!(!debug.contains(arm_token.token()) && !debug.contains("forged.token"));
+
+    arm.clear_requests();
+    assert!(arm.requests().is_empty());
+    let addr = arm.addr();
+    drop(arm);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }

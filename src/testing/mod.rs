@@ -22,6 +22,10 @@
 //!   challenge and token checks, and what it stores inspectable
 //!   ([`KeyVaultServer::secrets`], [`KeyVaultServer::deleted_secrets`],
 //!   [`KeyVaultServer::secret_value`]).
+//! - **A protected resource** ([`ResourceServer`]): the API your component calls with its
+//!   token (ARM or your own service), answering only tokens the [`EntraServer`] issued
+//!   for its scope, and logging which certificate signed each
+//!   ([`ResourceServer::requests`]).
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
@@ -55,6 +59,7 @@ mod csi;
 mod dataplane;
 mod entra;
 mod keyvault;
+mod resource;
 mod serve;
 mod tls;
 
@@ -74,4 +79,5 @@ pub use entra::{
 pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
+pub use resource::{ResourceRequest, ResourceServer};
 pub use tls::server_tls_config;

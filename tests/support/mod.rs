@@ -9,8 +9,6 @@ pub mod counting;
 pub mod entra;
 pub mod fixtures;
 pub mod harness;
-#[cfg(feature = "keyvault")]
-pub mod identity_flow;
 pub mod log_capture;
 pub mod scanning;
 pub mod secrets;
