@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the benchmark suite, OpenSSL's RSA-2048 baseline and the memory test, then print
-# issue 7's targets table (benchmark, median, baseline, ratio, target, pass/fail) and
+# the targets table (benchmark, median, baseline, ratio, target, pass/fail) and
 # write the plots. See BENCHMARKS.md.
 #
 #   benches/compare.sh [--strict] [--report-only] [--no-openssl] [--no-memory]

@@ -2,7 +2,7 @@
 //! (with a fresh HTTP client, so a new TCP connection and TLS handshake), sign an
 //! assertion and POST it, beside the same parts done by hand, measured in the same run.
 //!
-//! `cargo bench --bench first_token` (BENCHMARKS.md records the results; issue 7's target
+//! `cargo bench --bench first_token` (BENCHMARKS.md records the results; the target
 //! is `first_token/crate` ≤ 1.2 × `first_token/by_hand`).
 //!
 //! - `first_token/crate`: `UserAssignedIdentityCredentials::from_path` +

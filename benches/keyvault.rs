@@ -40,8 +40,8 @@ use std::sync::Arc;
 
 use azure_core::http::RequestContent;
 use criterion::{Criterion, criterion_group, criterion_main};
-use msi_dataplane::renewal::needing_renewal;
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::keyvault::renewal::needing_renewal;
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{UserAssignedIdentityCredentials, keyvault};
 use serde_json::{Value, json};
 

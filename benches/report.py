@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Read criterion's estimates and print issue 7's targets table; write the SVG plots.
+"""Read criterion's estimates and print the targets table; write the SVG plots.
 
 Used by benches/compare.sh (which runs the benches first); runnable alone on whatever
 `target/criterion` holds:
@@ -309,7 +309,7 @@ def markdown_backends(rep, openssl_ns):
 
 
 def markdown_pkcs12(rep):
-    """PKCS#12 parses against the key derivations they must do (issue 2's target)."""
+    """PKCS#12 parses against the key derivations they must do (the target)."""
     g = rep.get
     key = g("parse/pem/part/key_load")
     lines = [
@@ -627,7 +627,7 @@ def main():
     build_targets(rep, openssl_ns)
 
     sections = [
-        "## Targets (issue 7)",
+        "## Targets",
         "",
         markdown_targets(rep),
         "",

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::hypershift::Component;
-use msi_dataplane::managed_identities::ManagedIdentities;
-use msi_dataplane::renewal::needing_renewal;
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
+use msi_dataplane::keyvault::renewal::needing_renewal;
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::{
     CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };

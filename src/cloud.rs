@@ -105,7 +105,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::UnknownCloud`](crate::ConfigError::UnknownCloud) for any other name, including the empty string; the
+    /// [`ConfigError::UnknownCloud`] for any other name, including the empty string; the
     /// error lists the names that are known.
     pub fn from_name(name: &str) -> Result<Cloud> {
         let wanted = name.trim();
@@ -142,7 +142,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidCloud`](crate::ConfigError::InvalidCloud) naming the field when the name is empty or a URL is
+    /// [`ConfigError::InvalidCloud`] naming the field when the name is empty or a URL is
     /// not an absolute `https` URL without query or fragment.
     pub fn custom(
         name: impl Into<String>,

@@ -35,7 +35,7 @@ pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// ```
 /// # fn main() -> Result<(), msi_dataplane::Error> {
 /// # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/credentials/expired.json");
-/// use msi_dataplane::CredentialReport;
+/// use msi_dataplane::inspect::CredentialReport;
 /// use msi_dataplane::inspect::{EXPIRES_SOON_MARGIN, ProblemKind, Severity};
 ///
 /// let now = time::OffsetDateTime::now_utc();

@@ -41,21 +41,9 @@ pub mod limits;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
 
-#[cfg(feature = "k8s")]
-#[doc(inline)]
-pub use hypershift::k8s;
-#[doc(inline)]
-pub use hypershift::managed_identities;
-#[doc(inline)]
-pub use keyvault::renewal;
-#[cfg(feature = "keyvault")]
-#[doc(inline)]
-pub use keyvault::store;
-
 pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use cloud::{Cloud, default_scope};
-pub use dataplane::ManagedIdentityCredentials;
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
     KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
@@ -65,23 +53,16 @@ pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
 pub use http::options::HttpOptions;
 pub use http::retry::RetryPolicy;
-pub use inspect::CredentialReport;
 #[cfg(feature = "keyvault")]
 pub use keyvault::renew::RenewalOutcome;
 pub use reload::rule::ReloadOutcome;
 pub use reload::user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };
-/// How many directory watches (one per watched directory, shared by every credential in
-/// it) are alive in this process: for tests and diagnostics, not a stable API.
-#[doc(hidden)]
-pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;
 pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
-/// Re-exported for [`UserAssignedIdentityCredentialOptions::with_cancellation_token`].
-pub use tokio_util::sync::CancellationToken;
 
 /// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`, as
 /// `cargo fuzz` does): the parsers that see untrusted bytes.

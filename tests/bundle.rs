@@ -182,7 +182,7 @@ fn key_without_certificate_is_no_certificate() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Hostile PKCS#12 archives (issue 11, finding 3): refused by the pre-scan, before any key
+// Hostile PKCS#12 archives: refused by the pre-scan, before any key
 // derivation. (The unit test in src/file/bundle.rs also checks that the decoder never ran.)
 // ---------------------------------------------------------------------------------------
 

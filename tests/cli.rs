@@ -908,7 +908,7 @@ fn the_report_type_round_trips_the_fixture_times() {
     let creds = UserAssignedIdentityCredentials::from_path(credential_path("pem-chain")).unwrap();
     let cert = ClientCertificate::from_credentials(&creds).unwrap();
     let now = OffsetDateTime::now_utc();
-    let report = msi_dataplane::CredentialReport::new(
+    let report = msi_dataplane::inspect::CredentialReport::new(
         &creds,
         &cert,
         now,

@@ -216,7 +216,7 @@ mod store {
     use std::sync::Arc;
 
     use msi_dataplane::RetryPolicy;
-    use msi_dataplane::store::{CredentialStore, StoreOptions};
+    use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 
     use super::*;
     use msi_dataplane::KeyVaultError;

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::RetryPolicy;
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::dataplane::ManagedIdentityCredentials;
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{ConfigError, FileError, KeyVaultError};
-use msi_dataplane::{ErrorKind, LinkFault, ManagedIdentityCredentials, keyvault};
+use msi_dataplane::{ErrorKind, LinkFault, keyvault};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
@@ -148,7 +149,7 @@ async fn get_reads_the_latest_or_a_named_version_of_a_managed_identity() {
     let any = s.store.get("msi-cluster-1", None).await.unwrap();
     assert!(matches!(
         any.credentials,
-        msi_dataplane::store::AnyCredentials::ManagedIdentity(_)
+        msi_dataplane::keyvault::store::AnyCredentials::ManagedIdentity(_)
     ));
 }
 

@@ -3,7 +3,7 @@
 
 use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::Component;
-use msi_dataplane::managed_identities::ManagedIdentities;
+use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
 use msi_dataplane::{ConfigError, FileError};
 use serde_json::{Value, json};
 

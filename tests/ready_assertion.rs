@@ -1,4 +1,4 @@
-//! The ready assertion (issue 12, item 3): one signed, single-use client assertion kept
+//! The ready assertion: one signed, single-use client assertion kept
 //! per credential, signed off the request path. Against the verifying Entra-compatible
 //! server, which rejects a replayed `jti`.
 

@@ -6,7 +6,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use msi_dataplane::renewal::{
+use msi_dataplane::keyvault::renewal::{
     RenewalState, StoredProperties, Unusable, needing_renewal, renewal_state, should_store,
 };
 use time::OffsetDateTime;
@@ -156,7 +156,7 @@ mod with_the_store {
     use msi_dataplane::dataplane::{
         Client, ClientFactory, ClientOptions, UserAssignedIdentitiesRequest,
     };
-    use msi_dataplane::store::{CredentialStore, StoreOptions};
+    use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
     use msi_dataplane::{ErrorKind, RenewalOutcome};
     use time::macros::datetime;
 

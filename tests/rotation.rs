@@ -852,7 +852,7 @@ async fn get_token_is_not_blocked_by_a_reload() {
 }
 
 // ---------------------------------------------------------------------------------------
-// writes through the symlink; the atomic swap without the debounce (issue 12, items 1, 4)
+// writes through the symlink; the atomic swap without the debounce
 // ---------------------------------------------------------------------------------------
 
 /// In the CSI layout, a tool that rewrites the file in place through the visible path
@@ -968,7 +968,7 @@ async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
 }
 
 // ---------------------------------------------------------------------------------------
-// zero-wait swaps (issue 12, item 2)
+// zero-wait swaps
 // ---------------------------------------------------------------------------------------
 
 const VAULT: &str = "https://vault.azure.net/.default";

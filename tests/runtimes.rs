@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use msi_dataplane::ReloadError;
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, ReloadOutcome,
-    ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, HttpOptions,
+    ReloadOutcome, ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
@@ -82,6 +82,50 @@ fn runtimes_in_sequence(keep_idle: bool) {
         }
     }
     assert_eq!(server.tokens_issued(), 2 * scopes.len());
+    // One pooled connection served every runtime (no new connection per request).
+    assert!(
+        server.connections() <= 2,
+        "{} connections",
+        server.connections()
+    );
+}
+
+/// Over HTTPS, through the crate-built client (the test CA as an extra root): cold tokens
+/// (a new scope each) from runtimes that come and go reuse the pooled TLS connection.
+#[test]
+fn cold_tokens_reuse_one_tls_connection_across_runtimes() {
+    let name = "pem-pkcs8";
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = server_rt.block_on(EntraServer::start());
+    register(&server, name);
+    let creds = load_with_endpoint(name, &server.base_url());
+    let http = HttpOptions::default()
+        .with_extra_root_certificates_pem(&EntraServer::ca_pem())
+        .expect("test CA");
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(http)
+        .with_retry_policy(RetryPolicy::none());
+    let credential = ClientCertificateCredential::new(&creds, options).expect("new");
+    let requests = 20;
+    for round in 0..4 {
+        short_runtime().block_on(async {
+            for i in 0..requests / 4 {
+                let scope = format!("https://r{round}-{i}.example/.default");
+                credential.get_token(&[&scope]).await.expect("token");
+            }
+        });
+    }
+    assert_eq!(server.tokens_issued(), requests);
+    let per_request = server.connections() as f64 / requests as f64;
+    assert!(
+        per_request <= 0.15,
+        "{} TLS handshakes for {requests} requests",
+        server.connections()
+    );
 }
 
 #[test]

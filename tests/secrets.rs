@@ -221,7 +221,7 @@ async fn logs_of_a_token_flow_and_a_reload_hold_no_secret() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Malformed bundles (issue 11, finding 1): every parser complaint about a bundle built
+// Malformed bundles: every parser complaint about a bundle built
 // from a fixture key, through every surface that shows errors, holds no run of 40
 // characters of the secret, of the key's base64 or of its DER.
 // ---------------------------------------------------------------------------------------
@@ -484,7 +484,7 @@ fn malformed_bundles_are_refused_without_quoting_them() {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("identity");
         std::fs::write(&path, credential_json(&bundle, None)).unwrap();
-        let report = msi_dataplane::CredentialReport::from_path(
+        let report = msi_dataplane::inspect::CredentialReport::from_path(
             &path,
             time::OffsetDateTime::now_utc(),
             msi_dataplane::inspect::EXPIRES_SOON_MARGIN,
@@ -747,7 +747,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     use std::sync::Arc;
 
     use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
-    use msi_dataplane::store::{CredentialStore, StoreOptions};
+    use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
     use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
 
     const RID: &str = "/subscriptions/0b1c2d3e-0000-4000-8000-000000000001/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/secrets";

@@ -10,9 +10,9 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use msi_dataplane::testing::live_directory_watchers;
 use msi_dataplane::{
     ReloadOutcome, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-    live_directory_watchers,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::fixtures::load_with_endpoint;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::{
     DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };

@@ -1,4 +1,4 @@
-//! Key material is not left in freed memory (issue 11, finding 4): a scanning global
+//! Key material is not left in freed memory: a scanning global
 //! allocator (tests/support/scanning.rs) searches every block freed while a credential
 //! file is read, its bundle decoded, its key loaded and an assertion signed, and then
 //! while it all is dropped, for pieces of the `client_secret`, of the key's DER and of
@@ -9,9 +9,9 @@ mod support;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use msi_dataplane::inspect::CredentialReport;
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, CredentialReport,
-    UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, UserAssignedIdentityCredentials,
 };
 use support::fixtures::credential_path;
 use support::harness::options;

@@ -14,7 +14,7 @@ mod support;
 
 use std::sync::Arc;
 
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};

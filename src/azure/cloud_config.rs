@@ -11,7 +11,7 @@
 //! the VM's managed identity through the instance metadata service and never reads
 //! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so
 //! [`CloudConfig::identity_path`] (and [`UserAssignedIdentityCredential::from_cloud_config`])
-//! refuse it with [`ConfigError::ConflictingIdentitySources`](crate::ConfigError::ConflictingIdentitySources) instead of silently choosing.
+//! refuse it with [`ConfigError::ConflictingIdentitySources`] instead of silently choosing.
 //! HyperShift's generated config for ARO HCP does set both; a component that knows it runs
 //! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
 //!
@@ -135,7 +135,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::UnknownCloud`](crate::ConfigError::UnknownCloud) for a name that is not a well-known cloud; unlike
+    /// [`ConfigError::UnknownCloud`] for a name that is not a well-known cloud; unlike
     /// cloud-provider-azure, an unknown name never falls back to the public cloud.
     pub fn cloud(&self) -> Result<Cloud> {
         match self.cloud.as_deref().map(str::trim) {
@@ -150,9 +150,9 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// - [`ConfigError::ConflictingIdentitySources`](crate::ConfigError::ConflictingIdentitySources) when `useManagedIdentityExtension` is
+    /// - [`ConfigError::ConflictingIdentitySources`] when `useManagedIdentityExtension` is
     ///   also `true`;
-    /// - [`ConfigError::NoIdentityPath`](crate::ConfigError::NoIdentityPath) when the path is absent or blank (saying whether
+    /// - [`ConfigError::NoIdentityPath`] when the path is absent or blank (saying whether
     ///   the config selects the VM identity instead).
     pub fn identity_path(&self) -> Result<&Path> {
         let uses_imds = self.use_managed_identity_extension == Some(true);
@@ -190,7 +190,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::NoIdentityPath`](crate::ConfigError::NoIdentityPath) when the path is absent or blank.
+    /// [`ConfigError::NoIdentityPath`] when the path is absent or blank.
     pub fn credential_file_path(&self) -> Result<&Path> {
         match self.identity_path() {
             Err(e)

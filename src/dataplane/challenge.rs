@@ -53,7 +53,7 @@ pub struct BearerChallenge {
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`](crate::DataPlaneError::InvalidChallenge) naming the field and byte offset where the syntax
+/// [`DataPlaneError::InvalidChallenge`] naming the field and byte offset where the syntax
 /// breaks.
 pub fn parse_www_authenticate<'a>(
     values: impl IntoIterator<Item = &'a str>,
@@ -76,7 +76,7 @@ pub fn parse_www_authenticate<'a>(
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`](crate::DataPlaneError::InvalidChallenge): no `Bearer` challenge, none with an authorization
+/// [`DataPlaneError::InvalidChallenge`]: no `Bearer` challenge, none with an authorization
 /// URL, a URL that does not parse, or a tenant that is neither a GUID nor a domain.
 pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
     let mut bearers = challenges

@@ -201,8 +201,8 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`](crate::FileError::InvalidField) for an empty audience; [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when
-    /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an
+    /// [`FileError::InvalidField`] for an empty audience; [`ConfigError::HttpClient`] when
+    /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`] when both an
     /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
     pub fn new(
@@ -267,7 +267,7 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidIdentityUrl`](crate::ConfigError::InvalidIdentityUrl): not a URL, not `https` (plain `http` only on a
+    /// [`ConfigError::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
     /// loopback host with [`ClientOptions::allow_http_loopback`]), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]

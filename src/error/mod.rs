@@ -89,7 +89,7 @@ impl Error {
     /// the caller's side: transport failures, timeouts, and HTTP 408, 429, 500, 502, 503
     /// and 504 answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries. Bad
     /// files, bad certificates, a credential outside its validity, 400/401 answers and
-    /// [`ErrorKind::RequestAbandoned`] (no Tokio runtime, or one shutting down) are not
+    /// [`TokenError::RequestAbandoned`] (no Tokio runtime, or one shutting down) are not
     /// transient.
     pub fn is_transient(&self) -> bool {
         self.kind.is_transient()

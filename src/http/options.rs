@@ -44,7 +44,7 @@ pub struct HttpOptions {
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for hosts behind a private CA. Setting both this and `http_client` is
-    /// refused ([`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)) when the credential, client factory or
+    /// refused ([`ConfigError::ConflictingOptions`]) when the credential, client factory or
     /// store is built.
     pub extra_root_certificates: Vec<reqwest::Certificate>,
     /// Accept an `http://` URL when its host is loopback (`127.0.0.0/8`, `::1`,
@@ -78,7 +78,7 @@ impl HttpOptions {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the PEM holds no usable certificate.
+    /// [`ConfigError::HttpClient`] when the PEM holds no usable certificate.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
         let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
             Error::from(ErrorKind::Config(ConfigError::HttpClient {
@@ -124,8 +124,8 @@ impl HttpOptions {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both a client and extra roots are set (the
-    /// roots would be silently dropped); [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the client cannot
+    /// [`ConfigError::ConflictingOptions`] when both a client and extra roots are set (the
+    /// roots would be silently dropped); [`ConfigError::HttpClient`] when the client cannot
     /// be built.
     pub(crate) fn client(&self, direct: bool) -> Result<reqwest::Client> {
         match &self.http_client {

@@ -14,7 +14,7 @@
 //! | `formatSecretProviderClassObject(name, encoding)` | [`objects_parameter`] |
 //!
 //! Names and values are checked before anything is built (DNS-1123 names, Key Vault
-//! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
+//! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`] naming the
 //! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
 //! expects; write them with the serializer of your choice (`kubectl apply` takes JSON and
 //! YAML alike). This crate ships no YAML serializer of its own.
@@ -26,7 +26,7 @@
 //!
 //! ```
 //! use msi_dataplane::hypershift::Component;
-//! use msi_dataplane::k8s::{self, KeyVaultObject, ObjectEncoding, SecretProviderClass};
+//! use msi_dataplane::hypershift::k8s::{self, KeyVaultObject, ObjectEncoding, SecretProviderClass};
 //!
 //! let component = Component::ControlPlaneOperator;
 //! let volume_name = component.volume_name().unwrap_or("cpo-cert");
@@ -85,7 +85,7 @@ pub const AZURE_PROVIDER: &str = "azure";
 /// subdomain.
 ///
 /// ```
-/// use msi_dataplane::k8s::csi_volume;
+/// use msi_dataplane::hypershift::k8s::csi_volume;
 ///
 /// let volume = csi_volume("cpo-cert", "managed-azure-cpo")?;
 /// let json = serde_json::to_value(&volume).expect("serializes");
@@ -124,7 +124,7 @@ pub fn csi_volume(volume_name: &str, secret_provider_class: &str) -> Result<Volu
 /// `CreateVolumeMountForAzureSecretStoreProviderClass`).
 ///
 /// ```
-/// let mount = msi_dataplane::k8s::certs_volume_mount("cpo-cert")?;
+/// let mount = msi_dataplane::hypershift::k8s::certs_volume_mount("cpo-cert")?;
 /// assert_eq!(mount.mount_path, "/mnt/certs");
 /// assert_eq!(mount.read_only, Some(true));
 /// # Ok::<(), msi_dataplane::Error>(())
@@ -146,7 +146,7 @@ pub fn kms_volume_mount(volume_name: &str) -> Result<VolumeMount> {
 /// plain file name (no `/`, not empty, no whitespace around it).
 ///
 /// ```
-/// let env = msi_dataplane::k8s::credentials_env_var("cpo-credentials")?;
+/// let env = msi_dataplane::hypershift::k8s::credentials_env_var("cpo-credentials")?;
 /// assert_eq!(env.name, "MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH");
 /// assert_eq!(env.value.as_deref(), Some("/mnt/certs/cpo-credentials"));
 /// # Ok::<(), msi_dataplane::Error>(())
@@ -254,7 +254,7 @@ impl KeyVaultObject {
 /// YAML `array` of block-literal strings, each a YAML map):
 ///
 /// ```
-/// use msi_dataplane::k8s::{objects_parameter, KeyVaultObject, ObjectEncoding};
+/// use msi_dataplane::hypershift::k8s::{objects_parameter, KeyVaultObject, ObjectEncoding};
 ///
 /// let objects = objects_parameter(&[KeyVaultObject::secret("cpo-credentials", ObjectEncoding::Utf8)])?;
 /// assert_eq!(
@@ -379,7 +379,7 @@ impl SecretProviderClass {
     /// `userAssignedIdentityID`, `keyvaultName`, `tenantId` and `objects`.
     ///
     /// ```
-    /// use msi_dataplane::k8s::{KeyVaultObject, ObjectEncoding, SecretProviderClass};
+    /// use msi_dataplane::hypershift::k8s::{KeyVaultObject, ObjectEncoding, SecretProviderClass};
     ///
     /// let spc = SecretProviderClass::builder("managed-azure-ingress")
     ///     .namespace("clusters-demo")
@@ -480,7 +480,7 @@ impl SecretProviderClassBuilder {
         self
     }
 
-    /// The SecretProviderClass, or an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
+    /// The SecretProviderClass, or an [`ConfigError::InvalidKubernetesObject`] naming the
     /// first field that is missing or invalid.
     pub fn build(self) -> Result<SecretProviderClass> {
         check("metadata.name", dns1123_subdomain_problem(&self.name))?;

@@ -18,7 +18,7 @@
 //!
 //! [`ManagedIdentities::from_slice`] parses and validates it (GUIDs, the Key Vault name,
 //! secret names, encodings; `kms` is optional), naming every problem in one
-//! [`ConfigError::InvalidManagedIdentities`](crate::ConfigError::InvalidManagedIdentities). With the `k8s` feature,
+//! [`ConfigError::InvalidManagedIdentities`]. With the `k8s` feature,
 //! [`ManagedIdentities::kubernetes_objects`] builds each component's SecretProviderClass,
 //! volume and mount with [`crate::hypershift::k8s`].
 
@@ -185,7 +185,7 @@ impl ManagedIdentities {
     /// Parse and validate a managed identities file.
     ///
     /// ```
-    /// use msi_dataplane::managed_identities::ManagedIdentities;
+    /// use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
     ///
     /// let err = ManagedIdentities::from_slice(br#"{"controlPlane": {}}"#).unwrap_err();
     /// let text = err.to_string();
@@ -195,8 +195,8 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
-    /// [`ConfigError::InvalidManagedIdentities`](crate::ConfigError::InvalidManagedIdentities) listing every missing or invalid field.
+    /// [`FileError::Json`] when it is not JSON of this shape;
+    /// [`ConfigError::InvalidManagedIdentities`] listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let raw: RawFile =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
@@ -374,7 +374,7 @@ mod kubernetes {
         ///
         /// # Errors
         ///
-        /// [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) from the builders.
+        /// [`ConfigError::InvalidKubernetesObject`] from the builders.
         pub fn kubernetes_objects(
             &self,
             namespace: &str,

@@ -204,7 +204,7 @@ impl Component {
 /// - A bare secret name (no `/`) is joined to [`CERTS_MOUNT_PATH`]: `cpo-creds` →
 ///   `/mnt/certs/cpo-creds` (one operator sets the variable this way).
 ///
-/// Refused, with [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable) naming the variable: an empty
+/// Refused, with [`ConfigError::InvalidEnvironmentVariable`] naming the variable: an empty
 /// value; leading or trailing whitespace; a NUL or other control character; a relative
 /// path with a `/` in it (`certs/x`, `./x`: resolving it against the working directory
 /// would depend on where the process started); a `..` component; a trailing `/` (a
@@ -256,8 +256,8 @@ pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
 
 /// As [`resolve_credentials_path`], reading [`CREDENTIALS_FILE_PATH_ENV`] through
 /// `lookup` (called with the variable's name; `|name| std::env::var_os(name)` reads the
-/// process environment). Unset: [`ConfigError::MissingEnvironmentVariable`](crate::ConfigError::MissingEnvironmentVariable); not UTF-8:
-/// [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable).
+/// process environment). Unset: [`ConfigError::MissingEnvironmentVariable`]; not UTF-8:
+/// [`ConfigError::InvalidEnvironmentVariable`].
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -339,8 +339,8 @@ impl UserAssignedIdentityCredential {
     /// absolute path or a bare secret name under `/mnt/certs`; see
     /// [`resolve_credentials_path`]): what a HyperShift-managed component does at start.
     ///
-    /// Fails with [`ConfigError::MissingEnvironmentVariable`](crate::ConfigError::MissingEnvironmentVariable) when the variable is unset,
-    /// [`ConfigError::InvalidEnvironmentVariable`](crate::ConfigError::InvalidEnvironmentVariable) when its value is unusable, and as
+    /// Fails with [`ConfigError::MissingEnvironmentVariable`] when the variable is unset,
+    /// [`ConfigError::InvalidEnvironmentVariable`] when its value is unusable, and as
     /// [`new`](Self::new) when the file cannot be loaded. Needs a Tokio runtime.
     ///
     /// ```no_run
@@ -365,14 +365,6 @@ impl UserAssignedIdentityCredential {
             "credential file named by the environment"
         );
         Self::new(path, options).await
-    }
-
-    /// The former name of [`from_hypershift_env`](Self::from_hypershift_env), which says
-    /// whose variable it reads.
-    #[deprecated(note = "renamed `from_hypershift_env`: it reads HyperShift's variable")]
-    #[doc(hidden)]
-    pub async fn from_env(options: UserAssignedIdentityCredentialOptions) -> Result<Self> {
-        Self::from_hypershift_env(options).await
     }
 }
 

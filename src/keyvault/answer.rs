@@ -55,7 +55,7 @@ impl GetSecretAnswer<'_> {
     }
 }
 
-/// Parse one of Key Vault's answers; an unreadable one is [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret)
+/// Parse one of Key Vault's answers; an unreadable one is [`KeyVaultError::InvalidStoredSecret`]
 /// naming the secret, with `serde_json`'s position but none of the answer's text.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(name: &str, answer: &'a [u8]) -> Result<T> {
     serde_json::from_slice(answer).map_err(|e| {

@@ -52,7 +52,7 @@ pub fn identifier_for_managed_identity_credentials(identifier: &str) -> String {
 ///
 /// # Errors
 ///
-/// [`ConfigError::InvalidSecretName`](crate::ConfigError::InvalidSecretName).
+/// [`ConfigError::InvalidSecretName`].
 pub fn validate_secret_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("is empty")
@@ -79,7 +79,7 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `version`.
+/// [`FileError::InvalidField`] naming `version`.
 ///
 /// ```
 /// use msi_dataplane::keyvault::validate_secret_version;
@@ -107,10 +107,10 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// - [`ConfigError::MissingStorageTime`](crate::ConfigError::MissingStorageTime) naming the first of `not_after`, `not_before`,
+/// - [`ConfigError::MissingStorageTime`] naming the first of `not_after`, `not_before`,
 ///   `renew_after`, `cannot_renew_after` that is absent;
-/// - [`FileError::InvalidField`](crate::FileError::InvalidField) when one of them is not RFC 3339;
-/// - [`ConfigError::InvalidSecretName`](crate::ConfigError::InvalidSecretName) when the name breaks Key Vault's rule.
+/// - [`FileError::InvalidField`] when one of them is not RFC 3339;
+/// - [`ConfigError::InvalidSecretName`] when the name breaks Key Vault's rule.
 pub fn format_user_assigned_identity_credentials_for_storage(
     identifier: &str,
     credentials: &UserAssignedIdentityCredentials,
@@ -152,7 +152,7 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 /// # Errors
 ///
 /// As [`format_user_assigned_identity_credentials_for_storage`], and
-/// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `explicit_identities` when it holds two or more
+/// [`FileError::InvalidField`] naming `explicit_identities` when it holds two or more
 /// (which one's times would be ambiguous).
 pub fn format_managed_identity_credentials_for_storage(
     identifier: &str,

@@ -6,7 +6,7 @@
 //!
 //! - name: `uamsi-<identifier>` for user-assigned identity credentials
 //!   ([`format_user_assigned_identity_credentials_for_storage`]), `msi-<identifier>` for
-//!   the data plane's [`ManagedIdentityCredentials`](crate::ManagedIdentityCredentials)
+//!   the data plane's [`ManagedIdentityCredentials`](crate::dataplane::ManagedIdentityCredentials)
 //!   ([`format_managed_identity_credentials_for_storage`], whose times come from the top
 //!   level, or from its one explicit identity);
 //! - value: the credential JSON (compact, absent fields omitted);

@@ -57,7 +57,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// The store's errors (reading and writing), the data plane's, and
-    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) when the stored credential does not say which
+    /// [`KeyVaultError::InvalidStoredSecret`] when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
         let Some((kind, identifier)) = StoredKind::of(name) else {

@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use msi_dataplane::renewal::{needing_renewal, StoredProperties};
+//! use msi_dataplane::keyvault::renewal::{needing_renewal, StoredProperties};
 //! use time::macros::datetime;
 //!
 //! let mut stored = StoredProperties::new("uamsi-a");

@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use msi_dataplane::store::{CredentialStore, StoreOptions};
+//! use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 //! use msi_dataplane::{ClientCertificateCredential, UserAssignedIdentityCredentials};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,7 +27,7 @@
 //!     StoreOptions::default(),
 //! )?;
 //! let listed = store.list().await?;
-//! let plan = msi_dataplane::renewal::needing_renewal(&listed, time::OffsetDateTime::now_utc());
+//! let plan = msi_dataplane::keyvault::renewal::needing_renewal(&listed, time::OffsetDateTime::now_utc());
 //! for due in plan.due {
 //!     println!("{} needs renewing", due.name);
 //! }
@@ -79,7 +79,7 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 /// Options for [`CredentialStore::new`].
 ///
 /// ```
-/// use msi_dataplane::store::StoreOptions;
+/// use msi_dataplane::keyvault::store::StoreOptions;
 /// let options = StoreOptions::default().with_page_size(10);
 /// assert_eq!(options.page_size, 10);
 /// ```
@@ -106,7 +106,7 @@ pub struct StoreOptions {
     pub api_version: Option<String>,
     /// The most pages one listing reads ([`CredentialStore::list`],
     /// [`CredentialStore::list_deleted`]) before it fails with
-    /// [`KeyVaultError::RefusedLink`](crate::KeyVaultError::RefusedLink). Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
+    /// [`KeyVaultError::RefusedLink`]. Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
     /// 250,000 secrets at 25 a page, and Key Vault may answer pages with fewer, even
     /// none).
     pub max_list_pages: usize,
@@ -259,7 +259,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`](crate::FileError::InvalidField) naming `vault_url` when it is not an `https` URL;
+    /// [`FileError::InvalidField`] naming `vault_url` when it is not an `https` URL;
     /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the HTTP client cannot be built;
     /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an HTTP client and extra roots are set.
     pub fn new(
@@ -332,8 +332,8 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
-    /// [`KeyVaultError::SecretNameHeldByDeletedSecret`](crate::KeyVaultError::SecretNameHeldByDeletedSecret) on Key Vault's 409, and
-    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) / [`ErrorKind::Transport`](crate::ErrorKind::Transport).
+    /// [`KeyVaultError::SecretNameHeldByDeletedSecret`] on Key Vault's 409, and
+    /// [`KeyVaultError::Service`] / [`ErrorKind::Transport`].
     pub async fn put_managed_identity(
         &self,
         identifier: &str,
@@ -387,8 +387,8 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) (404 `SecretNotFound`, ...), [`ErrorKind::Transport`](crate::ErrorKind::Transport),
-    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) when the value is not the credential JSON.
+    /// [`KeyVaultError::Service`] (404 `SecretNotFound`, ...), [`ErrorKind::Transport`],
+    /// [`KeyVaultError::InvalidStoredSecret`] when the value is not the credential JSON.
     pub async fn get_managed_identity(
         &self,
         identifier: &str,
@@ -417,7 +417,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`get_managed_identity`](Self::get_managed_identity), and
-    /// [`KeyVaultError::InvalidStoredSecret`](crate::KeyVaultError::InvalidStoredSecret) for a name of neither prefix.
+    /// [`KeyVaultError::InvalidStoredSecret`] for a name of neither prefix.
     pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
         let (value, properties) = self.get_value(name, version).await?;
         let credentials = AnyCredentials::parse(name, value.expose_secret())?;
@@ -481,8 +481,8 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service) (404 when there is no such secret),
-    /// [`ErrorKind::Transport`](crate::ErrorKind::Transport).
+    /// [`KeyVaultError::Service`] (404 when there is no such secret),
+    /// [`ErrorKind::Transport`].
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
         validate_secret_name(name)?;
         let response = self
@@ -553,7 +553,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service), [`ErrorKind::Transport`](crate::ErrorKind::Transport).
+    /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
     pub async fn list(&self) -> Result<Vec<StoredProperties>> {
         const OPERATION: &str = "list";
         let options = SecretClientListSecretPropertiesOptions {
@@ -597,7 +597,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`](crate::KeyVaultError::Service), [`ErrorKind::Transport`](crate::ErrorKind::Transport).
+    /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
         use azure_security_keyvault_secrets::models::{
             DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,

@@ -33,7 +33,7 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// How often the re-arm thread looks at each watched directory. Real time, not a
-/// credential's [`Clock`](crate::Clock): the thread is shared by every credential in the
+/// credential's [`Clock`]: the thread is shared by every credential in the
 /// process (each may have its own clock) and polls the real file system. What it finds
 /// reaches each credential's task as a [`DirSignal`], whose timers are on its clock.
 const REARM_POLL: Duration = Duration::from_secs(1);

@@ -535,6 +535,12 @@ impl EntraServer {
         self.state.lock().issued.get(access_token).cloned()
     }
 
+    /// How many connections clients opened to the server so far: over HTTPS, each one a
+    /// TCP and TLS handshake. Requests over a reused (pooled) connection add none.
+    pub fn connections(&self) -> u64 {
+        self.listening.connections()
+    }
+
     /// Stop accepting connections; open connections (and requests in flight) are dropped.
     pub fn shutdown(&self) {
         self.listening.shutdown();

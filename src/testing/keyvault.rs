@@ -161,7 +161,7 @@ struct Deleted {
 /// ```no_run
 /// # async fn demo() -> msi_dataplane::Result<()> {
 /// use std::sync::Arc;
-/// use msi_dataplane::store::{CredentialStore, StoreOptions};
+/// use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 /// use msi_dataplane::testing::{EntraServer, KeyVaultServer, TestCertificate, TestIdentity};
 /// use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
 ///

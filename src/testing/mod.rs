@@ -81,3 +81,10 @@ pub use keyvault::{
 };
 pub use resource::{ResourceRequest, ResourceServer};
 pub use tls::server_tls_config;
+
+/// How many directory watches are alive in this process (one per watched directory,
+/// shared by every credential whose file is in it): for tests that check that
+/// credentials share watches and that dropping the last one stops its watch.
+pub fn live_directory_watchers() -> usize {
+    crate::reload::watch::live_directory_watchers()
+}

@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,6 +33,7 @@ pub(crate) struct Bound {
 #[derive(Clone)]
 pub(crate) struct Listening {
     stop: Arc<StopOnDrop>,
+    connections: Arc<AtomicU64>,
 }
 
 struct StopOnDrop(watch::Sender<bool>);
@@ -46,6 +48,11 @@ impl Listening {
     /// Stop accepting connections; open connections (and requests in flight) are dropped.
     pub(crate) fn shutdown(&self) {
         self.stop.0.send_replace(true);
+    }
+
+    /// How many connections were accepted so far (over HTTPS: TLS handshakes completed).
+    pub(crate) fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 }
 
@@ -178,9 +185,17 @@ impl Bound {
     {
         let acceptor = tls.then(|| TlsAcceptor::from(super::tls::server_tls_config()));
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(self.listener, acceptor, handler, stopped));
+        let connections = Arc::new(AtomicU64::new(0));
+        tokio::spawn(accept_loop(
+            self.listener,
+            acceptor,
+            handler,
+            stopped,
+            connections.clone(),
+        ));
         Listening {
             stop: Arc::new(StopOnDrop(stop)),
+            connections,
         }
     }
 }
@@ -195,6 +210,7 @@ async fn accept_loop<F, Fut>(
     acceptor: Option<TlsAcceptor>,
     handler: F,
     shutdown: watch::Receiver<bool>,
+    connections: Arc<AtomicU64>,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
@@ -218,6 +234,7 @@ async fn accept_loop<F, Fut>(
             acceptor.clone(),
             handler.clone(),
             shutdown.clone(),
+            connections.clone(),
         ));
     }
 }
@@ -227,6 +244,7 @@ async fn serve_connection<F, Fut>(
     acceptor: Option<TlsAcceptor>,
     handler: F,
     shutdown: watch::Receiver<bool>,
+    connections: Arc<AtomicU64>,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<Full<Bytes>>, DropConnection>> + Send + 'static,
@@ -235,10 +253,14 @@ async fn serve_connection<F, Fut>(
         match acceptor {
             Some(acceptor) => {
                 if let Ok(tls) = acceptor.accept(stream).await {
+                    connections.fetch_add(1, Ordering::Relaxed);
                     serve_http(TokioIo::new(tls), handler).await;
                 }
             }
-            None => serve_http(TokioIo::new(stream), handler).await,
+            None => {
+                connections.fetch_add(1, Ordering::Relaxed);
+                serve_http(TokioIo::new(stream), handler).await;
+            }
         }
     };
     tokio::select! {

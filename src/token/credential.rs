@@ -347,8 +347,8 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`](crate::FileError::InvalidField) for an empty client id or a tenant that is not usable
-    /// in a URL path; [`ConfigError::InvalidAuthority`](crate::ConfigError::InvalidAuthority) for an unusable authority.
+    /// [`FileError::InvalidField`] for an empty client id or a tenant that is not usable
+    /// in a URL path; [`ConfigError::InvalidAuthority`] for an unusable authority.
     #[doc(alias = "NewClientCertificateCredential")]
     pub fn from_parts(
         authority: &str,
@@ -487,9 +487,9 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::TenantNotAllowed`](crate::ConfigError::TenantNotAllowed) when `tenant` is neither the credential's own nor
+    /// [`ConfigError::TenantNotAllowed`] when `tenant` is neither the credential's own nor
     /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
-    /// (nor is `*` there); [`FileError::InvalidField`](crate::FileError::InvalidField) for a tenant that cannot be used
+    /// (nor is `*` there); [`FileError::InvalidField`] for a tenant that cannot be used
     /// in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
         let inner = &self.inner;

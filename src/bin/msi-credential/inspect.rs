@@ -1,7 +1,7 @@
 //! `msi-credential inspect FILE`: load, inspect ([`CredentialReport`], a pure function of
 //! the file and `now` in the library), print, and choose the exit code.
 
-use msi_dataplane::CredentialReport;
+use msi_dataplane::inspect::CredentialReport;
 use msi_dataplane::inspect::Severity;
 use time::OffsetDateTime;
 

@@ -12,7 +12,7 @@
 //!   authority and token URL, the effective validity window and days left, the file's
 //!   times, the leaf certificate (subject, issuer, validity, SHA-1 and SHA-256
 //!   thumbprints), chain length, key size, bundle format, and every problem found
-//!   (see `msi_dataplane::CredentialReport`).
+//!   (see `msi_dataplane::inspect::CredentialReport`).
 //! - `token FILE --scope S [--scope S2] [--show-token] [--ca-file PEM]
 //!   [--allow-http-loopback] [--timeout D] [--attempts N]`: get a token and print its
 //!   expiry and scopes; the token only with `--show-token`.

@@ -8,8 +8,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use msi_dataplane::inspect::CredentialReport;
 use msi_dataplane::inspect::Severity;
-use msi_dataplane::{BundleFormat, CredentialReport, Error, ErrorCategory};
+use msi_dataplane::{BundleFormat, Error, ErrorCategory};
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use msi_dataplane::renewal::{RenewalState, renewal_state};
-use msi_dataplane::store::{CredentialStore, StoreOptions};
+use msi_dataplane::keyvault::renewal::{RenewalState, renewal_state};
+use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions, RetryPolicy,
     UserAssignedIdentityCredentials,
