@@ -16,7 +16,7 @@
 //! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
 //!
 //! ```
-//! use msi_dataplane::{CloudConfig, Cloud, ErrorKind};
+//! use msi_dataplane::{CloudConfig, Cloud, ConfigError, ErrorKind};
 //!
 //! let config = CloudConfig::from_slice(br#"{
 //!     "cloud": "AzurePublicCloud",
@@ -36,7 +36,7 @@
 //! }"#)?;
 //! assert!(matches!(
 //!     both.identity_path().unwrap_err().kind(),
-//!     ConfigError::ConflictingIdentitySources { .. }
+//!     ErrorKind::Config(ConfigError::ConflictingIdentitySources { .. })
 //! ));
 //! # Ok::<(), msi_dataplane::Error>(())
 //! ```

@@ -212,12 +212,12 @@ impl Component {
 ///
 /// ```
 /// use std::path::Path;
-/// use msi_dataplane::{hypershift::resolve_credentials_path, ErrorKind};
+/// use msi_dataplane::{hypershift::resolve_credentials_path, ConfigError, ErrorKind};
 ///
 /// assert_eq!(resolve_credentials_path("cpo-creds")?, Path::new("/mnt/certs/cpo-creds"));
 /// assert_eq!(resolve_credentials_path("/var/run/id/creds")?, Path::new("/var/run/id/creds"));
 /// let err = resolve_credentials_path("certs/cpo-creds").unwrap_err();
-/// assert!(matches!(err.kind(), ConfigError::InvalidEnvironmentVariable { .. }));
+/// assert!(matches!(err.kind(), ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { .. })));
 /// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {

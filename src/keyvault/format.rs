@@ -133,7 +133,7 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 /// explicit identity when there is exactly one.
 ///
 /// ```
-/// use msi_dataplane::{ManagedIdentityCredentials, keyvault};
+/// use msi_dataplane::{dataplane::ManagedIdentityCredentials, keyvault};
 ///
 /// let creds: ManagedIdentityCredentials = serde_json::from_str(r#"{
 ///   "client_id": "c", "client_secret": "TUlJQ...",
