@@ -28,8 +28,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 
 /// An Azure cloud: its canonical name, Entra authority host, ARM endpoint and ARM audience.
 ///

@@ -13,8 +13,7 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use crate::error::FileError;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, FileError, Result};
 
 /// Open `path` for reading if it is a regular file; returns the file and its length.
 /// Errors name the file as `role`.

@@ -20,10 +20,9 @@ use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::StatusCode;
 use msi_dataplane::testing::{ResourceRequest, ResourceServer};
 use msi_dataplane::{
-    ErrorKind, ManualClock, ReloadStatus, UserAssignedIdentityCredential,
+    ErrorKind, FileError, ManualClock, ReloadStatus, TokenError, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-use msi_dataplane::{FileError, TokenError};
 use support::atomic_writer::AtomicDir;
 use support::azure_sdk::{get, pipeline, url};
 use support::entra::{EntraServer, Scripted, TokenShape};

@@ -3,9 +3,8 @@
 
 mod support;
 
-use msi_dataplane::FileError;
 use msi_dataplane::limits::{MAX_PKCS12_BAGS, MAX_PKCS12_ITERATIONS};
-use msi_dataplane::{BundleFormat, ClientCertificate, ErrorKind};
+use msi_dataplane::{BundleFormat, ClientCertificate, ErrorKind, FileError};
 use support::fixtures::{GOOD, identity_pem_path, leaf_pem_path, load, pem_file_der};
 
 fn decode(name: &str) -> Result<ClientCertificate, msi_dataplane::Error> {

@@ -8,9 +8,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use msi_dataplane::TokenError;
 use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
-use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy};
+use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy, TokenError};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::harness::{
     ARM, credential, credential_on_clock, credential_with, options, wait_for_token_requests,

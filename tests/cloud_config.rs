@@ -6,10 +6,9 @@ mod support;
 use std::path::Path;
 
 use msi_dataplane::{
-    Cloud, CloudConfig, ErrorKind, UserAssignedIdentityCredential,
+    Cloud, CloudConfig, ConfigError, ErrorKind, FileError, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
-use msi_dataplane::{ConfigError, FileError};
 use support::atomic_writer::TempDir;
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;

@@ -1,7 +1,6 @@
 //! The cloud table: names, aliases, endpoints, custom clouds, `.default` scopes.
 
-use msi_dataplane::ConfigError;
-use msi_dataplane::{Cloud, ErrorKind, default_scope};
+use msi_dataplane::{Cloud, ConfigError, ErrorKind, default_scope};
 
 /// The documented table, row by row: every name, then authority host, ARM endpoint, ARM
 /// audience.

@@ -12,10 +12,9 @@ use msi_dataplane::dataplane::{
 };
 use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorKind, RetryPolicy,
-    UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, ErrorKind,
+    FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
-use msi_dataplane::{ConfigError, DataPlaneError, FileError, TokenError};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::{
-    AssertionAlgorithm, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
+    AssertionAlgorithm, ClientCertificateCredential, ConfigError, ErrorKind, FileError,
+    ManualClock, RetryPolicy, TokenError,
 };
-use msi_dataplane::{ConfigError, FileError, TokenError};
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
 use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};

@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy,
-    UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ConfigError, ErrorKind, FileError, ManualClock,
+    RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
-use msi_dataplane::{ConfigError, FileError, TokenError};
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, credential, credential_with, options, register};

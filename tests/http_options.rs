@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorKind, HttpOptions,
-    RetryPolicy,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, ConfigError, DataPlaneError,
+    Error, ErrorKind, HttpOptions, RetryPolicy,
 };
-use msi_dataplane::{ConfigError, DataPlaneError};
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, https_client, register};

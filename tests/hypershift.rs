@@ -18,7 +18,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use msi_dataplane::ConfigError;
 use msi_dataplane::hypershift::{
     self, ARO_HCP, CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component,
     KEY_VAULT_USER_CLIENT_ID_ENV, KMS_MOUNT_PATH, MANAGED_SERVICE_ENV,
@@ -27,7 +26,8 @@ use msi_dataplane::hypershift::{
     resolve_credentials_path,
 };
 use msi_dataplane::{
-    Error, ErrorKind, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+    ConfigError, Error, ErrorKind, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
 };
 use support::fixtures::credential_path;
 use support::harness::leaf_sha256_hex;

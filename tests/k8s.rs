@@ -5,8 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use msi_dataplane::ConfigError;
-use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::k8s::k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
 use msi_dataplane::hypershift::k8s::k8s_openapi::{self, Resource};
 use msi_dataplane::hypershift::k8s::{
@@ -14,6 +12,7 @@ use msi_dataplane::hypershift::k8s::{
     SECRET_PROVIDER_CLASS_KIND, SecretProviderClass, SecretProviderClassBuilder, objects_parameter,
 };
 use msi_dataplane::hypershift::{Component, resolve_credentials_path};
+use msi_dataplane::{ConfigError, ErrorKind};
 use serde_json::json;
 use serde_norway::Value as Yaml;
 

@@ -8,8 +8,7 @@ use msi_dataplane::keyvault::{
     self, CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
-use msi_dataplane::{ConfigError, FileError};
-use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
+use msi_dataplane::{ConfigError, ErrorKind, FileError, UserAssignedIdentityCredentials};
 use support::fixtures::{load, secret};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use msi_dataplane::RetryPolicy;
 use msi_dataplane::dataplane::ManagedIdentityCredentials;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
-use msi_dataplane::{ConfigError, FileError, KeyVaultError};
-use msi_dataplane::{ErrorKind, LinkFault, keyvault};
+use msi_dataplane::{
+    ConfigError, ErrorKind, FileError, KeyVaultError, LinkFault, RetryPolicy, keyvault,
+};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
@@ -783,15 +783,18 @@ async fn a_listing_stops_at_its_page_limit() {
         );
     }
     s.vault.set_page_size(1);
-    let store = CredentialStore::new(
-        &s.vault.url(),
-        Arc::new(credential(&s._entra, "pem-pkcs8")),
-        StoreOptions::default()
-            .with_http_client(https_client())
-            .verify_challenge_resource(false)
-            .with_max_list_pages(3),
-    )
-    .unwrap();
+    let store_reading = |max_list_pages| {
+        CredentialStore::new(
+            &s.vault.url(),
+            Arc::new(credential(&s._entra, "pem-pkcs8")),
+            StoreOptions::default()
+                .with_http_client(https_client())
+                .verify_challenge_resource(false)
+                .with_max_list_pages(max_list_pages),
+        )
+        .unwrap()
+    };
+    let store = store_reading(3);
     s.vault.clear_requests();
     let err = store.list().await.unwrap_err();
     assert!(
@@ -800,16 +803,7 @@ async fn a_listing_stops_at_its_page_limit() {
     );
     assert_eq!(listing_requests(&s.vault), 3);
     // Within the limit, the same listing is read whole.
-    let store = CredentialStore::new(
-        &s.vault.url(),
-        Arc::new(credential(&s._entra, "pem-pkcs8")),
-        StoreOptions::default()
-            .with_http_client(https_client())
-            .verify_challenge_resource(false)
-            .with_max_list_pages(5),
-    )
-    .unwrap();
-    assert_eq!(store.list().await.unwrap().len(), 5);
+    assert_eq!(store_reading(5).list().await.unwrap().len(), 5);
 }
 
 #[tokio::test]

@@ -1,10 +1,9 @@
 //! HyperShift's managed identities file: the sample parses; each missing part and each
 //! bad value is named, all in one error; with `k8s`, every component's objects.
 
-use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::Component;
 use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
-use msi_dataplane::{ConfigError, FileError};
+use msi_dataplane::{ConfigError, ErrorKind, FileError};
 use serde_json::{Value, json};
 
 const SAMPLE: &str = concat!(

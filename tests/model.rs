@@ -2,9 +2,8 @@
 
 mod support;
 
-use msi_dataplane::FileError;
 use msi_dataplane::limits::MAX_CREDENTIAL_FILE_BYTES;
-use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
+use msi_dataplane::{ErrorKind, FileError, UserAssignedIdentityCredentials};
 use support::fixtures::{GOOD, credential_path, load};
 
 #[test]

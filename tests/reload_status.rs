@@ -6,9 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use msi_dataplane::FileError;
 use msi_dataplane::{
-    Error, ErrorKind, ManualClock, ReloadOutcome, UserAssignedIdentityCredential,
+    Error, ErrorKind, FileError, ManualClock, ReloadOutcome, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 use serde_json::Value;

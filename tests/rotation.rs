@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use msi_dataplane::FileError;
 use msi_dataplane::{
-    ErrorKind, ManualClock, ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
+    ErrorKind, FileError, ManualClock, ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 use support::atomic_writer::{

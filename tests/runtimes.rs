@@ -7,10 +7,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use msi_dataplane::ReloadError;
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, HttpOptions,
-    ReloadOutcome, ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
+    ReloadError, ReloadOutcome, ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};

@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use msi_dataplane::FileError;
 use msi_dataplane::{
-    CloudConfig, ErrorKind, ReloadOutcome, UserAssignedIdentityCredential,
+    CloudConfig, ErrorKind, FileError, ReloadOutcome, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions, UserAssignedIdentityCredentials,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};

@@ -48,8 +48,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::reload::user_assigned::{

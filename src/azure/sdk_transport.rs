@@ -9,8 +9,7 @@ use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 
-use crate::error::KeyVaultError;
-use crate::error::cause_chain;
+use crate::error::{KeyVaultError, cause_chain};
 use crate::http::body::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
@@ -66,7 +65,8 @@ impl HttpClient for ReqwestTransport {
             Ok(AsyncRawResponse::from_bytes(status, headers, body))
         })
         .await
-        .map_err(|a| azure_core::Error::with_message(AzureErrorKind::Io, a.0))?
+        // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
+        .map_err(|a| azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(a)))?
     }
 }
 

@@ -14,8 +14,7 @@
 
 use url::Url;
 
-use crate::error::DataPlaneError;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{DataPlaneError, Error, ErrorKind, Result};
 use crate::file::model::is_guid;
 
 /// One challenge: a scheme with either a token68 or parameters.

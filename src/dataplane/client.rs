@@ -19,9 +19,9 @@ use super::types::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{
-    ConfigError, DataPlaneError, DataPlaneServiceError, FileError, TransportError, cause_chain,
+    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, FileError, Result,
+    TransportError, cause_chain, redact_quoted,
 };
-use crate::error::{Error, ErrorKind, Result, redact_quoted};
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
@@ -498,7 +498,7 @@ impl Client {
             // reqwest's error names the URL with its query (a signature): not kept.
             let e = e.without_url();
             TransportError::new(
-                "data plane",
+                SERVICE,
                 without_query(url),
                 e.is_timeout(),
                 message,
@@ -532,7 +532,7 @@ impl Client {
             Ok((status, headers, body))
         })
         .await
-        .map_err(crate::token::endpoint::abandoned)?
+        .map_err(Error::from)?
         .map_err(transport)?;
         let header = |name: &str| {
             headers
@@ -627,13 +627,16 @@ fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(crate::parser_errors::json_error)
 }
 
+/// How transport failures name this service.
+const SERVICE: &str = "data plane";
+
 /// Whether an error is the data plane's own (an answer or a transport failure), which the
 /// client's retry loop may retry; anything else (the token source's errors) is final.
 fn is_data_plane_failure(error: &Error) -> bool {
     matches!(
         error.kind(),
-        ErrorKind::DataPlane(DataPlaneError::Service(_)) | ErrorKind::Transport(_)
-    )
+        ErrorKind::DataPlane(DataPlaneError::Service(_))
+    ) || matches!(error.kind(), ErrorKind::Transport(t) if t.service == SERVICE)
 }
 
 /// Pure: whether a kept token can still be sent at `now` (more than the refresh window
@@ -728,6 +731,15 @@ mod tests {
     use time::macros::datetime;
 
     const ID_URL: &str = "https://eastus.identity.azure.net/subscriptions/s/resourcegroups/g/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/c/credentials/v2/identities?arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t";
+
+    #[test]
+    fn only_the_data_plane_s_own_transport_failures_are_retried_here() {
+        let failure =
+            |service| Error::from(TransportError::new(service, "u", false, "m".into(), None));
+        assert!(is_data_plane_failure(&failure(SERVICE)));
+        // The token source's own failures were retried by the source already.
+        assert!(!is_data_plane_failure(&failure("token")));
+    }
 
     #[test]
     fn identity_url_keeps_query_and_adds_api_version() {

@@ -5,8 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::ClientCertificateCredential;

@@ -7,8 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
-use crate::error::FileError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, FileError, Result};
 use crate::file::{pem_blocks, pkcs12_scan};
 
 /// At most this many certificates are accepted in one bundle.

@@ -9,8 +9,7 @@ use aws_lc_rs::signature::RsaKeyPair;
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::error::FileError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, FileError, Result};
 use crate::file::bundle::{self, BundleFormat};
 use crate::file::key::{self, LoadedKey};
 use crate::file::model::UserAssignedIdentityCredentials;

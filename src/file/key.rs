@@ -8,8 +8,7 @@
 use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
 use pkcs8::der::Decode;
 
-use crate::error::FileError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, FileError, Result};
 use crate::file::bundle::RawKey;
 
 /// RSA keys shorter than this are refused.

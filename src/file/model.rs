@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::FileError;
-use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, Result};
+use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, FileError, Result};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::secret::SecretString;

@@ -22,8 +22,7 @@
 
 use zeroize::Zeroizing;
 
-use crate::error::ErrorKind;
-use crate::error::FileError;
+use crate::error::{ErrorKind, FileError};
 
 /// Largest iteration count accepted for the MAC or any encryption of a PKCS#12 archive.
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;

@@ -25,6 +25,13 @@ use tokio::task::JoinHandle;
 #[derive(Debug)]
 pub(crate) struct Abandoned(pub &'static str);
 
+/// An exchange without an answer is a request abandoned, as one whose runtime is gone.
+impl From<Abandoned> for crate::error::Error {
+    fn from(a: Abandoned) -> Self {
+        crate::error::TokenError::RequestAbandoned { reason: a.0 }.into()
+    }
+}
+
 /// The I/O runtime's handle; `None` when its thread could not be started (the exchange
 /// then runs on the caller's task, as before pooling).
 fn io_runtime() -> Option<&'static Handle> {

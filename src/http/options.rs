@@ -7,8 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::error::ConfigError;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ConfigError, Error, ErrorKind, Result};
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::error::{DataPlaneError, TokenError};
-use crate::error::{Error, ErrorKind};
+use crate::error::{DataPlaneError, Error, ErrorKind, TokenError};
 
 /// How token requests are retried.
 ///

@@ -58,8 +58,7 @@ use k8s_openapi::api::core::v1::{CSIVolumeSource, EnvVar, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
     SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER, bare_name_problem,

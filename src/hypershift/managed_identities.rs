@@ -24,8 +24,7 @@
 
 use serde::Deserialize;
 
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 use crate::hypershift::Component;
 use crate::keyvault::validate_secret_name;
 

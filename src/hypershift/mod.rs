@@ -49,8 +49,7 @@ pub mod managed_identities;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::error::ConfigError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ConfigError, ErrorKind, Result};
 use crate::reload::user_assigned::{
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };

@@ -13,8 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::error::KeyVaultError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, KeyVaultError, Result};
 use crate::secret::SecretString;
 
 /// An answer read for its properties ("Set Secret", "Recover Deleted Secret"): the value,

@@ -8,8 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::{ConfigError, FileError};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
 

@@ -9,8 +9,7 @@ use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
 use crate::dataplane::{Client, UserAssignedIdentitiesRequest};
-use crate::error::KeyVaultError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, KeyVaultError, Result};
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::keyvault::renewal::{StoredKind, StoredProperties, should_store};
 use crate::keyvault::store::{CredentialStore, Stored};

@@ -55,8 +55,9 @@ use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::{Error, ErrorKind, Result, TransportError, cause_chain};
-use crate::error::{FileError, KeyVaultError, TokenError};
+use crate::error::{
+    Error, ErrorKind, FileError, KeyVaultError, Result, TokenError, TransportError, cause_chain,
+};
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;
 use crate::http::retry::RetryPolicy;

@@ -11,8 +11,7 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
-use crate::error::{Error, ErrorKind, Result};
-use crate::error::{ReloadError, TokenError};
+use crate::error::{Error, ErrorKind, ReloadError, Result, TokenError};
 use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};

@@ -97,8 +97,9 @@ pub(crate) fn subscribe(dir: PathBuf, tx: UnboundedSender<DirSignal>) -> Subscri
 }
 
 /// How many directory watches (`notify` watchers, each an inotify instance on Linux) are
-/// alive in this process.
-pub fn live_directory_watchers() -> usize {
+/// alive in this process (for the testing kit).
+#[cfg(feature = "test-util")]
+pub(crate) fn live_directory_watchers() -> usize {
     LIVE_WATCHERS.load(Ordering::Acquire)
 }
 
@@ -229,7 +230,7 @@ fn broadcast(subscribers: &Subscribers, signal: DirSignal) {
     }
 }
 
-/// A `notify` watcher, counted in [`live_directory_watchers`].
+/// A `notify` watcher, counted for `live_directory_watchers`.
 struct CountedWatcher(#[allow(dead_code)] RecommendedWatcher);
 
 impl CountedWatcher {

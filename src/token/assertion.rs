@@ -14,8 +14,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
-use crate::error::TokenError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s`.

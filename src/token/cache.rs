@@ -31,8 +31,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, to_time, unix_millis};
-use crate::error::TokenError;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, Result, TokenError};
 use crate::published::{LocalCopies, Published};
 use crate::token::access_token::AccessToken;
 

@@ -10,8 +10,7 @@ use reqwest::Url;
 use time::OffsetDateTime;
 
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
-use crate::error::{ConfigError, FileError, TokenError};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;

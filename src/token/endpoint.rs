@@ -8,11 +8,12 @@ use reqwest::Url;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::error::TransportError;
-use crate::error::{ConfigError, TokenError};
-use crate::error::{Error, ErrorKind, Result, TokenEndpointError, cause_chain, redact_quoted};
+use crate::error::{
+    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, TransportError,
+    cause_chain, redact_quoted,
+};
 use crate::http::body::{is_loopback, parse_retry_after, read_limited_body, too_large_reason};
-use crate::http::exchange::{self, Abandoned};
+use crate::http::exchange;
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
@@ -132,7 +133,7 @@ pub(crate) async fn send(
         Ok((status, retry_after, body))
     })
     .await
-    .map_err(abandoned)?
+    .map_err(Error::from)?
     .map_err(transport)?;
     let Some(body) = body else {
         return Err(too_large(status));
@@ -166,11 +167,6 @@ impl AsRef<[u8]> for ZeroizingBody {
     fn as_ref(&self) -> &[u8] {
         &self.0
     }
-}
-
-/// An exchange that ended without an answer (the crate's I/O runtime is gone).
-pub(crate) fn abandoned(a: Abandoned) -> Error {
-    TokenError::RequestAbandoned { reason: a.0 }.into()
 }
 
 fn too_large(status: u16) -> Error {
