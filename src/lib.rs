@@ -16,7 +16,6 @@ mod error;
 pub mod inspect;
 pub mod limits;
 mod parser_errors;
-mod published;
 mod regular_file;
 mod secret;
 mod service_link;

@@ -146,10 +146,7 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
 }
 
 /// Pre-scan the archive, then hand it to `open` (the decoder, which derives keys).
-fn decode_pkcs12(
-    bytes: &[u8],
-    open: impl FnOnce(&[u8]) -> Result<RawBundle>,
-) -> Result<RawBundle> {
+fn decode_pkcs12(bytes: &[u8], open: impl FnOnce(&[u8]) -> Result<RawBundle>) -> Result<RawBundle> {
     let scanned = pkcs12_scan::scan(bytes)?;
     tracing::debug!(
         bags = scanned.bags,
@@ -249,7 +246,9 @@ mod tests {
         );
         for archive in [many_bags, huge_mac, huge_bag] {
             let mut opened = 0;
-            let err = decode_counting(&archive, &mut opened).err().expect("refused");
+            let err = decode_counting(&archive, &mut opened)
+                .err()
+                .expect("refused");
             assert!(matches!(err.kind(), ErrorKind::Pkcs12Limit { .. }), "{err}");
             assert_eq!(opened, 0, "the decoder ran");
         }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use time::OffsetDateTime;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
@@ -12,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, Result};
-use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::token::access_token::AccessToken;
@@ -147,15 +147,13 @@ struct Active {
     digest: [u8; 32],
 }
 
-thread_local! {
-    static ACTIVE_COPIES: LocalCopies<Active> = const { LocalCopies::new() };
-}
-
 /// Shared by the handles and (weakly) by the background task.
 struct Reloader {
     path: PathBuf,
     client_options: ClientCertificateCredentialOptions,
-    active: Published<Active>,
+    /// Swapped whole on a rotation; the one swapped out is freed when the last call that
+    /// loaded it returns.
+    active: ArcSwap<Active>,
     status: watch::Sender<ReloadStatus>,
     cancel: CancellationToken,
     /// Serializes re-reads (task and `check_now`); holds the digest of the last file
@@ -258,7 +256,7 @@ impl UserAssignedIdentityCredential {
         let inner = Arc::new(Reloader {
             path: path.clone(),
             client_options: options.client.clone(),
-            active: Published::new(active_from(loaded), &ACTIVE_COPIES),
+            active: ArcSwap::from_pointee(active_from(loaded)),
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
@@ -286,11 +284,7 @@ impl UserAssignedIdentityCredential {
     /// Get an access token for `scopes` from the active credential (cached, single
     /// flight, refresh ahead: see [`ClientCertificateCredential::get_token`]).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        if let Some(token) = self
-            .inner
-            .active
-            .read(|a| a.credential.cached_token(scopes))
-        {
+        if let Some(token) = self.inner.active.load().credential.cached_token(scopes) {
             return Ok(token);
         }
         let active = self.inner.active.load_full();
@@ -437,7 +431,7 @@ impl Reloader {
             Err(e) => Read::Bad(None, e),
             Ok(bytes) => {
                 let path = self.path.clone();
-                let active_digest = self.active.read(|a| a.digest);
+                let active_digest = self.active.load().digest;
                 let refused = refusal.as_ref().map(|r| r.digest);
                 let options = self.client_options.clone();
                 // Compare, and build only when the bytes are new: off the async threads.
@@ -482,7 +476,7 @@ impl Reloader {
                 (ReloadOutcome::Invalid, Some(error), false)
             }
             Read::Built(loaded, digest) => {
-                let active_not_before = self.active.read(|a| a.not_before);
+                let active_not_before = self.active.load().not_before;
                 match rule::decide(active_not_before, loaded.not_before) {
                     ReloadOutcome::Swapped => {
                         tracing::info!(
@@ -495,7 +489,7 @@ impl Reloader {
                         );
                         *refusal = None;
                         prefetch = Some((self.active.load_full(), loaded.credential.clone()));
-                        self.active.store(active_from(*loaded));
+                        self.active.store(Arc::new(active_from(*loaded)));
                         (ReloadOutcome::Swapped, None, true)
                     }
                     outcome => {

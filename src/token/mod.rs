@@ -8,5 +8,6 @@ pub(crate) mod cache;
 pub(crate) mod credential;
 pub(crate) mod endpoint;
 pub(crate) mod http;
+pub(crate) mod refresh;
 pub(crate) mod retry;
 pub(crate) mod roots;
