@@ -758,3 +758,72 @@ fn watched_dir(path: &Path) -> PathBuf {
         _ => PathBuf::from("."),
     }
 }
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::file::bundle::BundleFormat;
+    use crate::testing::write_credentials_file;
+    use crate::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rotated_out_key_is_freed_when_the_last_call_holding_it_returns() {
+        const FAST: &str = "https://fast.example.com/.default";
+        const SLOW: &str = "https://slow.example.com/.default";
+        let server = EntraServer::start().await;
+        let identity = TestIdentity::new();
+        let old = TestCertificate::self_signed();
+        let new = TestCertificate::builder().renewing(&old).self_signed();
+        server.register(&identity, &old);
+        server.register(&identity, &new);
+        let dir = TempDir::new("rotated-out-key");
+        let path = dir.join("identity");
+        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
+        write_credentials_file(&path, &file(&old));
+        let client =
+            ClientCertificateCredentialOptions::default().with_http_client(server.client());
+        let options = UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(client)
+            .with_watch(false);
+        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .await
+            .unwrap();
+        let weak = cred.current().downgrade();
+        // Hits on several threads (the old design kept a copy of the credential in each).
+        cred.get_token(&[FAST]).await.unwrap();
+        let hits: Vec<_> = (0..8)
+            .map(|_| {
+                tokio::spawn({
+                    let cred = cred.clone();
+                    async move { cred.get_token(&[FAST]).await.map(drop) }
+                })
+            })
+            .collect();
+        for hit in hits {
+            hit.await.unwrap().unwrap();
+        }
+        // A call that started before the rotation and holds the old credential.
+        server.set_scope_delay(SLOW, Duration::from_millis(500));
+        let slow = tokio::spawn({
+            let cred = cred.clone();
+            async move { cred.get_token(&[SLOW]).await }
+        });
+        while server.token_requests() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        write_credentials_file(&path, &file(&new));
+        assert_eq!(cred.check_now().await, ReloadOutcome::Swapped);
+        cred.get_token(&[FAST]).await.unwrap();
+        assert!(weak.upgrade().is_some(), "freed while a call still held it");
+        slow.await.unwrap().unwrap();
+        // Its request task ends just after answering: give it a moment, no more.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while weak.upgrade().is_some() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            weak.upgrade().is_none(),
+            "the rotated-out credential is still alive"
+        );
+    }
+}

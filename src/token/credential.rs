@@ -542,6 +542,13 @@ impl ClientCertificateCredential {
     pub fn assertion_algorithm(&self) -> AssertionAlgorithm {
         self.inner.signer.algorithm()
     }
+
+    /// A weak reference to the credential's state (its key among it): for tests that
+    /// check when it is freed.
+    #[cfg(test)]
+    pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
+        Arc::downgrade(&self.inner)
+    }
 }
 
 impl Fetch for Inner {
