@@ -1,8 +1,8 @@
 //! The token cache: one entry per tenant and scope set, single flight, refresh ahead.
 //!
 //! One design serves a credential's own tenant, the other tenants it may ask for, and the
-//! data plane client's tokens. The key is the tenant (case-insensitive) and the scope list
-//! **as given**: same scopes in the same order share an entry; nothing else is normalised.
+//! data plane client's tokens. The key is the tenant, which callers lower-case, and the
+//! scope list **as given**: same scopes in the same order share an entry.
 //!
 //! - **Publication**: the entries and their tokens sit in an immutable table behind an
 //!   [`ArcSwap`], replaced whole (copy on write) when an entry is added or a token
@@ -58,7 +58,6 @@ struct Slot {
 /// One tenant and scope set, and its request state.
 struct Entry {
     hash: u64,
-    /// Lower-cased.
     tenant: Arc<str>,
     scopes: Box<[Box<str>]>,
     joined: Arc<str>,
@@ -88,7 +87,7 @@ struct Cached {
 /// What the caller of [`TokenCache::get`] supplies: a fetch of a new token in a tenant
 /// for the space-joined scopes, runnable in a spawned task.
 pub(crate) trait Fetch: Send + Sync + 'static {
-    /// Fetch a token in `tenant` (lower-cased) for `scope` (space-joined scopes).
+    /// Fetch a token in `tenant` for `scope` (space-joined scopes).
     fn fetch(
         self: &Arc<Self>,
         tenant: Arc<str>,
@@ -113,8 +112,8 @@ impl TokenCache {
         }))
     }
 
-    /// The cached token for `scopes` in `tenant` if it can be handed out now: the hit
-    /// path. Inside the refresh window it also starts the background refresh.
+    /// The cached token for `scopes` in `tenant` (lower-case) if it can be handed out
+    /// now: the hit path. Inside the refresh window it also starts the background refresh.
     pub(crate) fn get_cached<F: Fetch>(
         &self,
         tenant: &str,
@@ -172,9 +171,7 @@ impl TokenCache {
     pub(crate) fn live_scopes(&self, tenant: &str, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
         let table = self.0.table.load();
-        let ours = table
-            .iter()
-            .filter(|s| s.entry.tenant.eq_ignore_ascii_case(tenant));
+        let ours = table.iter().filter(|s| *s.entry.tenant == *tenant);
         let live = ours.filter(|s| s.cached.as_ref().is_some_and(|c| now < c.expires_on));
         let scopes = |s: &Slot| s.entry.scopes.iter().map(|s| s.to_string()).collect();
         live.take(max).map(scopes).collect()
@@ -188,21 +185,10 @@ impl TokenCache {
 }
 
 impl Shared {
-    /// The key's hash. The tenant goes in a word at a time with bit 5 of every byte set,
-    /// which maps upper-case letters onto lower-case ones: tenants equal but for case
-    /// hash alike.
+    /// The key's hash.
     fn hash(&self, tenant: &str, scopes: &[&str]) -> u64 {
-        const FOLD: u64 = u64::from_le_bytes([0x20; 8]);
         let mut h = self.hasher.build_hasher();
-        let words = tenant.as_bytes().chunks_exact(8);
-        let tail = |word: u64, byte: &u8| word << 8 | u64::from(*byte);
-        let last = words.remainder().iter().rev().fold(0, tail);
-        for word in words {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            h.write_u64(u64::from_le_bytes(w) | FOLD);
-        }
-        h.write_u64(last | FOLD);
+        h.write(tenant.as_bytes());
         for s in scopes {
             h.write_u8(0xff);
             h.write(s.as_bytes());
@@ -227,7 +213,7 @@ impl Shared {
             }
             let entry = Arc::new(Entry {
                 hash,
-                tenant: Arc::from(tenant.to_ascii_lowercase()),
+                tenant: Arc::from(tenant),
                 scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
                 joined: Arc::from(scopes.join(" ")),
                 quiet_until: AtomicI64::new(i64::MIN),
@@ -282,7 +268,7 @@ impl Entry {
         self.hash == hash
             && self.scopes.len() == scopes.len()
             && self.scopes.iter().zip(scopes).all(|(a, b)| **a == **b)
-            && (*self.tenant == *tenant || self.tenant.eq_ignore_ascii_case(tenant))
+            && *self.tenant == *tenant
     }
 
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {

@@ -492,7 +492,15 @@ impl ClientCertificateCredential {
             .into());
         }
         check_scopes(scopes)?;
-        inner.cache.get(tenant, scopes, inner).await
+        // The cache's key is the lower-case tenant (allocated only when it is not).
+        let lower;
+        let key = if tenant.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = tenant.to_ascii_lowercase();
+            &lower
+        } else {
+            tenant
+        };
+        inner.cache.get(key, scopes, inner).await
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
