@@ -10,21 +10,20 @@
 //!   held) is freed when the last call that loaded it returns.
 //! - **Hit path**: one `ArcSwap` load (a guard that takes no reference count in the common
 //!   case), a hash lookup by the borrowed key, a coarse clock read and a clone of the
-//!   token: no lock, no allocation.
+//!   token's handle for this CPU: no lock, no allocation.
 //! - **Single flight**: a miss (or an expired token) joins the entry's one request in
 //!   flight or starts it. The request runs in a spawned task, so a caller that gives up
 //!   does not cancel it for the others; every waiter gets its result or its error.
 //! - **Refresh ahead**: inside the refresh window (see [`refresh_at`]) callers get the
 //!   cached token at once and one background request replaces it. If that request fails,
 //!   callers keep the cached token and the next attempt waits [`refresh_backoff`].
-//! - **Memory**: no cap on entries. Each replacement of the table leaves out the entries
-//!   that have had nothing to hand out for a minute and no request in flight (see
-//!   [`evictable`]): the table holds about the keys used within a token's lifetime.
+//! - **Memory**: no cap. Entries idle for a minute (nothing to hand out, no request in
+//!   flight: [`evictable`]) are left out of the next table; the rest are recent keys.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use arc_swap::ArcSwap;
 use hashbrown::HashTable;
@@ -77,11 +76,31 @@ struct State {
     failures: u32,
 }
 
-/// A token and its times (Unix ms).
+/// A token and its times (Unix ms). The token has one handle per CPU (up to 16, sharing
+/// the text), so that threads on different CPUs clone different reference counts.
 struct Cached {
-    token: AccessToken,
+    handles: Box<[AccessToken]>,
     refresh_at: i64,
     expires_on: i64,
+}
+
+impl Cached {
+    fn token(&self) -> Option<AccessToken> {
+        #[cfg(target_os = "linux")]
+        let cpu = rustix::thread::sched_getcpu();
+        #[cfg(not(target_os = "linux"))]
+        let cpu = 0;
+        self.handles.get(cpu % self.handles.len().max(1)).cloned()
+    }
+}
+
+/// How many handles a cached token has: one per CPU, at most 16 (one where the CPU is
+/// not known).
+fn handles() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    let cpus = || std::thread::available_parallelism().map_or(1, usize::from);
+    let per_cpu = cfg!(target_os = "linux");
+    *COUNT.get_or_init(|| if per_cpu { cpus().min(16) } else { 1 })
 }
 
 /// What the caller of [`TokenCache::get`] supplies: a fetch of a new token in a tenant
@@ -93,10 +112,6 @@ pub(crate) trait Fetch: Send + Sync + 'static {
         tenant: Arc<str>,
         scope: Arc<str>,
     ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl TokenCache {
@@ -133,7 +148,7 @@ impl TokenCache {
             }
             _ => {}
         }
-        Some(cached.token.clone())
+        cached.token()
     }
 
     /// Get a token: from the cache, or by joining or starting the entry's one request.
@@ -149,7 +164,7 @@ impl TokenCache {
         let shared = &self.0;
         let entry = shared.entry(tenant, scopes);
         let mut rx = {
-            let mut state = lock(&entry.state);
+            let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
             // Re-check: a request may have completed since the lookup above.
             if let Some(token) = shared.usable(&entry) {
                 return Ok(token);
@@ -232,7 +247,7 @@ impl Shared {
     /// Publish a copy of the table changed by `change`, leaving out the slots evictable
     /// at `now` (under the writer lock: changes are serialized).
     fn replace<R>(&self, now: i64, change: impl FnOnce(&mut HashTable<Slot>) -> R) -> R {
-        let _writer = lock(&self.writer);
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
         let current = self.table.load();
         let mut next = HashTable::with_capacity(current.len() + 1);
         for slot in current.iter().filter(|s| !s.evictable(now)) {
@@ -250,7 +265,7 @@ impl Shared {
         let slot = table.find(entry.hash, |s| Arc::ptr_eq(&s.entry, entry))?;
         let c = slot.cached.as_deref()?;
         let usable = freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired;
-        usable.then(|| c.token.clone())
+        usable.then(|| c.token()).flatten()
     }
 }
 
@@ -274,10 +289,9 @@ impl Entry {
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {
         // `try_lock`: the hit path never waits for a lock; whoever holds it is starting
         // or finishing a request for this entry anyway.
-        let Ok(mut state) = self.state.try_lock() else {
-            return;
-        };
-        if state.inflight.is_none() {
+        if let Ok(mut state) = self.state.try_lock()
+            && state.inflight.is_none()
+        {
             tracing::debug!(scope = %self.joined, "refreshing token ahead of expiry");
             if let Err(e) = self.start(&mut state, shared, fetcher) {
                 tracing::warn!(scope = %self.joined, error = %e, "cannot start the token refresh");
@@ -331,15 +345,16 @@ impl Flight {
         let Some((entry, shared)) = self.0.take() else {
             return;
         };
-        let mut state = lock(&entry.state);
+        let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = shared.clock.now_unix_millis();
         let jitter = crate::token::retry::jitter();
         let quiet_until = match result {
             Ok(token) => {
                 let at = refresh_at(started, token.expires_on(), token.refresh_on(), jitter);
                 let (refresh_at, expires_on) = (unix_millis(at), unix_millis(token.expires_on()));
+                let handles = (0..handles()).map(|_| token.detached_copy()).collect();
                 let cached = Arc::new(Cached {
-                    token: token.clone(),
+                    handles,
                     refresh_at,
                     expires_on,
                 });
@@ -375,7 +390,8 @@ impl Drop for Flight {
     fn drop(&mut self) {
         if let Some((entry, shared)) = self.0.take() {
             let now = shared.clock.now_unix_millis();
-            entry.settle(&mut lock(&entry.state), now, i64::MIN);
+            let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
+            entry.settle(&mut state, now, i64::MIN);
         }
     }
 }
