@@ -196,11 +196,15 @@ struct SourceFetch(Arc<dyn TokenSource>);
 impl Fetch for SourceFetch {
     fn fetch(
         self: &Arc<Self>,
-        tenant: Arc<str>,
+        tenant: Option<Arc<str>>,
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let source = self.0.clone();
-        async move { source.token(&scope, &tenant).await }
+        async move {
+            source
+                .token(&scope, tenant.as_deref().unwrap_or_default())
+                .await
+        }
     }
 }
 
@@ -208,7 +212,7 @@ impl FactoryInner {
     /// A token for the scope in `tenant`: cached, single flight, refreshed ahead.
     async fn token(&self, tenant: &str) -> Result<AccessToken> {
         let scopes = [self.scope.as_str()];
-        self.tokens.get(tenant, &scopes, &self.fetch).await
+        self.tokens.get(Some(tenant), &scopes, &self.fetch).await
     }
 }
 

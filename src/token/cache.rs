@@ -1,13 +1,13 @@
 //! The token cache: one entry per tenant and scope set, single flight, refresh ahead.
 //!
 //! One design serves a credential's own tenant, the other tenants it may ask for, and the
-//! data plane client's tokens. The key is the tenant, which callers lower-case, and the
-//! scope list **as given**: same scopes in the same order share an entry.
+//! data plane client's tokens. The key is the tenant (`None`: the fetcher's own, such as
+//! a credential's; others lower-cased by the callers) and the scope list **as given**:
+//! same scopes in the same order share an entry.
 //!
 //! - **Publication**: the entries and their tokens sit in an immutable table behind an
-//!   [`ArcSwap`], replaced whole (copy on write) when an entry is added or a token
-//!   arrives. Nothing is copied per thread: a replaced table (with the tokens only it
-//!   held) is freed when the last call that loaded it returns.
+//!   [`ArcSwap`], replaced whole (copy on write) when an entry or a token is added. No
+//!   per-thread copies: a replaced table is freed when the last call that loaded it returns.
 //! - **Hit path**: one `ArcSwap` load (a guard that takes no reference count in the common
 //!   case), a hash lookup by the borrowed key, a coarse clock read and a clone of the
 //!   token's handle for this CPU: no lock, no allocation.
@@ -57,7 +57,7 @@ struct Slot {
 /// One tenant and scope set, and its request state.
 struct Entry {
     hash: u64,
-    tenant: Arc<str>,
+    tenant: Option<Arc<str>>,
     scopes: Box<[Box<str>]>,
     joined: Arc<str>,
     /// No background request before this Unix time (ms): `i64::MAX` while a request is
@@ -94,8 +94,7 @@ impl Cached {
     }
 }
 
-/// How many handles a cached token has: one per CPU, at most 16 (one where the CPU is
-/// not known).
+/// Handles per cached token: one per CPU, at most 16 (one where the CPU is not known).
 fn handles() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
     let cpus = || std::thread::available_parallelism().map_or(1, usize::from);
@@ -106,10 +105,10 @@ fn handles() -> usize {
 /// What the caller of [`TokenCache::get`] supplies: a fetch of a new token in a tenant
 /// for the space-joined scopes, runnable in a spawned task.
 pub(crate) trait Fetch: Send + Sync + 'static {
-    /// Fetch a token in `tenant` for `scope` (space-joined scopes).
+    /// Fetch a token in `tenant` (`None`: its own) for `scope` (space-joined scopes).
     fn fetch(
         self: &Arc<Self>,
-        tenant: Arc<str>,
+        tenant: Option<Arc<str>>,
         scope: Arc<str>,
     ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
 }
@@ -127,11 +126,11 @@ impl TokenCache {
         }))
     }
 
-    /// The cached token for `scopes` in `tenant` (lower-case) if it can be handed out
-    /// now: the hit path. Inside the refresh window it also starts the background refresh.
+    /// The cached token for `scopes` in `tenant` if it can be handed out now: the hit
+    /// path. Inside the refresh window it also starts the background refresh.
     pub(crate) fn get_cached<F: Fetch>(
         &self,
-        tenant: &str,
+        tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
@@ -154,7 +153,7 @@ impl TokenCache {
     /// Get a token: from the cache, or by joining or starting the entry's one request.
     pub(crate) async fn get<F: Fetch>(
         &self,
-        tenant: &str,
+        tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
     ) -> Result<AccessToken> {
@@ -183,10 +182,10 @@ impl TokenCache {
 
     /// The scope sets holding a token in `tenant` still unexpired now, at most `max` of
     /// them: what this cache served within about a token's lifetime.
-    pub(crate) fn live_scopes(&self, tenant: &str, max: usize) -> Vec<Vec<String>> {
+    pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
         let table = self.0.table.load();
-        let ours = table.iter().filter(|s| *s.entry.tenant == *tenant);
+        let ours = table.iter().filter(|s| s.entry.tenant.as_deref() == tenant);
         let live = ours.filter(|s| s.cached.as_ref().is_some_and(|c| now < c.expires_on));
         let scopes = |s: &Slot| s.entry.scopes.iter().map(|s| s.to_string()).collect();
         live.take(max).map(scopes).collect()
@@ -201,9 +200,11 @@ impl TokenCache {
 
 impl Shared {
     /// The key's hash.
-    fn hash(&self, tenant: &str, scopes: &[&str]) -> u64 {
+    fn hash(&self, tenant: Option<&str>, scopes: &[&str]) -> u64 {
         let mut h = self.hasher.build_hasher();
-        h.write(tenant.as_bytes());
+        if let Some(tenant) = tenant {
+            h.write(tenant.as_bytes());
+        }
         for s in scopes {
             h.write_u8(0xff);
             h.write(s.as_bytes());
@@ -212,7 +213,7 @@ impl Shared {
     }
 
     /// The entry for the key, added if need be.
-    fn entry(&self, tenant: &str, scopes: &[&str]) -> Arc<Entry> {
+    fn entry(&self, tenant: Option<&str>, scopes: &[&str]) -> Arc<Entry> {
         let hash = self.hash(tenant, scopes);
         let find = |table: &HashTable<Slot>| {
             let slot = table.find(hash, |s| s.entry.matches(hash, tenant, scopes));
@@ -228,7 +229,7 @@ impl Shared {
             }
             let entry = Arc::new(Entry {
                 hash,
-                tenant: Arc::from(tenant),
+                tenant: tenant.map(Arc::from),
                 scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
                 joined: Arc::from(scopes.join(" ")),
                 quiet_until: AtomicI64::new(i64::MIN),
@@ -279,11 +280,11 @@ impl Slot {
 }
 
 impl Entry {
-    fn matches(&self, hash: u64, tenant: &str, scopes: &[&str]) -> bool {
+    fn matches(&self, hash: u64, tenant: Option<&str>, scopes: &[&str]) -> bool {
         self.hash == hash
             && self.scopes.len() == scopes.len()
             && self.scopes.iter().zip(scopes).all(|(a, b)| **a == **b)
-            && *self.tenant == *tenant
+            && self.tenant.as_deref() == tenant
     }
 
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {

@@ -209,8 +209,6 @@ pub struct ClientCertificateCredential {
 struct Inner {
     client_id: String,
     tenant_id: String,
-    /// `tenant_id` lower-cased: the cache's key for the own tenant.
-    tenant_key: String,
     token_url: Url,
     certificate: ClientCertificate,
     signer: AssertionSigner,
@@ -387,7 +385,6 @@ impl ClientCertificateCredential {
             inner: Arc::new(Inner {
                 client_id: client_id.trim().to_owned(),
                 tenant_id: tenant_id.trim().to_owned(),
-                tenant_key: tenant_id.trim().to_ascii_lowercase(),
                 token_url,
                 certificate,
                 signer,
@@ -440,14 +437,14 @@ impl ClientCertificateCredential {
         }
         check_scopes(scopes)?;
         let inner = &self.inner;
-        inner.cache.get(&inner.tenant_key, scopes, inner).await
+        inner.cache.get(None, scopes, inner).await
     }
 
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
         let inner = &self.inner;
-        inner.cache.get_cached(&inner.tenant_key, scopes, inner)
+        inner.cache.get_cached(None, scopes, inner)
     }
 
     /// Request a new token from the endpoint, bypassing the cache (and not storing the
@@ -500,7 +497,7 @@ impl ClientCertificateCredential {
         } else {
             tenant
         };
-        inner.cache.get(key, scopes, inner).await
+        inner.cache.get(Some(key), scopes, inner).await
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
@@ -523,7 +520,7 @@ impl ClientCertificateCredential {
     /// most `max`: what a reloading credential fetches ahead with its successor.
     pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
         let inner = &self.inner;
-        inner.cache.live_scopes(&inner.tenant_key, max)
+        inner.cache.live_scopes(None, max)
     }
 
     /// The application (client) id.
@@ -562,14 +559,14 @@ impl ClientCertificateCredential {
 impl Fetch for Inner {
     fn fetch(
         self: &Arc<Self>,
-        tenant: Arc<str>,
+        tenant: Option<Arc<str>>,
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
         async move {
-            if *tenant == *this.tenant_key {
+            let Some(tenant) = tenant else {
                 return this.fetch_with_retries(&scope, &this.token_url).await;
-            }
+            };
             let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
             this.fetch_with_retries(&scope, &url).await
         }
