@@ -789,7 +789,7 @@ mod tests {
             .await
             .unwrap();
         let weak = cred.current().downgrade();
-        // Hits on several threads (the old design kept a copy of the credential in each).
+        // Hits on several threads: none of them may keep the credential alive afterwards.
         cred.get_token(&[FAST]).await.unwrap();
         let hits: Vec<_> = (0..8)
             .map(|_| {
