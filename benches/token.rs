@@ -18,8 +18,8 @@
 //! - `cached/get_token/100scopes`: hits rotating over 100 distinct warmed scopes.
 //! - `cached/get_token/100creds/{1thread,2threads}`: hits rotating over 100 warmed
 //!   credentials (each its own cache), on one thread and on two at once (same harness and
-//!   arithmetic as `{2,4,8}threads`). A thread keeps one copy of each cache it reads; this
-//!   is the many-identities process (one credential per managed identity).
+//!   arithmetic as `{2,4,8}threads`): the many-identities process (one credential per
+//!   managed identity).
 //! - `machine/hash/{1thread,2threads}`: the same harness on pure computation that shares
 //!   nothing (ten foldhash runs per call): the 2-thread scaling this machine gives at
 //!   the time of the run, the context for the `2threads` target.

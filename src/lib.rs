@@ -8,15 +8,13 @@
 // (`tests/layers.rs` checks it).
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
-// untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
-// (client choice, bounded answers, retries, Azure error bodies) and the publication
-// primitive.
+// untrusted text, parser messages, bounded file reading, clouds and the HTTP plumbing
+// (client choice, bounded answers, retries, Azure error bodies).
 mod clock;
 mod cloud;
 mod error;
 mod http;
 mod parser_errors;
-mod published;
 mod regular_file;
 mod secret;
 mod untrusted_text;

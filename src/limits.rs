@@ -14,5 +14,5 @@ pub use crate::file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_P
 // Getting and caching tokens.
 pub use crate::http::body::MAX_RESPONSE_BYTES;
 pub use crate::token::assertion::ASSERTION_LIFETIME;
-pub use crate::token::cache::{EXPIRY_MARGIN, MAX_SLOTS, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
 pub use crate::token::credential::NOT_BEFORE_SKEW;
+pub use crate::token::refresh::{EXPIRY_MARGIN, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Lowest first. A module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
     // The basics: errors, time, secrets, untrusted text, parser messages, bounded file
-    // reading, clouds, the HTTP plumbing and the publication primitive.
+    // reading, clouds and the HTTP plumbing.
     &[
         "error",
         "clock",
@@ -20,7 +20,6 @@ const LAYERS: &[&[&str]] = &[
         "regular_file",
         "cloud",
         "http",
-        "published",
     ],
     &["file"],
     &["token"],

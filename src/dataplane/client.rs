@@ -27,7 +27,7 @@ use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange};
 use crate::token::access_token::AccessToken;
-use crate::token::cache::REFRESH_WINDOW;
+use crate::token::cache::{Fetch, TokenCache};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -137,9 +137,10 @@ impl fmt::Debug for ClientOptions {
 /// **Authentication**: the first request to a data plane host goes without a token; its
 /// 401 names the tenant (`WWW-Authenticate: Bearer authorization="https://login.../<tenant>"`),
 /// the source is asked for `<audience>/.default` in that tenant, and the request is sent
-/// again. The tenant and token are then kept per host: later requests to that host carry
-/// the token at once until it is within 5 minutes of expiry, when a new one is asked of
-/// the source (still without a 401 round trip).
+/// again. The tenant is then kept per host, and the token per tenant in the cache the
+/// credentials use: later requests to that host carry the token at once (no 401 round
+/// trip); inside its refresh window one background request asks the source for a new one
+/// while the cached token is still sent, and concurrent requests share one token request.
 ///
 /// ```no_run
 /// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
@@ -184,14 +185,37 @@ struct FactoryInner {
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
     allow_http_loopback: bool,
-    /// Per data plane host (`host:port`): the challenge's tenant and the last token.
-    hosts: Mutex<HashMap<String, HostAuth>>,
+    /// Per data plane host (`host:port`): the tenant its challenge named.
+    hosts: Mutex<HashMap<String, Arc<str>>>,
+    /// The source's tokens, per tenant (and the one scope).
+    tokens: TokenCache,
+    fetch: Arc<SourceFetch>,
 }
 
-#[derive(Clone)]
-struct HostAuth {
-    tenant: Arc<str>,
-    token: Option<AccessToken>,
+/// Token requests to the source, for the cache.
+struct SourceFetch(Arc<dyn TokenSource>);
+
+impl Fetch for SourceFetch {
+    fn fetch(
+        self: &Arc<Self>,
+        tenant: Option<Arc<str>>,
+        scope: Arc<str>,
+    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
+        let source = self.0.clone();
+        async move {
+            source
+                .token(&scope, tenant.as_deref().unwrap_or_default())
+                .await
+        }
+    }
+}
+
+impl FactoryInner {
+    /// A token for the scope in `tenant`: cached, single flight, refreshed ahead.
+    async fn token(&self, tenant: &str) -> Result<AccessToken> {
+        let scopes = [self.scope.as_str()];
+        self.tokens.get(Some(tenant), &scopes, &self.fetch).await
+    }
 }
 
 impl ClientFactory {
@@ -237,6 +261,8 @@ impl ClientFactory {
         };
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
+                fetch: Arc::new(SourceFetch(source.clone())),
+                tokens: TokenCache::new(options.clock.clone()),
                 source,
                 audience: audience.to_owned(),
                 scope: scope_for_audience(audience),
@@ -443,43 +469,27 @@ impl Client {
             tenant = %challenge.tenant,
             "data plane challenge; requesting a token"
         );
-        let tenant: Arc<str> = Arc::from(challenge.tenant.as_str());
-        let fresh = f.source.token(&f.scope, &tenant).await?;
-        self.remember(tenant, fresh.clone());
+        let fresh = f.token(&challenge.tenant).await?;
+        f.hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.host.clone(), Arc::from(challenge.tenant.as_str()));
         let response = self.send(method, url, body, Some(&fresh), what).await?;
         finish(response, what)
     }
 
-    /// The token to send at once: the host's, or a new one from the source for the host's
-    /// tenant when the kept one nears expiry; `None` before the first challenge.
+    /// The token to send at once: the cached one for the host's tenant (or a new one from
+    /// the source); `None` before the host's first challenge.
     async fn known_token(&self) -> Result<Option<AccessToken>> {
         let f = &*self.factory;
-        let known = {
+        let tenant = {
             let hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
             hosts.get(&self.host).cloned()
         };
-        let Some(known) = known else {
-            return Ok(None);
-        };
-        if let Some(token) = known.token
-            && token_usable(f.clock.now(), token.expires_on())
-        {
-            return Ok(Some(token));
+        match tenant {
+            Some(tenant) => f.token(&tenant).await.map(Some),
+            None => Ok(None),
         }
-        let token = f.source.token(&f.scope, &known.tenant).await?;
-        self.remember(known.tenant, token.clone());
-        Ok(Some(token))
-    }
-
-    fn remember(&self, tenant: Arc<str>, token: AccessToken) {
-        let mut hosts = self.factory.hosts.lock().unwrap_or_else(|e| e.into_inner());
-        hosts.insert(
-            self.host.clone(),
-            HostAuth {
-                tenant,
-                token: Some(token),
-            },
-        );
     }
 
     /// One HTTP exchange.
@@ -639,12 +649,6 @@ fn is_data_plane_failure(error: &Error) -> bool {
     ) || matches!(error.kind(), ErrorKind::Transport(t) if t.service == SERVICE)
 }
 
-/// Pure: whether a kept token can still be sent at `now` (more than the refresh window
-/// before its expiry).
-pub(crate) fn token_usable(now: OffsetDateTime, expires_on: OffsetDateTime) -> bool {
-    now + REFRESH_WINDOW < expires_on
-}
-
 /// Pure: split and check an identity URL: the base (scheme, host, path) and its query
 /// parameters in order.
 pub(crate) fn parse_identity_url(
@@ -786,14 +790,6 @@ mod tests {
             assert!(!e.to_string().contains("SECRETSIG"), "{e}");
         }
         parse_identity_url("http://127.0.0.1:1/x", true).unwrap();
-    }
-
-    #[test]
-    fn kept_token_is_used_until_the_refresh_window() {
-        let now = datetime!(2026-01-01 00:00 UTC);
-        assert!(token_usable(now, now + time::Duration::minutes(6)));
-        assert!(!token_usable(now, now + time::Duration::minutes(5)));
-        assert!(!token_usable(now, now - time::Duration::minutes(1)));
     }
 
     #[test]

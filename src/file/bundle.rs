@@ -56,11 +56,20 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
 
 /// Decode the bundle bytes: PEM first, then PKCS#12.
 pub(crate) fn decode_bundle(bytes: &[u8]) -> Result<RawBundle> {
+    decode_bundle_with(bytes, open_pkcs12)
+}
+
+/// [`decode_bundle`] with the PKCS#12 decoder given: `open` is reached only by an
+/// archive the pre-scan accepted (tests pass one that records the call).
+fn decode_bundle_with(
+    bytes: &[u8],
+    open: impl FnOnce(&[u8]) -> Result<RawBundle>,
+) -> Result<RawBundle> {
     if looks_like_pem(bytes) {
         return decode_pem(bytes);
     }
     if looks_like_der_sequence(bytes) {
-        return decode_pkcs12(bytes);
+        return decode_pkcs12(bytes, open);
     }
     Err(ErrorKind::File(FileError::UnknownBundleFormat {
         reason: "no PEM `-----BEGIN` line, and not a DER SEQUENCE spanning the whole input \
@@ -144,17 +153,20 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
     finish(BundleFormat::Pem, certificates, keys)
 }
 
-fn decode_pkcs12(bytes: &[u8]) -> Result<RawBundle> {
+/// Pre-scan the archive, then hand it to `open` (the decoder, which derives keys).
+fn decode_pkcs12(bytes: &[u8], open: impl FnOnce(&[u8]) -> Result<RawBundle>) -> Result<RawBundle> {
     let scanned = pkcs12_scan::scan(bytes)?;
-    #[cfg(test)]
-    tests::PKCS12_OPENED.with(|n| n.set(n.get() + 1));
     tracing::debug!(
         bags = scanned.bags,
         opened = scanned.opened.is_some(),
         "PKCS#12 archive within bounds"
     );
     // The archive as the scan opened it when it could (no key is derived twice).
-    let input = scanned.opened.as_deref().map_or(bytes, Vec::as_slice);
+    open(scanned.opened.as_deref().map_or(bytes, Vec::as_slice))
+}
+
+/// The PKCS#12 decoder: open the (pre-scanned) archive with the empty password.
+fn open_pkcs12(input: &[u8]) -> Result<RawBundle> {
     let archive = p12_keystore::Pkcs12Archive::from_pkcs12(input, "").map_err(pkcs12_error)?;
     let certificates = archive
         .certs
@@ -217,9 +229,13 @@ mod tests {
     use super::*;
     use crate::file::pkcs12_scan::tests as build;
 
-    thread_local! {
-        /// How many archives this thread handed to the PKCS#12 decoder (which derives keys).
-        pub(super) static PKCS12_OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// `decode_bundle` with a decoder that counts its calls (in `opened`) and then runs
+    /// the real one.
+    fn decode_counting(bytes: &[u8], opened: &mut usize) -> Result<RawBundle> {
+        decode_bundle_with(bytes, |input| {
+            *opened += 1;
+            open_pkcs12(input)
+        })
     }
 
     #[test]
@@ -237,19 +253,21 @@ mod tests {
             None,
         );
         for archive in [many_bags, huge_mac, huge_bag] {
-            let before = PKCS12_OPENED.with(|n| n.get());
-            let err = decode_bundle(&archive).err().expect("refused");
+            let mut opened = 0;
+            let err = decode_counting(&archive, &mut opened)
+                .err()
+                .expect("refused");
             assert!(
                 matches!(err.kind(), ErrorKind::File(FileError::Pkcs12Limit { .. })),
                 "{err}"
             );
-            assert_eq!(PKCS12_OPENED.with(|n| n.get()), before, "the decoder ran");
+            assert_eq!(opened, 0, "the decoder ran");
         }
         // An archive within the bounds does reach the decoder (which then refuses it).
         let fine = build::pfx(&[build::data_container(&[])], None);
-        let before = PKCS12_OPENED.with(|n| n.get());
-        let _ = decode_bundle(&fine);
-        assert_eq!(PKCS12_OPENED.with(|n| n.get()), before + 1);
+        let mut opened = 0;
+        let _ = decode_counting(&fine, &mut opened);
+        assert_eq!(opened, 1);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use time::OffsetDateTime;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
@@ -12,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, ReloadError, Result, TokenError};
-use crate::published::{LocalCopies, Published};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::token::access_token::AccessToken;
@@ -147,15 +147,13 @@ struct Active {
     digest: [u8; 32],
 }
 
-thread_local! {
-    static ACTIVE_COPIES: LocalCopies<Active> = const { LocalCopies::new() };
-}
-
 /// Shared by the handles and (weakly) by the background task.
 struct Reloader {
     path: PathBuf,
     client_options: ClientCertificateCredentialOptions,
-    active: Published<Active>,
+    /// Swapped whole on a rotation; the one swapped out is freed when the last call that
+    /// loaded it returns.
+    active: ArcSwap<Active>,
     status: watch::Sender<ReloadStatus>,
     cancel: CancellationToken,
     /// Serializes re-reads (task and `check_now`); holds the digest of the last file
@@ -258,7 +256,7 @@ impl UserAssignedIdentityCredential {
         let inner = Arc::new(Reloader {
             path: path.clone(),
             client_options: options.client.clone(),
-            active: Published::new(active_from(loaded), &ACTIVE_COPIES),
+            active: ArcSwap::from_pointee(active_from(loaded)),
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
@@ -286,11 +284,7 @@ impl UserAssignedIdentityCredential {
     /// Get an access token for `scopes` from the active credential (cached, single
     /// flight, refresh ahead: see [`ClientCertificateCredential::get_token`]).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        if let Some(token) = self
-            .inner
-            .active
-            .read(|a| a.credential.cached_token(scopes))
-        {
+        if let Some(token) = self.inner.active.load().credential.cached_token(scopes) {
             return Ok(token);
         }
         let active = self.inner.active.load_full();
@@ -437,7 +431,7 @@ impl Reloader {
             Err(e) => Read::Bad(None, e),
             Ok(bytes) => {
                 let path = self.path.clone();
-                let active_digest = self.active.read(|a| a.digest);
+                let active_digest = self.active.load().digest;
                 let refused = refusal.as_ref().map(|r| r.digest);
                 let options = self.client_options.clone();
                 // Compare, and build only when the bytes are new: off the async threads.
@@ -482,7 +476,7 @@ impl Reloader {
                 (ReloadOutcome::Invalid, Some(error), false)
             }
             Read::Built(loaded, digest) => {
-                let active_not_before = self.active.read(|a| a.not_before);
+                let active_not_before = self.active.load().not_before;
                 match rule::decide(active_not_before, loaded.not_before) {
                     ReloadOutcome::Swapped => {
                         tracing::info!(
@@ -495,7 +489,7 @@ impl Reloader {
                         );
                         *refusal = None;
                         prefetch = Some((self.active.load_full(), loaded.credential.clone()));
-                        self.active.store(active_from(*loaded));
+                        self.active.store(Arc::new(active_from(*loaded)));
                         (ReloadOutcome::Swapped, None, true)
                     }
                     outcome => {
@@ -762,5 +756,74 @@ fn watched_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod tests {
+    use super::*;
+    use crate::file::bundle::BundleFormat;
+    use crate::testing::write_credentials_file;
+    use crate::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rotated_out_key_is_freed_when_the_last_call_holding_it_returns() {
+        const FAST: &str = "https://fast.example.com/.default";
+        const SLOW: &str = "https://slow.example.com/.default";
+        let server = EntraServer::start().await;
+        let identity = TestIdentity::new();
+        let old = TestCertificate::self_signed();
+        let new = TestCertificate::builder().renewing(&old).self_signed();
+        server.register(&identity, &old);
+        server.register(&identity, &new);
+        let dir = TempDir::new("rotated-out-key");
+        let path = dir.join("identity");
+        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
+        write_credentials_file(&path, &file(&old));
+        let client =
+            ClientCertificateCredentialOptions::default().with_http_client(server.client());
+        let options = UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(client)
+            .with_watch(false);
+        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .await
+            .unwrap();
+        let weak = cred.current().downgrade();
+        // Hits on several threads: none of them may keep the credential alive afterwards.
+        cred.get_token(&[FAST]).await.unwrap();
+        let hits: Vec<_> = (0..8)
+            .map(|_| {
+                tokio::spawn({
+                    let cred = cred.clone();
+                    async move { cred.get_token(&[FAST]).await.map(drop) }
+                })
+            })
+            .collect();
+        for hit in hits {
+            hit.await.unwrap().unwrap();
+        }
+        // A call that started before the rotation and holds the old credential.
+        server.set_scope_delay(SLOW, Duration::from_millis(500));
+        let slow = tokio::spawn({
+            let cred = cred.clone();
+            async move { cred.get_token(&[SLOW]).await }
+        });
+        while server.token_requests() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        write_credentials_file(&path, &file(&new));
+        assert_eq!(cred.check_now().await, ReloadOutcome::Swapped);
+        cred.get_token(&[FAST]).await.unwrap();
+        assert!(weak.upgrade().is_some(), "freed while a call still held it");
+        slow.await.unwrap().unwrap();
+        // Its request task ends just after answering: give it a moment, no more.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while weak.upgrade().is_some() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            weak.upgrade().is_none(),
+            "the rotated-out credential is still alive"
+        );
     }
 }

@@ -23,8 +23,8 @@ pub struct AccessToken {
 }
 
 /// Aligned to two cache lines so that the reference counts of two tokens never share a
-/// line: the cache hands each thread its own copy, and clones on different threads then
-/// do not contend.
+/// line: the cache keeps one copy per CPU, and clones on different CPUs then do not
+/// contend.
 #[repr(align(128))]
 struct Inner {
     token: Arc<str>,

@@ -1,6 +1,5 @@
 //! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -10,7 +9,7 @@ use reqwest::Url;
 use time::OffsetDateTime;
 
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
-use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
+use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;
@@ -221,15 +220,13 @@ struct Inner {
     timeout: Duration,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
+    /// Tokens in the own tenant and in others, keyed by tenant and scopes.
     cache: TokenCache,
     /// For other tenants' token URLs.
     authority: String,
     allow_http_loopback: bool,
     /// Lower-cased; may hold `*`.
     allowed_tenants: Vec<String>,
-    /// Tokens in other tenants: one cache per tenant (lower-cased), beside `cache` (the
-    /// credential's own tenant, whose hit path stays as it is).
-    tenant_caches: Mutex<HashMap<String, Arc<TenantCache>>>,
     /// Keep a [`Spare`] assertion for the own token URL.
     ready_assertion: bool,
     /// The ready assertion, if one is signed and unused.
@@ -265,23 +262,6 @@ const SPARE_MAX_AGE: time::Duration =
 /// the future, not older than [`SPARE_MAX_AGE`]).
 pub(crate) fn spare_usable(signed_at: OffsetDateTime, now: OffsetDateTime) -> bool {
     now >= signed_at && now - signed_at <= SPARE_MAX_AGE
-}
-
-/// At most this many other tenants get a token cache of their own; tokens in further
-/// tenants are requested without caching.
-const MAX_TENANT_CACHES: usize = 64;
-
-/// The token cache for one other tenant, and how its tokens are fetched.
-struct TenantCache {
-    cache: TokenCache,
-    fetch: Arc<TenantFetch>,
-}
-
-/// Fetches tokens at another tenant's token URL. Holds the credential weakly: the
-/// credential owns the cache that owns this.
-struct TenantFetch {
-    inner: Weak<Inner>,
-    token_url: Url,
 }
 
 impl ClientCertificateCredential {
@@ -415,8 +395,8 @@ impl ClientCertificateCredential {
                 http,
                 timeout: options.http.request_timeout,
                 retry: options.retry,
+                cache: TokenCache::new(options.clock.clone()),
                 clock: options.clock,
-                cache: TokenCache::new(),
                 authority: authority.trim().to_owned(),
                 allow_http_loopback: options.http.allow_http_loopback,
                 allowed_tenants: options
@@ -425,7 +405,6 @@ impl ClientCertificateCredential {
                     .map(|t| t.trim().to_ascii_lowercase())
                     .filter(|t| !t.is_empty())
                     .collect(),
-                tenant_caches: Mutex::new(HashMap::new()),
                 ready_assertion: options.ready_assertion,
                 spare: Mutex::new(None),
                 refilling: AtomicBool::new(false),
@@ -458,15 +437,14 @@ impl ClientCertificateCredential {
         }
         check_scopes(scopes)?;
         let inner = &self.inner;
-        inner.cache.get(scopes, &inner.clock, inner).await
+        inner.cache.get(None, scopes, inner).await
     }
 
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
         let inner = &self.inner;
-        let now = inner.clock.now_unix_millis();
-        inner.cache.get_cached(scopes, now, &inner.clock, inner)
+        inner.cache.get_cached(None, scopes, inner)
     }
 
     /// Request a new token from the endpoint, bypassing the cache (and not storing the
@@ -511,30 +489,20 @@ impl ClientCertificateCredential {
             .into());
         }
         check_scopes(scopes)?;
-        let tenant_cache = inner.tenant_cache(tenant)?;
-        let Some(tenant_cache) = tenant_cache.as_ref() else {
-            let url = endpoint::token_url(&inner.authority, tenant, inner.allow_http_loopback)?;
-            return inner.fetch_with_retries(&scopes.join(" "), &url).await;
+        // The cache's key is the lower-case tenant (allocated only when it is not).
+        let lower;
+        let key = if tenant.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = tenant.to_ascii_lowercase();
+            &lower
+        } else {
+            tenant
         };
-        let now = inner.clock.now_unix_millis();
-        let (cache, fetch) = (&tenant_cache.cache, &tenant_cache.fetch);
-        if let Some(token) = cache.get_cached(scopes, now, &inner.clock, fetch) {
-            return Ok(token);
-        }
-        cache.get(scopes, &inner.clock, fetch).await
+        inner.cache.get(Some(key), scopes, inner).await
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
     pub fn clear_cache(&self) {
         self.inner.cache.clear();
-        let caches = self
-            .inner
-            .tenant_caches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for tenant_cache in caches.values() {
-            tenant_cache.cache.clear();
-        }
     }
 
     /// A signed client assertion for this credential's token URL, valid for
@@ -552,7 +520,7 @@ impl ClientCertificateCredential {
     /// most `max`: what a reloading credential fetches ahead with its successor.
     pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
         let inner = &self.inner;
-        inner.cache.live_scopes(inner.clock.now_unix_millis(), max)
+        inner.cache.live_scopes(None, max)
     }
 
     /// The application (client) id.
@@ -579,32 +547,28 @@ impl ClientCertificateCredential {
     pub fn assertion_algorithm(&self) -> AssertionAlgorithm {
         self.inner.signer.algorithm()
     }
+
+    /// A weak reference to the credential's state (its key among it): for tests that
+    /// check when it is freed.
+    #[cfg(test)]
+    pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
+        Arc::downgrade(&self.inner)
+    }
 }
 
 impl Fetch for Inner {
     fn fetch(
         self: &Arc<Self>,
-        scope: Arc<str>,
-    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
-        let this = self.clone();
-        async move { this.fetch_with_retries(&scope, &this.token_url).await }
-    }
-}
-
-impl Fetch for TenantFetch {
-    fn fetch(
-        self: &Arc<Self>,
+        tenant: Option<Arc<str>>,
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
         async move {
-            let Some(inner) = this.inner.upgrade() else {
-                return Err(ErrorKind::Token(TokenError::RequestAbandoned {
-                    reason: "the credential was dropped",
-                })
-                .into());
+            let Some(tenant) = tenant else {
+                return this.fetch_with_retries(&scope, &this.token_url).await;
             };
-            inner.fetch_with_retries(&scope, &this.token_url).await
+            let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
+            this.fetch_with_retries(&scope, &url).await
         }
     }
 }
@@ -641,33 +605,6 @@ impl Inner {
                 "{reason}; the credential file should be rotated"
             );
         }
-    }
-
-    /// The cache for tokens in `tenant` (lower-cased), created if need be; `None` past
-    /// [`MAX_TENANT_CACHES`].
-    fn tenant_cache(self: &Arc<Self>, tenant: &str) -> Result<Option<Arc<TenantCache>>> {
-        let key = tenant.to_ascii_lowercase();
-        let mut caches = self.tenant_caches.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = caches.get(&key) {
-            return Ok(Some(found.clone()));
-        }
-        if caches.len() >= MAX_TENANT_CACHES {
-            tracing::warn!(
-                limit = MAX_TENANT_CACHES,
-                "tenant token caches full; tokens in this tenant are not cached"
-            );
-            return Ok(None);
-        }
-        let token_url = endpoint::token_url(&self.authority, &key, self.allow_http_loopback)?;
-        let created = Arc::new(TenantCache {
-            cache: TokenCache::new(),
-            fetch: Arc::new(TenantFetch {
-                inner: Arc::downgrade(self),
-                token_url,
-            }),
-        });
-        caches.insert(key, created.clone());
-        Ok(Some(created))
     }
 
     /// One token fetch: requests until one succeeds or the retry policy gives up.

@@ -7,3 +7,4 @@ pub(crate) mod assertion;
 pub(crate) mod cache;
 pub(crate) mod credential;
 pub(crate) mod endpoint;
+pub(crate) mod refresh;

@@ -1,0 +1,169 @@
+//! When cached tokens are handed out, refreshed, retried and dropped: the token cache's
+//! rules as pure functions of the time (Unix milliseconds or `OffsetDateTime`).
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::clock::to_time;
+
+/// The refresh window opens at least this long before expiry.
+pub const REFRESH_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+/// Tokens this close to expiry are not handed out: a caller would get a token that may
+/// expire before its request arrives.
+pub const EXPIRY_MARGIN: Duration = Duration::from_secs(10);
+const EXPIRY_MARGIN_MS: i64 = EXPIRY_MARGIN.as_millis() as i64;
+
+/// Tokens living longer than this are refreshed at half-life.
+const LONG_LIVED: time::Duration = time::Duration::hours(2);
+
+/// The first wait after a failed background refresh; it doubles per failure.
+pub const MIN_REFRESH_BACKOFF: Duration = Duration::from_secs(30);
+const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(600);
+
+/// An entry is left out of the table once it has had nothing to hand out for this long
+/// (milliseconds).
+const IDLE_GRACE: i64 = 60_000;
+
+/// How usable a cached token is at a given time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Hand it out.
+    Fresh,
+    /// Hand it out, and refresh it in the background.
+    RefreshAhead,
+    /// Do not hand it out; fetch a new one.
+    Expired,
+}
+
+/// Pure: how usable a token with these times (Unix milliseconds) is at `now`.
+pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness {
+    if now >= expires_on.saturating_sub(EXPIRY_MARGIN_MS) {
+        Freshness::Expired
+    } else if now >= refresh_at {
+        Freshness::RefreshAhead
+    } else {
+        Freshness::Fresh
+    }
+}
+
+/// Pure: when to start refreshing a token obtained at `issued`.
+///
+/// - With the server's `refresh_in` (`refresh_on`): then.
+/// - Else, for tokens living over 2 h: at half-life (what MSAL does and what Entra's own
+///   `refresh_in` advises), so an outage of hours is ridden out on the cached token.
+/// - Else: at expiry − 5 min.
+///
+/// Whatever the rule gives, the window opens at least 5 minutes before expiry (half the
+/// lifetime for tokens shorter than 10 minutes), because `azure_core`'s
+/// `BearerTokenAuthorizationPolicy` asks for a new token on every request in the last 5
+/// minutes. `jitter` in `[0, 1)` moves the time earlier by up to 10% of the time until
+/// it, at most 60 s, so replicas started together do not refresh together.
+pub(crate) fn refresh_at(
+    issued: OffsetDateTime,
+    expires_on: OffsetDateTime,
+    refresh_on: Option<OffsetDateTime>,
+    jitter: f64,
+) -> OffsetDateTime {
+    let lifetime = expires_on - issued;
+    let half: time::Duration = lifetime / 2i32;
+    let latest = expires_on - to_time(REFRESH_WINDOW).min(half);
+    let planned = match refresh_on {
+        Some(at) => at.min(latest),
+        None if lifetime > LONG_LIVED => issued + half,
+        None => latest,
+    };
+    let until: time::Duration = planned - issued;
+    let spread = (until / 10i32).clamp(time::Duration::ZERO, time::Duration::seconds(60));
+    (planned - spread * jitter.clamp(0.0, 1.0)).max(issued)
+}
+
+/// Pure: how long to wait before the next background refresh after `failures`
+/// consecutive failures (≥ 1): 30 s, doubling, at most 10 min, plus up to 10% jitter.
+pub(crate) fn refresh_backoff(failures: u32, jitter: f64) -> Duration {
+    let exponent = failures.saturating_sub(1).min(8);
+    let base = MIN_REFRESH_BACKOFF
+        .saturating_mul(1u32 << exponent)
+        .min(MAX_REFRESH_BACKOFF);
+    base + base.mul_f64(jitter.clamp(0.0, 1.0) / 10.0)
+}
+
+/// Pure: whether an entry may be dropped at `now` (Unix ms): no request in flight, its
+/// last request ended (or it was made) [`IDLE_GRACE`] ago or more, and its token, if it
+/// has one, stopped being usable that long ago too.
+pub(crate) fn evictable(now: i64, settled_at: i64, expires_on: Option<i64>, busy: bool) -> bool {
+    let unusable = expires_on.map_or(i64::MIN, |e| e.saturating_sub(EXPIRY_MARGIN_MS));
+    !busy && now >= settled_at.max(unusable).saturating_add(IDLE_GRACE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::unix_millis;
+    use time::macros::datetime;
+
+    const T0: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
+    const MIN: time::Duration = time::Duration::MINUTE;
+
+    #[test]
+    fn freshness_boundaries() {
+        let (refresh, expires) = (unix_millis(T0 + 55 * MIN), unix_millis(T0 + 60 * MIN));
+        let at = |now| freshness(now, refresh, expires);
+        assert_eq!(at(unix_millis(T0)), Freshness::Fresh);
+        assert_eq!(at(refresh - 1), Freshness::Fresh);
+        assert_eq!(at(refresh), Freshness::RefreshAhead);
+        assert_eq!(at(expires - EXPIRY_MARGIN_MS - 1), Freshness::RefreshAhead);
+        assert_eq!(at(expires - EXPIRY_MARGIN_MS), Freshness::Expired);
+        assert_eq!(at(expires + 3_600_000), Freshness::Expired);
+    }
+
+    #[test]
+    fn refresh_times() {
+        let hour = T0 + time::Duration::seconds(3599);
+        assert_eq!(refresh_at(T0, hour, None, 0.0), hour - 5 * MIN);
+        // Jitter moves it earlier, by at most 60 s.
+        let jittered = refresh_at(T0, hour, None, 0.999);
+        assert!(jittered < hour - 5 * MIN && jittered >= hour - 6 * MIN);
+        // Long tokens at half-life; short ones (under 10 min) too.
+        let day = T0 + time::Duration::hours(24);
+        assert_eq!(refresh_at(T0, day, None, 0.0), T0 + 12 * 60 * MIN);
+        assert_eq!(refresh_at(T0, T0 + 4 * MIN, None, 0.0), T0 + 2 * MIN);
+        // `refresh_in` is honoured, but the window opens 5 minutes before expiry.
+        let (expires, asked) = (T0 + 60 * MIN, T0 + 30 * MIN);
+        assert_eq!(refresh_at(T0, expires, Some(asked), 0.0), asked);
+        let late = Some(T0 + 58 * MIN);
+        assert_eq!(refresh_at(T0, expires, late, 0.0), expires - 5 * MIN);
+        for secs in [600i64, 3599, 7200, 7201, 86399] {
+            let expires = T0 + time::Duration::seconds(secs);
+            for jitter in [0.0, 0.5, 0.999] {
+                let at = refresh_at(T0, expires, None, jitter);
+                assert!(
+                    at <= expires - to_time(REFRESH_WINDOW) && at >= T0,
+                    "{secs}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn backoff_is_at_least_30s_and_grows() {
+        let secs = |n| refresh_backoff(n, 0.0).as_secs();
+        assert_eq!([secs(1), secs(2), secs(3), secs(30)], [30, 60, 120, 600]);
+        assert!(refresh_backoff(1, 0.99) <= Duration::from_secs(33));
+    }
+
+    #[test]
+    fn entries_are_dropped_after_a_grace_once_nothing_is_usable() {
+        let (t, grace) = (1_000_000, IDLE_GRACE);
+        // A new entry, or one whose request failed: kept for the grace, unless busy.
+        assert!(!evictable(t + grace - 1, t, None, false));
+        assert!(evictable(t + grace, t, None, false));
+        assert!(!evictable(t + grace, t, None, true));
+        // A token: kept until the grace after it stopped being usable.
+        let expires = t + 3_600_000;
+        let unusable = expires - EXPIRY_MARGIN_MS;
+        assert!(!evictable(unusable + grace - 1, t, Some(expires), false));
+        assert!(evictable(unusable + grace, t, Some(expires), false));
+    }
+}
