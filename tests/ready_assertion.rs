@@ -59,9 +59,10 @@ async fn no_assertion_is_ever_sent_twice() {
     );
 }
 
-/// A spare signed when the credential was built is used while it is at most half its
-/// lifetime old (its `iat` is the build time), and discarded once older (the request
-/// signs on the spot: `iat` is the request time).
+/// The spare dated when the credential was built (and signed in the background) is used
+/// while it is at most half its lifetime old (its `iat` is the build time), and discarded
+/// once older (the request signs on the spot: `iat` is the request time). The request
+/// comes at once after building: one still being signed is waited for, not signed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spare_older_than_half_its_lifetime_is_not_used() {
     let server = EntraServer::start().await;

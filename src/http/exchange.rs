@@ -11,6 +11,9 @@
 //!
 //! A caller that stops waiting aborts its exchange (the request's own timeout bounds it
 //! in any case).
+//!
+//! The same runtime's blocking threads sign the credentials' ready assertions, so that
+//! neither building a credential nor a request's caller pays for them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,7 +40,11 @@ impl From<Abandoned> for crate::error::Error {
 fn io_runtime() -> Option<&'static Handle> {
     static IO: OnceLock<Option<Handle>> = OnceLock::new();
     IO.get_or_init(|| {
-        let runtime = Builder::new_current_thread().enable_all().build().ok()?;
+        let runtime = Builder::new_current_thread()
+            .enable_all()
+            .thread_name("msi-dataplane-io")
+            .build()
+            .ok()?;
         let handle = runtime.handle().clone();
         let started = std::thread::Builder::new()
             .name("msi-dataplane-io".into())
@@ -64,6 +71,20 @@ where
             .await
             .map_err(|_| Abandoned("the HTTP exchange task ended without an answer")),
         None => Ok(exchange.await),
+    }
+}
+
+/// Run blocking work of the crate's own (signing a ready assertion) on the I/O runtime's
+/// blocking threads, whatever runtime the caller has, or none. Without the I/O runtime,
+/// on the caller's runtime if there is one; with neither, `work` is dropped unrun.
+pub(crate) fn spawn_blocking<F>(work: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    if let Some(io) = io_runtime() {
+        io.spawn_blocking(work);
+    } else if let Ok(caller) = Handle::try_current() {
+        caller.spawn_blocking(work);
     }
 }
 

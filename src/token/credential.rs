@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use reqwest::Url;
 use time::OffsetDateTime;
+use tokio::sync::Notify;
 
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
+use crate::http::exchange;
 use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
@@ -56,9 +58,11 @@ pub struct ClientCertificateCredentialOptions {
     /// `"*"` allows any. Default: none.
     pub additionally_allowed_tenants: Vec<String>,
     /// Keep one signed, single-use client assertion ready (signed after the credential
-    /// is built and after each use, off the request path), so that a cold token request
-    /// does not wait for the signature. Each is sent at most once and is discarded unused
-    /// once older than half its lifetime. Default `true`.
+    /// is built and after each use, on a background thread of the crate's, never on the
+    /// caller's), so that a cold token request does not sign. A request that finds one
+    /// being signed waits for it (at most one signature's time) rather than signing a
+    /// second; building a credential does not sign at all. Each is sent at most once and
+    /// is discarded unused once older than half its lifetime. Default `true`.
     pub ready_assertion: bool,
 }
 
@@ -231,14 +235,19 @@ struct Inner {
     ready_assertion: bool,
     /// The ready assertion, if one is signed and unused.
     spare: Mutex<Option<Spare>>,
-    /// A refill of `spare` is running.
+    /// A refill of `spare` is queued or running.
     refilling: AtomicBool,
+    /// Woken when a refill ends.
+    refilled: Notify,
 }
 
 /// A signed client assertion for the credential's own token URL, not yet sent.
 struct Spare {
     assertion: SecretString,
     signed_at: OffsetDateTime,
+    /// The thread that signed it: tests check it was not the caller's.
+    #[cfg(test)]
+    signed_on: Option<String>,
 }
 
 /// A running refill of the ready assertion; ends it however its task ends (also when the
@@ -249,6 +258,7 @@ impl Drop for Refill {
     fn drop(&mut self) {
         if let Some(inner) = self.0.upgrade() {
             inner.refilling.store(false, Ordering::Release);
+            inner.refilled.notify_waiters();
         }
     }
 }
@@ -408,12 +418,13 @@ impl ClientCertificateCredential {
                 ready_assertion: options.ready_assertion,
                 spare: Mutex::new(None),
                 refilling: AtomicBool::new(false),
+                refilled: Notify::new(),
             }),
         };
-        // Sign the first ready assertion here, on the thread that built the credential
-        // (a blocking thread when a reloading credential loads a new file): it also warms
-        // the key, whose first signature costs about twice a later one.
-        credential.inner.sign_spare();
+        // The first ready assertion is signed in the background, not here: building
+        // stays a parse and a key load. Signing it also warms the key, whose first
+        // signature costs about twice a later one.
+        credential.inner.refill_spare();
         Ok(credential)
     }
 
@@ -637,7 +648,11 @@ impl Inner {
         self.check_validity(now)?;
         self.warn_if_expiring(now);
         let own_url = self.ready_assertion && *token_url == self.token_url;
-        let assertion = match own_url.then(|| self.take_spare(now)).flatten() {
+        let ready = match own_url {
+            true => self.ready_spare(now).await,
+            false => None,
+        };
+        let assertion = match ready {
             Some(ready) => ready,
             None => self.assertion(now, token_url)?,
         };
@@ -694,29 +709,43 @@ impl Inner {
         }
     }
 
-    /// Sign a new ready assertion on a blocking thread (one refill at a time).
+    /// The ready assertion, if usable at `now`; if one is being signed, wait for it (one
+    /// signature at most) rather than sign a second.
+    async fn ready_spare(&self, now: OffsetDateTime) -> Option<SecretString> {
+        if let Some(ready) = self.take_spare(now) {
+            return Some(ready);
+        }
+        let refilled = self.refilled.notified();
+        let mut refilled = std::pin::pin!(refilled);
+        // Registered before the check: a refill that ends in between still wakes it.
+        refilled.as_mut().enable();
+        if !self.refilling.load(Ordering::Acquire) {
+            return None;
+        }
+        refilled.await;
+        self.take_spare(now)
+    }
+
+    /// Sign a new ready assertion in the background (one refill at a time), dated now:
+    /// on the crate's I/O runtime's blocking threads, so whatever runtime (or none) the
+    /// caller has.
     fn refill_spare(self: &Arc<Self>) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.refilling.swap(true, Ordering::AcqRel) {
+        if !self.ready_assertion || self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
+        let now = self.clock.now();
         let refill = Refill(Arc::downgrade(self));
-        handle.spawn_blocking(move || {
+        // If it cannot run, dropping `refill` ends the refill.
+        exchange::spawn_blocking(move || {
             if let Some(this) = refill.0.upgrade() {
-                this.sign_spare();
+                this.sign_spare(now);
             }
         });
     }
 
-    /// Sign a ready assertion now and keep it (replacing an older one). Blocking (one RSA
-    /// signature). Nothing is kept for a credential outside its validity.
-    fn sign_spare(&self) {
-        if !self.ready_assertion {
-            return;
-        }
-        let now = self.clock.now();
+    /// Sign a ready assertion dated `now` and keep it (replacing an older one). Blocking
+    /// (one RSA signature). Nothing is kept for a credential outside its validity.
+    fn sign_spare(&self, now: OffsetDateTime) {
         if self.check_validity(now).is_err() {
             return;
         }
@@ -725,6 +754,8 @@ impl Inner {
                 *self.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(Spare {
                     assertion,
                     signed_at: now,
+                    #[cfg(test)]
+                    signed_on: std::thread::current().name().map(str::to_owned),
                 });
             }
             Err(e) => tracing::debug!(error = %e, "cannot sign the ready assertion"),
@@ -882,5 +913,41 @@ mod tests {
             expiry_warning(datetime!(2026-02-20 00:00 UTC), None, end, week),
             None
         );
+    }
+}
+
+#[cfg(all(test, feature = "test-util"))]
+mod background_signing_tests {
+    use super::*;
+    use crate::file::bundle::BundleFormat;
+    use crate::testing::{TestCertificate, TestIdentity};
+
+    #[test]
+    fn building_signs_nothing_on_the_callers_thread() {
+        let identity = TestIdentity::new();
+        let certificate = TestCertificate::self_signed();
+        let file = identity.credentials(
+            &certificate,
+            "https://login.microsoftonline.com/",
+            BundleFormat::Pem,
+        );
+        // Built on a named thread with no runtime, as a plain `main` would.
+        let credential = std::thread::Builder::new()
+            .name("caller".into())
+            .spawn(move || ClientCertificateCredential::new(&file, Default::default()))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let inner = &credential.inner;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while inner.refilling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let spare = inner.spare.lock().unwrap();
+        let spare = spare
+            .as_ref()
+            .expect("a ready assertion, signed in the background");
+        assert_eq!(spare.signed_on.as_deref(), Some("msi-dataplane-io"));
     }
 }
