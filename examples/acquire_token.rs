@@ -25,7 +25,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use msi_dataplane::testing::EntraServer;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ClientCertificateCredentialOptions,
-    UserAssignedIdentityCredentials,
+    UserAssignedIdentityCredentials, rfc3339,
 };
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
@@ -188,14 +188,4 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("(signature not shown)");
     Ok(())
-}
-
-/// A time as people read it: RFC 3339 in UTC, to the second.
-fn rfc3339(t: time::OffsetDateTime) -> String {
-    let t = t
-        .to_offset(time::UtcOffset::UTC)
-        .replace_nanosecond(0)
-        .unwrap_or(t);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
 }

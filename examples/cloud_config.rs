@@ -67,7 +67,10 @@ async fn consume(
     let scope = cloud.resource_manager_scope();
     let token = credential.get_token(&[scope.as_str()]).await?;
     println!("token for:      {scope}");
-    println!("expires on:     {}", token.expires_on());
+    println!(
+        "expires on:     {}",
+        msi_dataplane::rfc3339(token.expires_on())
+    );
     Ok(())
 }
 

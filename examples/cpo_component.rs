@@ -72,7 +72,7 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
         let token = credential.get_token(&[scope.as_str()]).await?;
         println!(
             "[component] call {call}: token for {scope}, expires on {}",
-            token.expires_on()
+            msi_dataplane::rfc3339(token.expires_on())
         );
     }
     Ok(())

@@ -166,7 +166,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!();
     println!(
         "token for          {ARM_SCOPE}, expires on {}",
-        token.expires_on()
+        msi_dataplane::rfc3339(token.expires_on())
     );
     println!(
         "issued to          {} in tenant {} (certificate {})",

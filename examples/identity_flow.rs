@@ -30,7 +30,7 @@ use msi_dataplane::testing::{
 };
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, RenewalOutcome,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
 };
 
 /// HyperShift's managed identities file for a test cluster.
@@ -226,8 +226,10 @@ async fn flow() -> Result<(), BoxError> {
         return Err("renewal stored nothing".into());
     };
     println!(
-        "7. renewal: {due} due at renew_after; stored version {} (not_before {previous_not_before} -> {not_before})",
-        properties.version.as_deref().unwrap_or("?")
+        "7. renewal: {due} due at renew_after; stored version {} (not_before {} -> {})",
+        properties.version.as_deref().unwrap_or("?"),
+        rfc3339(previous_not_before),
+        rfc3339(not_before)
     );
     let versions = vault.version_count(&secret_name);
     check(versions == 2, || {

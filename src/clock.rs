@@ -71,9 +71,23 @@ impl Clock for SystemClock {
     }
 }
 
-/// A time as people read it, in messages and logs: RFC 3339 in UTC, to the second
-/// (`2026-11-23T05:25:12Z`), rather than `time`'s `Display`
-/// (`2026-11-23 5:25:12.938551692 +00:00:00`). Formats without allocating.
+/// A time as people read it: RFC 3339 in UTC, to the second (`2026-11-23T05:25:12Z`),
+/// rather than `time`'s `Display` (`2026-11-23 5:25:12.938551692 +00:00:00`). The
+/// crate's messages, logs and `msi-credential`'s output all print times this way; use it
+/// to print a token's expiry or a certificate's dates the same way. Formats without
+/// allocating.
+///
+/// ```
+/// use time::macros::datetime;
+///
+/// let t = datetime!(2026-11-23 06:25:12.9385 +01:00);
+/// assert_eq!(msi_dataplane::rfc3339(t).to_string(), "2026-11-23T05:25:12Z");
+/// ```
+pub fn rfc3339(t: OffsetDateTime) -> impl fmt::Display + fmt::Debug + Copy {
+    Rfc3339(t)
+}
+
+/// The value [`rfc3339`] returns; inside the crate, for `tracing` fields and messages.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rfc3339(pub OffsetDateTime);
 

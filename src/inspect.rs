@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 
-use crate::clock::{saturating_add, to_time};
+use crate::clock::{rfc3339, saturating_add, to_time};
 use crate::error::Result;
 use crate::file::bundle::BundleFormat;
 use crate::file::certificate::ClientCertificate;
@@ -494,9 +494,6 @@ fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
 }
 
 /// For people: the crate's one RFC 3339 form (UTC, to the second).
-fn rfc3339(t: OffsetDateTime) -> String {
-    crate::clock::Rfc3339(t).to_string()
-}
 
 fn serialize_format<S: Serializer>(format: &BundleFormat, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(match format {

@@ -40,7 +40,7 @@ pub mod limits;
 pub mod testing;
 
 pub use azure::cloud_config::CloudConfig;
-pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,

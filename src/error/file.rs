@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use time::OffsetDateTime;
 
-use super::{quoted, rfc3339};
+use super::quoted;
+use crate::clock::rfc3339;
 
 /// Failures of a file the crate reads (a credential file, a cloud config, a CA file,
 /// a managed identities file) and of the certificate bundle in a credential file, and the

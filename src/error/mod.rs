@@ -10,8 +10,6 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use time::OffsetDateTime;
-
 mod config;
 mod dataplane;
 mod file;
@@ -353,11 +351,6 @@ impl ErrorKind {
             _ => ErrorCategory::Service,
         }
     }
-}
-
-/// RFC 3339 for messages, to the second in UTC.
-pub(crate) fn rfc3339(t: OffsetDateTime) -> crate::clock::Rfc3339 {
-    crate::clock::Rfc3339(t)
 }
 
 /// Whether an HTTP status from a token endpoint is worth retrying.

@@ -38,6 +38,8 @@ use std::fmt;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::clock::rfc3339;
+
 use crate::keyvault::{
     CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
@@ -239,9 +241,4 @@ pub fn needing_renewal(listed: &[StoredProperties], now: OffsetDateTime) -> Rene
 /// store the offered credential only when its `not_before` is later than the stored one's.
 pub fn should_store(stored_not_before: OffsetDateTime, offered_not_before: OffsetDateTime) -> bool {
     offered_not_before > stored_not_before
-}
-
-/// For people: the crate's one RFC 3339 form (UTC, to the second).
-fn rfc3339(t: OffsetDateTime) -> crate::clock::Rfc3339 {
-    crate::clock::Rfc3339(t)
 }

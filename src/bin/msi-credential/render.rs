@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 
 use msi_dataplane::inspect::CredentialReport;
 use msi_dataplane::inspect::Severity;
-use msi_dataplane::{BundleFormat, Error, ErrorCategory};
+use msi_dataplane::{BundleFormat, Error, ErrorCategory, rfc3339};
 use serde::Serialize;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::output::Format;
 
@@ -159,8 +158,8 @@ pub fn inspect(file: &Path, report: &CredentialReport, format: Format) -> String
     section(
         "validity",
         &[
-            ("not_before", rfc3339(r.validity.not_before)),
-            ("not_after", rfc3339(r.validity.not_after)),
+            ("not_before", rfc3339(r.validity.not_before).to_string()),
+            ("not_after", rfc3339(r.validity.not_after).to_string()),
             ("days_left", r.validity.days_left.to_string()),
         ],
     );
@@ -178,8 +177,8 @@ pub fn inspect(file: &Path, report: &CredentialReport, format: Format) -> String
         &[
             ("subject", c.subject.clone()),
             ("issuer", c.issuer.clone()),
-            ("not_before", rfc3339(c.not_before)),
-            ("not_after", rfc3339(c.not_after)),
+            ("not_before", rfc3339(c.not_before).to_string()),
+            ("not_after", rfc3339(c.not_after).to_string()),
             ("sha1", c.thumbprint_sha1.clone()),
             ("sha256", c.thumbprint_sha256.clone()),
             ("chain_length", c.chain_length.to_string()),
@@ -249,7 +248,7 @@ pub fn token(out: &TokenOutput, format: Format) -> String {
         ),
     );
     if let Some(at) = out.refresh_on {
-        row("refresh_on", &rfc3339(at));
+        row("refresh_on", &rfc3339(at).to_string());
     }
     row("certificate", &format!("sha256 {}", out.thumbprint_sha256));
     if let Some(token) = &out.access_token {
@@ -393,16 +392,6 @@ fn is_file_error(err: &Error) -> bool {
     err.category() == ErrorCategory::CredentialFile
 }
 
-/// RFC 3339 (falls back to `time`'s own format for years RFC 3339 cannot hold).
-pub fn rfc3339(t: OffsetDateTime) -> String {
-    // For people: UTC, to the second (`2026-11-23T05:25:12Z`).
-    let t = t
-        .to_offset(time::UtcOffset::UTC)
-        .replace_nanosecond(0)
-        .unwrap_or(t);
-    t.format(&Rfc3339).unwrap_or_else(|_| t.to_string())
-}
-
 fn bundle_name(format: BundleFormat) -> &'static str {
     match format {
         BundleFormat::Pem => "PEM",
@@ -412,7 +401,7 @@ fn bundle_name(format: BundleFormat) -> &'static str {
 }
 
 fn opt_time(t: Option<OffsetDateTime>) -> String {
-    t.map_or_else(|| "-".to_owned(), rfc3339)
+    t.map_or_else(|| "-".to_owned(), |t| rfc3339(t).to_string())
 }
 
 fn or_dash(value: Option<&str>) -> String {

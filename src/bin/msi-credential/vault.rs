@@ -85,10 +85,10 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
             let state = renewal_state(p, now);
             let detail = match &state {
                 RenewalState::Current { renew_after } => {
-                    format!("renew after {}", render::rfc3339(*renew_after))
+                    format!("renew after {}", msi_dataplane::rfc3339(*renew_after))
                 }
                 RenewalState::Due { renew_after } => {
-                    format!("renewal due since {}", render::rfc3339(*renew_after))
+                    format!("renewal due since {}", msi_dataplane::rfc3339(*renew_after))
                 }
                 RenewalState::Unusable(why) => why.to_string(),
                 RenewalState::Untracked { reason } => reason.clone(),
