@@ -63,7 +63,7 @@ async fn consume(
     );
     println!("identity file:  {}", config.identity_path()?.display());
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = UserAssignedIdentityCredential::from_cloud_config(&config, options).await?;
+    let credential = config.identity_credential(options).await?;
     let scope = cloud.resource_manager_scope();
     let token = credential.get_token(&[scope.as_str()]).await?;
     println!("token for:      {scope}");

@@ -60,11 +60,12 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
         client = client.with_extra_root_certificates_pem(&std::fs::read(ca)?)?;
     }
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = UserAssignedIdentityCredential::from_hypershift_env(options).await?;
+    let credential = hypershift::credential_from_env(options).await?;
     let status = credential.status();
     println!(
         "[component] active certificate {} (valid until {})",
-        status.thumbprint_sha256, status.not_after
+        status.thumbprint_sha256,
+        msi_dataplane::rfc3339(status.not_after)
     );
 
     let scope = Cloud::AZURE_PUBLIC.resource_manager_scope();

@@ -194,9 +194,7 @@ async fn the_credential_built_from_the_config_gets_a_verified_token() {
 
     let config = CloudConfig::from_path(&azure_json).unwrap();
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(options());
-    let credential = UserAssignedIdentityCredential::from_cloud_config(&config, options)
-        .await
-        .unwrap();
+    let credential = config.identity_credential(options).await.unwrap();
     assert_eq!(credential.path(), identity.as_path());
     let token = credential.get_token(&[ARM]).await.unwrap();
     let issued = server.issued(token.token()).expect("issued by the server");
@@ -209,7 +207,8 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
         br#"{"useManagedIdentityExtension": true, "aadMSIDataPlaneIdentityPath": "/nonexistent"}"#,
     )
     .unwrap();
-    let err = UserAssignedIdentityCredential::from_cloud_config(&conflicting, Default::default())
+    let err = conflicting
+        .identity_credential(Default::default())
         .await
         .unwrap_err();
     assert!(matches!(
@@ -225,7 +224,8 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
             .as_bytes(),
     )
     .unwrap();
-    let err = UserAssignedIdentityCredential::from_cloud_config(&config, Default::default())
+    let err = config
+        .identity_credential(Default::default())
         .await
         .unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));

@@ -3,7 +3,7 @@
 //!
 //! The resolution rules are tested through the pure functions and their `*_from`
 //! variants, with a map standing in for the environment. The one behaviour that needs the
-//! real process environment, `UserAssignedIdentityCredential::from_hypershift_env`, runs in a child
+//! real process environment, `hypershift::credential_from_env`, runs in a child
 //! process: this test binary re-runs itself on one `#[ignore]`d test with the variable set
 //! (or removed) by `Command::env`, and a marker variable that tells the child test it is
 //! the child (run on its own, e.g. by `--include-ignored`, it returns at once). Setting
@@ -291,7 +291,7 @@ fn component_names_are_hypershifts() {
 }
 
 // ---------------------------------------------------------------------------------------
-// UserAssignedIdentityCredential::from_hypershift_env, in a child process
+// hypershift::credential_from_env, in a child process
 // ---------------------------------------------------------------------------------------
 
 /// Set for the child process only.
@@ -357,11 +357,11 @@ async fn child_from_env_loads_fixture() {
     }
     let expected = credential_path("pem-pkcs8");
     assert_eq!(hypershift::credentials_path().unwrap(), expected);
-    let credential = UserAssignedIdentityCredential::from_hypershift_env(
+    let credential = hypershift::credential_from_env(
         UserAssignedIdentityCredentialOptions::default().with_watch(false),
     )
     .await
-    .expect("from_hypershift_env");
+    .expect("credential_from_env");
     assert_eq!(credential.path(), expected);
     let status = credential.status();
     assert_eq!(
@@ -381,7 +381,7 @@ async fn child_from_env_unset() {
     if !in_child() {
         return;
     }
-    let err = UserAssignedIdentityCredential::from_hypershift_env(Default::default())
+    let err = hypershift::credential_from_env(Default::default())
         .await
         .expect_err("no variable, no credential");
     assert!(
@@ -405,7 +405,7 @@ async fn child_from_env_relative() {
     // The path exists relative to the package root (the test's working directory), and
     // is still refused: a relative path would depend on where the process started.
     assert!(Path::new("fixtures/credentials/pem-pkcs8.json").exists());
-    let err = UserAssignedIdentityCredential::from_hypershift_env(Default::default())
+    let err = hypershift::credential_from_env(Default::default())
         .await
         .expect_err("relative path refused");
     assert!(invalid_reason(&err).contains("relative path"), "{err}");

@@ -4,13 +4,13 @@
 //! (often `/etc/kubernetes/azure.json`). For ARO HCP, its `aadMSIDataPlaneIdentityPath`
 //! names the managed-identity credential file mounted by the Secrets Store CSI driver.
 //! [`CloudConfig`] reads the file; [`CloudConfig::identity_path`] decides which identity
-//! it selects; [`UserAssignedIdentityCredential::from_cloud_config`] builds the reloading
+//! it selects; [`CloudConfig::identity_credential`] builds the reloading
 //! credential from it.
 //!
 //! When `useManagedIdentityExtension` is `true`, cloud-provider-azure authenticates with
 //! the VM's managed identity through the instance metadata service and never reads
 //! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so
-//! [`CloudConfig::identity_path`] (and [`UserAssignedIdentityCredential::from_cloud_config`])
+//! [`CloudConfig::identity_path`] (and [`CloudConfig::identity_credential`])
 //! refuse it with [`ConfigError::ConflictingIdentitySources`] instead of silently choosing.
 //! HyperShift's generated config for ARO HCP does set both; a component that knows it runs
 //! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
@@ -212,6 +212,34 @@ impl CloudConfig {
             other => other,
         }
     }
+
+    /// The reloading credential ([`UserAssignedIdentityCredential`]) for the file this
+    /// config selects ([`identity_path`](Self::identity_path)), built with
+    /// [`UserAssignedIdentityCredential::new`].
+    ///
+    /// ```no_run
+    /// use msi_dataplane::CloudConfig;
+    ///
+    /// # async fn run() -> Result<(), msi_dataplane::Error> {
+    /// let config = CloudConfig::from_path("/etc/kubernetes/azure.json")?;
+    /// let credential =
+    ///     config.identity_credential(Default::default()).await?;
+    /// let scope = config.cloud()?.resource_manager_scope();
+    /// let token = credential.get_token(&[scope.as_str()]).await?;
+    /// # let _ = token; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`identity_path`](Self::identity_path), then those of
+    /// [`UserAssignedIdentityCredential::new`] (naming the credential file).
+    pub async fn identity_credential(
+        &self,
+        options: UserAssignedIdentityCredentialOptions,
+    ) -> Result<UserAssignedIdentityCredential> {
+        let path = self.identity_path()?;
+        UserAssignedIdentityCredential::new(path, options).await
+    }
 }
 
 impl fmt::Debug for CloudConfig {
@@ -233,34 +261,5 @@ impl fmt::Debug for CloudConfig {
             )
             .field("other_keys", &self.other.keys().collect::<Vec<_>>())
             .finish()
-    }
-}
-
-impl UserAssignedIdentityCredential {
-    /// Build the reloading credential from the file a cloud config selects
-    /// ([`CloudConfig::identity_path`]), with [`UserAssignedIdentityCredential::new`].
-    ///
-    /// ```no_run
-    /// use msi_dataplane::{CloudConfig, UserAssignedIdentityCredential};
-    ///
-    /// # async fn run() -> Result<(), msi_dataplane::Error> {
-    /// let config = CloudConfig::from_path("/etc/kubernetes/azure.json")?;
-    /// let credential =
-    ///     UserAssignedIdentityCredential::from_cloud_config(&config, Default::default()).await?;
-    /// let scope = config.cloud()?.resource_manager_scope();
-    /// let token = credential.get_token(&[scope.as_str()]).await?;
-    /// # let _ = token; Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// The errors of [`CloudConfig::identity_path`], then those of
-    /// [`UserAssignedIdentityCredential::new`] (naming the credential file).
-    pub async fn from_cloud_config(
-        config: &CloudConfig,
-        options: UserAssignedIdentityCredentialOptions,
-    ) -> Result<UserAssignedIdentityCredential> {
-        let path = config.identity_path()?;
-        UserAssignedIdentityCredential::new(path, options).await
     }
 }

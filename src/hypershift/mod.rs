@@ -11,7 +11,7 @@
 //!
 //! | environment variable | meaning | read by |
 //! |---|---|---|
-//! | [`CREDENTIALS_FILE_PATH_ENV`] | the credential file: an absolute path, or a bare secret name under [`CERTS_MOUNT_PATH`] | [`credentials_path`], [`UserAssignedIdentityCredential::from_hypershift_env`] |
+//! | [`CREDENTIALS_FILE_PATH_ENV`] | the credential file: an absolute path, or a bare secret name under [`CERTS_MOUNT_PATH`] | [`credentials_path`], [`credential_from_env`] |
 //! | [`MANAGED_SERVICE_ENV`] | [`ARO_HCP`] on managed Azure | [`is_aro_hcp`] |
 //! | [`KEY_VAULT_USER_CLIENT_ID_ENV`] | client ID of the identity the CSI driver uses to read Key Vault | [`key_vault_user_client_id`] |
 //! | [`SECRET_PROVIDER_CLASS_ENV`] | a SecretProviderClass name | (name only) |
@@ -22,13 +22,13 @@
 //!
 //! ```no_run
 //! use msi_dataplane::hypershift;
-//! use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+//! use msi_dataplane::UserAssignedIdentityCredentialOptions;
 //!
 //! # async fn run() -> Result<(), msi_dataplane::Error> {
 //! if hypershift::is_aro_hcp() {
 //!     // MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<secret> (or just <secret>)
 //!     let credential =
-//!         UserAssignedIdentityCredential::from_hypershift_env(UserAssignedIdentityCredentialOptions::default())
+//!         hypershift::credential_from_env(UserAssignedIdentityCredentialOptions::default())
 //!             .await?;
 //!     let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
 //!     # let _ = token;
@@ -331,40 +331,38 @@ pub fn key_vault_user_client_id() -> Result<String> {
     key_vault_user_client_id_from(|name| std::env::var_os(name))
 }
 
-impl UserAssignedIdentityCredential {
-    /// The reloading credential for the file named by HyperShift's
-    /// [`CREDENTIALS_FILE_PATH_ENV`] (`MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH`, not the
-    /// usual `AZURE_*` variables; an
-    /// absolute path or a bare secret name under `/mnt/certs`; see
-    /// [`resolve_credentials_path`]): what a HyperShift-managed component does at start.
-    ///
-    /// Fails with [`ConfigError::MissingEnvironmentVariable`] when the variable is unset,
-    /// [`ConfigError::InvalidEnvironmentVariable`] when its value is unusable, and as
-    /// [`new`](Self::new) when the file cannot be loaded. Needs a Tokio runtime.
-    ///
-    /// ```no_run
-    /// use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
-    ///
-    /// # async fn run() -> Result<(), msi_dataplane::Error> {
-    /// let credential =
-    ///     UserAssignedIdentityCredential::from_hypershift_env(
-    ///         UserAssignedIdentityCredentialOptions::default(),
-    ///     )
-    ///     .await?;
-    /// println!("serving {}", credential.path().display());
-    /// # Ok(()) }
-    /// ```
-    pub async fn from_hypershift_env(
-        options: UserAssignedIdentityCredentialOptions,
-    ) -> Result<Self> {
-        let path = credentials_path()?;
-        tracing::debug!(
-            variable = CREDENTIALS_FILE_PATH_ENV,
-            path = %path.display(),
-            "credential file named by the environment"
-        );
-        Self::new(path, options).await
-    }
+/// The reloading credential ([`UserAssignedIdentityCredential`]) for the file named by
+/// HyperShift's [`CREDENTIALS_FILE_PATH_ENV`] (`MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH`,
+/// not the usual `AZURE_*` variables; an absolute path or a bare secret name under
+/// `/mnt/certs`; see [`resolve_credentials_path`]): what a HyperShift-managed component
+/// does at start.
+///
+/// Fails with [`ConfigError::MissingEnvironmentVariable`] when the variable is unset,
+/// [`ConfigError::InvalidEnvironmentVariable`] when its value is unusable, and as
+/// [`UserAssignedIdentityCredential::new`] when the file cannot be loaded. Needs a Tokio
+/// runtime.
+///
+/// ```no_run
+/// use msi_dataplane::UserAssignedIdentityCredentialOptions;
+/// use msi_dataplane::hypershift;
+///
+/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// let credential =
+///     hypershift::credential_from_env(UserAssignedIdentityCredentialOptions::default())
+///         .await?;
+/// println!("serving {}", credential.path().display());
+/// # Ok(()) }
+/// ```
+pub async fn credential_from_env(
+    options: UserAssignedIdentityCredentialOptions,
+) -> Result<UserAssignedIdentityCredential> {
+    let path = credentials_path()?;
+    tracing::debug!(
+        variable = CREDENTIALS_FILE_PATH_ENV,
+        path = %path.display(),
+        "credential file named by the environment"
+    );
+    UserAssignedIdentityCredential::new(path, options).await
 }
 
 /// The value of `name`, which must be set and UTF-8.
