@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, CloudConfig, UserAssignedIdentityCredential,
+    BundleFormat, ClientCertificateCredentialOptions, CloudConfig,
     UserAssignedIdentityCredentialOptions,
 };
 

@@ -22,8 +22,7 @@ use std::process::{Command, ExitCode};
 use msi_dataplane::hypershift::{self, CREDENTIALS_FILE_PATH_ENV, MANAGED_SERVICE_ENV};
 use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, Cloud, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Cloud, UserAssignedIdentityCredentialOptions,
 };
 
 /// This example's own variable: a PEM file of extra root CAs to trust (the test CA).

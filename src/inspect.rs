@@ -493,7 +493,6 @@ fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
     }
 }
 
-
 fn serialize_format<S: Serializer>(format: &BundleFormat, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(match format {
         BundleFormat::Pem => "pem",

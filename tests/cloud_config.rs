@@ -6,8 +6,7 @@ mod support;
 use std::path::Path;
 
 use msi_dataplane::{
-    Cloud, CloudConfig, ConfigError, ErrorKind, FileError, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    Cloud, CloudConfig, ConfigError, ErrorKind, FileError, UserAssignedIdentityCredentialOptions,
 };
 use support::atomic_writer::TempDir;
 use support::entra::EntraServer;

@@ -25,10 +25,7 @@ use msi_dataplane::hypershift::{
     credentials_path_from, is_aro_hcp_from, is_aro_hcp_value, key_vault_user_client_id_from,
     resolve_credentials_path,
 };
-use msi_dataplane::{
-    ConfigError, Error, ErrorKind, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::{ConfigError, Error, ErrorKind, UserAssignedIdentityCredentialOptions};
 use support::fixtures::credential_path;
 use support::harness::leaf_sha256_hex;
 
