@@ -69,7 +69,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use msi_dataplane::{AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions};
+use msi_dataplane::{
+    AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+};
 use tokio::runtime::Handle;
 
 use support::by_hand::post_token_request;
@@ -292,7 +294,7 @@ fn bench_cold(c: &mut Criterion) {
     let cred = support::harness::credential_with(
         &server,
         "pem-pkcs8",
-        options().with_http_client(client.clone()),
+        options().with_http_options(HttpOptions::default().with_http_client(client.clone())),
     );
 
     // The raw baseline: the crate's exact request, with a pre-signed assertion.
@@ -378,7 +380,7 @@ fn bench_cold(c: &mut Criterion) {
         &server,
         "pem-pkcs8",
         options()
-            .with_http_client(client.clone())
+            .with_http_options(HttpOptions::default().with_http_client(client.clone()))
             .with_ready_assertion(false),
     );
     g.bench_function("get_token_miss_no_spare", |b| {
@@ -398,9 +400,11 @@ fn bench_cold(c: &mut Criterion) {
     let crate_client = support::harness::credential_with(
         &server,
         "pem-pkcs8",
-        ClientCertificateCredentialOptions::default()
-            .with_extra_root_certificates_pem(&EntraServer::ca_pem())
-            .expect("test CA"),
+        ClientCertificateCredentialOptions::default().with_http_options(
+            HttpOptions::default()
+                .with_extra_root_certificates_pem(&EntraServer::ca_pem())
+                .expect("test CA"),
+        ),
     );
     let (connections, tokens) = (server.connections(), server.tokens_issued());
     g.bench_function("get_token_miss_crate_client", |b| {

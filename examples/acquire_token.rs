@@ -25,7 +25,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use msi_dataplane::testing::EntraServer;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ClientCertificateCredentialOptions,
-    UserAssignedIdentityCredentials, rfc3339,
+    HttpOptions, UserAssignedIdentityCredentials, rfc3339,
 };
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
@@ -112,7 +112,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 server.base_url()
             );
             (
-                ClientCertificateCredential::new(&creds, options.with_http_client(http))?,
+                ClientCertificateCredential::new(
+                    &creds,
+                    options.with_http_options(HttpOptions::default().with_http_client(http)),
+                )?,
                 Some(server),
             )
         }

@@ -25,7 +25,7 @@ use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::{ClientOptions, Context, Method, Pipeline, Request, Transport, Url};
 use msi_dataplane::testing::{EntraServer, ResourceServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, UserAssignedIdentityCredential,
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
 
@@ -76,7 +76,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // The reloading credential, shared by every client of the component. Its HTTP client
     // (and the pipeline's transport below) trusts the kit's test CA.
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(
-        ClientCertificateCredentialOptions::default().with_http_client(entra.client()),
+        ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(entra.client())),
     );
     let credential: Arc<dyn TokenCredential> =
         Arc::new(UserAssignedIdentityCredential::new(&path, options).await?);

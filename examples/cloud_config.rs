@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, CloudConfig,
+    BundleFormat, ClientCertificateCredentialOptions, CloudConfig, HttpOptions,
     UserAssignedIdentityCredentialOptions,
 };
 
@@ -99,7 +99,8 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         .to_string()
     };
     // The HTTP client trusts the kit's test CA (a real component keeps the default).
-    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
     let good = dir.join("azure.json");
     std::fs::write(&good, config(false))?;
     consume(&good, options.clone()).await?;

@@ -22,7 +22,8 @@ use std::process::{Command, ExitCode};
 use msi_dataplane::hypershift::{self, CREDENTIALS_FILE_PATH_ENV, MANAGED_SERVICE_ENV};
 use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, Cloud, UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Cloud, HttpOptions,
+    UserAssignedIdentityCredentialOptions,
 };
 
 /// This example's own variable: a PEM file of extra root CAs to trust (the test CA).
@@ -54,10 +55,11 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
         "[component] credential file: {}",
         hypershift::credentials_path()?.display()
     );
-    let mut client = ClientCertificateCredentialOptions::default();
+    let mut http = HttpOptions::default();
     if let Some(ca) = std::env::var_os(CA_FILE_ENV) {
-        client = client.with_extra_root_certificates_pem(&std::fs::read(ca)?)?;
+        http = http.with_extra_root_certificates_pem(&std::fs::read(ca)?)?;
     }
+    let client = ClientCertificateCredentialOptions::default().with_http_options(http);
     let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
     let credential = hypershift::credential_from_env(options).await?;
     let status = credential.status();

@@ -29,8 +29,8 @@ use msi_dataplane::testing::{
     CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, RenewalOutcome,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    RenewalOutcome, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
 };
 
 /// HyperShift's managed identities file for a test cluster.
@@ -96,7 +96,7 @@ async fn flow() -> Result<(), BoxError> {
         .sha256_hex();
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     // Every client trusts the kit's test CA.
-    let http = entra.client();
+    let http = HttpOptions::default().with_http_client(entra.client());
 
     // The managing service's own application credential, for the data plane and the vault.
     let app = TestIdentity {
@@ -107,19 +107,19 @@ async fn flow() -> Result<(), BoxError> {
     entra.register(&app, &app_certificate);
     let app_credential = ClientCertificateCredential::new(
         &app.credentials(&app_certificate, &entra.base_url(), BundleFormat::Pem),
-        ClientCertificateCredentialOptions::default().with_http_client(http.clone()),
+        ClientCertificateCredentialOptions::default().with_http_options(http.clone()),
     )?;
     let factory = ClientFactory::new(
         app_credential.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_client(http.clone()),
+        ClientOptions::default().with_http_options(http.clone()),
     )?;
     let dataplane = factory.client(&dp.identity_url())?;
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(app_credential),
         StoreOptions::default()
-            .with_http_client(http.clone())
+            .with_http_options(http.clone())
             .verify_challenge_resource(false),
     )?;
 
@@ -159,7 +159,7 @@ async fn flow() -> Result<(), BoxError> {
     let credential = UserAssignedIdentityCredential::new(
         mount.visible_path(),
         UserAssignedIdentityCredentialOptions::default().with_client_options(
-            ClientCertificateCredentialOptions::default().with_http_client(http.clone()),
+            ClientCertificateCredentialOptions::default().with_http_options(http.clone()),
         ),
     )
     .await?;

@@ -26,8 +26,8 @@ use msi_dataplane::testing::{
     CsiMount, EntraServer, ResourceServer, TestCa, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, ReloadStatus, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, ReloadStatus,
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
@@ -65,7 +65,8 @@ async fn start(
     let creds = identity.credentials(certificate, &entra.base_url(), BundleFormat::Pem);
     let mount = CsiMount::with_credentials(&creds);
     // The kit's servers use a test CA: the component's HTTP clients must trust it.
-    let client = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let client = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
     let options = UserAssignedIdentityCredentialOptions::default()
         .with_client_options(client)
         .with_debounce(Duration::from_millis(50));

@@ -18,7 +18,7 @@ use msi_dataplane::{
 use serde_json::json;
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
-use support::harness::{ARM, https_client, options, register};
+use support::harness::{ARM, https_options, options, register};
 
 const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
 const IDENTITY_PATH: &str = DataPlaneServer::IDENTITY_PATH;
@@ -54,7 +54,7 @@ fn service_credential(entra: &EntraServer, allowed: &[&str]) -> ClientCertificat
 
 fn client_options() -> ClientOptions {
     ClientOptions::default()
-        .with_http_client(https_client())
+        .with_http_options(https_options())
         .with_retry_policy(
             RetryPolicy::default()
                 .with_initial_delay(Duration::from_millis(10))

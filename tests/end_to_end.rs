@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ConfigError, ErrorKind, FileError,
-    ManualClock, RetryPolicy, TokenError,
+    HttpOptions, ManualClock, RetryPolicy, TokenError,
 };
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
-use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
+use support::harness::{
+    ARM, credential, credential_with, https_options, leaf_sha256_hex, options, register,
+};
 
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
     options().with_retry_policy(RetryPolicy::none())
@@ -371,8 +373,11 @@ async fn http_authority_needs_the_loopback_opt_in() {
         ),
         "{err}"
     );
-    let cred =
-        ClientCertificateCredential::new(&creds, options().allow_http_loopback(true)).unwrap();
+    let cred = ClientCertificateCredential::new(
+        &creds,
+        options().with_http_options(https_options().allow_http_loopback(true)),
+    )
+    .unwrap();
     let token = cred.get_token(&[ARM]).await.unwrap();
     assert!(server.issued(token.token()).is_some());
 }
@@ -389,7 +394,8 @@ async fn tls_is_verified() {
         .unwrap();
     let cred = ClientCertificateCredential::new(
         &creds,
-        msi_dataplane::ClientCertificateCredentialOptions::default().with_http_client(untrusting),
+        msi_dataplane::ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(untrusting)),
     )
     .unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
@@ -443,7 +449,8 @@ async fn transport_failures_are_typed() {
     let cred = credential_with(
         &server,
         "pem-pkcs8",
-        no_retry().with_request_timeout(Duration::from_millis(300)),
+        no_retry()
+            .with_http_options(https_options().with_request_timeout(Duration::from_millis(300))),
     );
     server.enqueue(Scripted::status(200).delayed(Duration::from_secs(3)));
     let started = std::time::Instant::now();

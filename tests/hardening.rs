@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, ErrorKind, FileError, ManualClock,
-    RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ConfigError, ErrorKind, FileError, HttpOptions,
+    ManualClock, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
@@ -107,9 +107,11 @@ async fn redirects_are_not_followed() {
     let server = EntraServer::start().await;
     register(&server, "pem-pkcs8");
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
-    let options = msi_dataplane::ClientCertificateCredentialOptions::default()
+    let http = HttpOptions::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
-        .unwrap()
+        .unwrap();
+    let options = msi_dataplane::ClientCertificateCredentialOptions::default()
+        .with_http_options(http)
         .with_retry_policy(RetryPolicy::none());
     let cred = ClientCertificateCredential::new(&creds, options).unwrap();
     // It works at all...

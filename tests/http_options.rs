@@ -66,27 +66,27 @@ fn credential(server: &EntraServer) -> ClientCertificateCredential {
 }
 
 #[test]
-fn the_builders_keep_their_setters_and_share_one_value() {
+fn the_settings_are_made_once_and_one_value_serves_every_builder() {
     let pem = EntraServer::ca_pem();
     let timeout = Duration::from_secs(7);
-    let credential = ClientCertificateCredentialOptions::default()
+    let http = HttpOptions::default()
         .with_extra_root_certificates_pem(&pem)
         .unwrap()
         .allow_http_loopback(true)
         .with_request_timeout(timeout);
-    assert_eq!(credential.http.extra_root_certificates.len(), 1);
-    assert!(credential.http.allow_http_loopback);
-    assert_eq!(credential.http.request_timeout, timeout);
+    let credential = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
+    let data_plane = ClientOptions::default().with_http_options(http);
+    for got in [&credential.http, &data_plane.http] {
+        assert_eq!(got.extra_root_certificates.len(), 1);
+        assert!(got.allow_http_loopback);
+        assert_eq!(got.request_timeout, timeout);
+    }
     // Cargo's scratch directory for integration tests (under target/).
-    let data_plane = ClientOptions::default()
+    let from_file = HttpOptions::default()
         .with_extra_root_certificates_file(EntraServer::write_ca_pem(env!("CARGO_TARGET_TMPDIR")))
-        .unwrap()
-        .allow_http_loopback(true)
-        .with_request_timeout(timeout);
-    assert_eq!(data_plane.http.extra_root_certificates.len(), 1);
-    assert!(data_plane.http.allow_http_loopback);
-    assert_eq!(data_plane.http.request_timeout, timeout);
-    // One value serves all: `with_http_options` replaces the settings made before.
+        .unwrap();
+    assert_eq!(from_file.extra_root_certificates.len(), 1);
+    // `with_http_options` replaces the settings made before.
     let shared = HttpOptions::default().with_request_timeout(Duration::from_secs(3));
     let data_plane = data_plane.with_http_options(shared.clone());
     assert_eq!(data_plane.http.request_timeout, Duration::from_secs(3));
@@ -95,10 +95,10 @@ fn the_builders_keep_their_setters_and_share_one_value() {
     let debug = format!("{credential:?}");
     assert!(debug.contains("extra_root_certificates: 1"), "{debug}");
     assert!(debug.contains("request_timeout: 7s"), "{debug}");
-    // A file without a certificate is refused, naming the file, by every builder.
+    // A file without a certificate is refused, naming the file.
     let empty = std::env::temp_dir().join(format!("http-options-empty-{}.pem", std::process::id()));
     std::fs::write(&empty, b"no certificate here\n").unwrap();
-    let err = ClientOptions::default()
+    let err = HttpOptions::default()
         .with_extra_root_certificates_file(&empty)
         .unwrap_err();
     assert!(err.to_string().contains(&*empty.to_string_lossy()), "{err}");
@@ -135,7 +135,8 @@ async fn the_data_plane_client_refuses_a_client_with_extra_roots() {
     ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default().with_http_client(https_client()),
+        ClientOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(https_client())),
     )
     .unwrap();
     ClientFactory::new(
@@ -234,17 +235,6 @@ mod store {
             "https://my-vault.vault.azure.net/",
             credential.clone(),
             store_options(both()),
-        )
-        .unwrap_err();
-        assert_conflict(&err);
-        // The setters of StoreOptions reach the same check.
-        let err = CredentialStore::new(
-            "https://my-vault.vault.azure.net/",
-            credential.clone(),
-            StoreOptions::default()
-                .with_extra_root_certificates_pem(&EntraServer::ca_pem())
-                .unwrap()
-                .with_http_client(https_client()),
         )
         .unwrap_err();
         assert_conflict(&err);

@@ -18,7 +18,7 @@ use msi_dataplane::{
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
-use support::harness::{credential, https_client};
+use support::harness::{credential, https_client, https_options};
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
@@ -43,7 +43,7 @@ async fn setup() -> Setup {
         &vault.url(),
         Arc::new(app),
         StoreOptions::default()
-            .with_http_client(https_client())
+            .with_http_options(https_options())
             .verify_challenge_resource(false)
             .with_retry_policy(quick_retry()),
     )
@@ -385,7 +385,7 @@ async fn the_sdk_s_challenge_resource_check_refuses_a_vault_on_another_host() {
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(credential(&entra, "pem-pkcs8")),
-        StoreOptions::default().with_http_client(https_client()),
+        StoreOptions::default().with_http_options(https_options()),
     )
     .unwrap();
     let err = store.list().await.unwrap_err();
@@ -788,7 +788,7 @@ async fn a_listing_stops_at_its_page_limit() {
             &s.vault.url(),
             Arc::new(credential(&s._entra, "pem-pkcs8")),
             StoreOptions::default()
-                .with_http_client(https_client())
+                .with_http_options(https_options())
                 .verify_challenge_resource(false)
                 .with_max_list_pages(max_list_pages),
         )

@@ -17,7 +17,7 @@ mod support;
 use std::time::Duration;
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
     UserAssignedIdentityCredentials,
 };
 use support::counting::{Counting, count_this_thread, live_blocks, live_bytes};
@@ -64,8 +64,8 @@ fn measure(
             count_this_thread();
             let cred = {
                 let creds = UserAssignedIdentityCredentials::from_path(path).unwrap();
-                let options =
-                    ClientCertificateCredentialOptions::default().with_http_client(client.clone());
+                let options = ClientCertificateCredentialOptions::default()
+                    .with_http_options(HttpOptions::default().with_http_client(client.clone()));
                 ClientCertificateCredential::new(&creds, options).unwrap()
             };
             let built = live_bytes() - before;
@@ -131,8 +131,8 @@ fn a_credential_with_ten_cached_scopes_is_small_and_dropping_it_frees_everything
         for _ in 0..4 {
             s.spawn(|| {
                 let creds = UserAssignedIdentityCredentials::from_path(&path).unwrap();
-                let options =
-                    ClientCertificateCredentialOptions::default().with_http_client(client.clone());
+                let options = ClientCertificateCredentialOptions::default()
+                    .with_http_options(HttpOptions::default().with_http_client(client.clone()));
                 drop(ClientCertificateCredential::new(&creds, options).unwrap());
                 holding.wait();
             });
@@ -245,8 +245,8 @@ fn the_signing_key_on_the_c_heap() {
     let creds = load_with_endpoint(FIXTURE, "https://login.microsoftonline.com/");
     let client = https_client();
     let build = || {
-        let options =
-            ClientCertificateCredentialOptions::default().with_http_client(client.clone());
+        let options = ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(client.clone()));
         let cred = ClientCertificateCredential::new(&creds, options).unwrap();
         drop(cred.client_assertion().unwrap());
         cred

@@ -163,7 +163,7 @@ mod with_the_store {
     use super::support::entra::EntraServer;
     use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
-    use super::support::harness::{credential, https_client};
+    use super::support::harness::{credential, https_options};
     use msi_dataplane::KeyVaultError;
     use msi_dataplane::testing::{DataPlaneServer, KeyVaultServer};
 
@@ -191,14 +191,14 @@ mod with_the_store {
             &vault.url(),
             Arc::new(app.clone()),
             StoreOptions::default()
-                .with_http_client(https_client())
+                .with_http_options(https_options())
                 .verify_challenge_resource(false),
         )
         .unwrap();
         let factory = ClientFactory::new(
             app,
             DataPlaneServer::AUDIENCE,
-            ClientOptions::default().with_http_client(https_client()),
+            ClientOptions::default().with_http_options(https_options()),
         )
         .unwrap();
         let client = factory.client(&dp.identity_url()).unwrap();

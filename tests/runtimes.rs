@@ -40,9 +40,12 @@ fn short_runtime() -> tokio::runtime::Runtime {
 /// a connection left over from a dead runtime is reported, not silently retried.
 fn shared_client_options() -> ClientCertificateCredentialOptions {
     ClientCertificateCredentialOptions::default()
-        .allow_http_loopback(true)
+        .with_http_options(
+            HttpOptions::default()
+                .allow_http_loopback(true)
+                .with_request_timeout(Duration::from_secs(10)),
+        )
         .with_retry_policy(RetryPolicy::none())
-        .with_request_timeout(Duration::from_secs(10))
 }
 
 /// Runtimes one after the other, each getting tokens through the crate's client: from a

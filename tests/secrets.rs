@@ -10,7 +10,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ManualClock, RetryPolicy,
+    ClientCertificate, ClientCertificateCredential, HttpOptions, ManualClock, RetryPolicy,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
     UserAssignedIdentityCredentials,
 };
@@ -687,7 +687,10 @@ async fn the_testing_kit_prints_and_logs_no_secret() {
     let cred = UserAssignedIdentityCredential::new(
         mount.visible_path(),
         UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options().with_http_client(server.client()))
+            .with_client_options(
+                options()
+                    .with_http_options(HttpOptions::default().with_http_client(server.client())),
+            )
             .with_debounce(Duration::from_millis(50)),
     )
     .await
@@ -755,9 +758,10 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     captured();
     let entra = EntraServer::start().await;
     register(&entra, "pem-pkcs8");
+    let http = HttpOptions::default().with_http_client(entra.client());
     let app = ClientCertificateCredential::new(
         &load_with_endpoint("pem-pkcs8", &entra.base_url()),
-        options().with_http_client(entra.client()),
+        options().with_http_options(http.clone()),
     )
     .unwrap();
     let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
@@ -766,7 +770,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     let factory = ClientFactory::new(
         app.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_client(entra.client()),
+        ClientOptions::default().with_http_options(http.clone()),
     )
     .unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
@@ -779,7 +783,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
         &vault.url(),
         Arc::new(app),
         StoreOptions::default()
-            .with_http_client(entra.client())
+            .with_http_options(http)
             .verify_challenge_resource(false),
     )
     .unwrap();

@@ -10,7 +10,7 @@ use msi_dataplane::testing::{
     CsiMount, EntraServer, Outcome, ResourceServer, TestCa, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, ReloadOutcome,
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, ReloadOutcome,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };
 
@@ -31,7 +31,8 @@ async fn run_time_credential_token_rotation_then_token_signed_by_the_new_certifi
     ));
     let options = UserAssignedIdentityCredentialOptions::default()
         .with_client_options(
-            ClientCertificateCredentialOptions::default().with_http_client(server.client()),
+            ClientCertificateCredentialOptions::default()
+                .with_http_options(HttpOptions::default().with_http_client(server.client())),
         )
         .with_debounce(Duration::from_millis(50));
     let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
@@ -103,7 +104,8 @@ async fn the_server_rejects_an_unregistered_certificate_and_stops_on_drop() {
     let other = TestCertificate::self_signed();
     server.register(&identity, &registered);
     let creds = identity.credentials(&other, &server.base_url(), BundleFormat::Pem);
-    let options = ClientCertificateCredentialOptions::default().with_http_client(server.client());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(server.client()));
     let credential = msi_dataplane::ClientCertificateCredential::new(&creds, options).unwrap();
     let err = credential
         .get_token(&[ARM])
@@ -132,7 +134,8 @@ async fn the_resource_server_answers_only_tokens_entra_issued_for_its_scope() {
     let cert = TestCertificate::self_signed();
     entra.register(&identity, &cert);
     let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
     let credential = msi_dataplane::ClientCertificateCredential::new(&creds, options).unwrap();
     let arm_token = credential.get_token(&[ARM]).await.unwrap();
     let vault_token = credential

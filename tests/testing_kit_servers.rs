@@ -14,8 +14,8 @@ use msi_dataplane::testing::{
     DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, RenewalOutcome,
-    UserAssignedIdentityCredentials,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    RenewalOutcome, UserAssignedIdentityCredentials,
 };
 
 const RID: &str = "/subscriptions/0b1c2d3e-0000-4000-8000-000000000001/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/cpo";
@@ -26,12 +26,14 @@ fn app_credential(entra: &EntraServer, app: &TestIdentity) -> ClientCertificateC
     let cert = TestCertificate::self_signed();
     entra.register(app, &cert);
     let creds = app.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
     ClientCertificateCredential::new(&creds, options).expect("app credential")
 }
 
 async fn token_cert(entra: &EntraServer, creds: &UserAssignedIdentityCredentials) -> String {
-    let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
     let credential = ClientCertificateCredential::new(creds, options).expect("identity credential");
     let token = credential.get_token(&[ARM]).await.expect("token");
     entra
@@ -48,10 +50,11 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
     let dp = DataPlaneServer::start(&entra, &tenant, DataPlaneServer::AUDIENCE).await;
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     let service = app_credential(&entra, &app);
+    let http = HttpOptions::default().with_http_client(entra.client());
     let factory = ClientFactory::new(
         service.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_client(entra.client()),
+        ClientOptions::default().with_http_options(http.clone()),
     )
     .unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
@@ -59,7 +62,7 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
         &vault.url(),
         Arc::new(service),
         StoreOptions::default()
-            .with_http_client(entra.client())
+            .with_http_options(http)
             .verify_challenge_resource(false),
     )
     .unwrap();

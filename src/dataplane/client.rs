@@ -32,13 +32,17 @@ use crate::token::cache::{Fetch, TokenCache};
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
 
-/// Options for [`ClientFactory`].
+/// Options for [`ClientFactory`]. The HTTP settings (client, extra roots, loopback,
+/// request timeout) are one [`HttpOptions`], set with
+/// [`with_http_options`](Self::with_http_options).
 ///
 /// ```
 /// use std::time::Duration;
+/// use msi_dataplane::HttpOptions;
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
-/// let options = ClientOptions::default().with_request_timeout(Duration::from_secs(10));
+/// let options = ClientOptions::default()
+///     .with_http_options(HttpOptions::default().with_request_timeout(Duration::from_secs(10)));
 /// assert_eq!(options.http.request_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Clone)]
@@ -46,7 +50,8 @@ pub const API_VERSION: &str = "2024-01-01";
 pub struct ClientOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
     /// identity URLs on a loopback host (tests only), the request timeout (default 30 s).
-    /// Shared with the credential and the Key Vault store; see [`HttpOptions`].
+    /// Set with [`with_http_options`](Self::with_http_options); the same value can serve
+    /// the credential and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
     /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
     /// `Retry-After` from the service sets the wait.
@@ -67,43 +72,9 @@ impl Default for ClientOptions {
 
 impl ClientOptions {
     /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the credential and the Key Vault store.
+    /// with the credential and the Key Vault store; its setters make the value.
     pub fn with_http_options(mut self, http: HttpOptions) -> Self {
         self.http = http;
-        self
-    }
-
-    /// Use this HTTP client.
-    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http = self.http.with_http_client(client);
-        self
-    }
-
-    /// Trust these root CAs too (PEM), in a client the crate builds.
-    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_pem(pem)?;
-        Ok(self)
-    }
-
-    /// Trust the root CAs in the PEM file at `path` too (read as
-    /// [`HttpOptions::with_extra_root_certificates_file`] reads it).
-    pub fn with_extra_root_certificates_file(
-        mut self,
-        path: impl AsRef<std::path::Path>,
-    ) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_file(path)?;
-        Ok(self)
-    }
-
-    /// Accept `http://` loopback identity URLs (tests only).
-    pub fn allow_http_loopback(mut self, allow: bool) -> Self {
-        self.http = self.http.allow_http_loopback(allow);
-        self
-    }
-
-    /// Set the total time allowed for one HTTP request.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.http = self.http.with_request_timeout(timeout);
         self
     }
 
@@ -294,7 +265,7 @@ impl ClientFactory {
     /// # Errors
     ///
     /// [`ConfigError::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
-    /// loopback host with [`ClientOptions::allow_http_loopback`]), no host, or user
+    /// loopback host with [`HttpOptions::allow_http_loopback`] in [`ClientOptions::http`]), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
     pub fn client(&self, identity_url: &str) -> Result<Client> {

@@ -15,9 +15,9 @@ const CA_FILE: &str = "CA file";
 /// The HTTP settings shared by
 /// [`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions),
 /// [`dataplane::ClientOptions`](crate::dataplane::ClientOptions) and (feature `keyvault`)
-/// `store::StoreOptions`: each holds one as its `http` field, and their `with_http_client`,
-/// `with_extra_root_certificates_pem`, ... set it. One value can serve all three
-/// (`with_http_options`).
+/// `keyvault::store::StoreOptions`: each holds one as its `http` field, set with its
+/// `with_http_options`. The setters below are the only ones: make the value here, then
+/// hand it (or a clone of it, to serve all three) to `with_http_options`.
 ///
 /// ```
 /// use std::time::Duration;

@@ -78,7 +78,8 @@ pub const MAX_PAGE_SIZE: i32 = 25;
 /// The default of [`StoreOptions::max_list_pages`].
 pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 
-/// Options for [`CredentialStore::new`].
+/// Options for [`CredentialStore::new`]. The HTTP settings (client, extra roots, request
+/// timeout) are one [`HttpOptions`], set with [`with_http_options`](Self::with_http_options).
 ///
 /// ```
 /// use msi_dataplane::keyvault::store::StoreOptions;
@@ -90,9 +91,10 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 pub struct StoreOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one; setting
     /// both is refused with [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)), the request timeout
-    /// (default 30 s). Shared with the credential and the data plane client; see
-    /// [`HttpOptions`]. Its `allow_http_loopback` does not apply: the SDK authenticates
-    /// only over `https`, so the vault URL is always `https`.
+    /// (default 30 s). Set with [`with_http_options`](Self::with_http_options); the same
+    /// value can serve the credential and the data plane client. See [`HttpOptions`]. Its
+    /// `allow_http_loopback` does not apply: the SDK authenticates only over `https`, so
+    /// the vault URL is always `https`.
     pub http: HttpOptions,
     /// How requests are retried: the crate's one [`RetryPolicy`], applied through the
     /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Default
@@ -129,41 +131,9 @@ impl Default for StoreOptions {
 
 impl StoreOptions {
     /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the credential and the data plane client.
+    /// with the credential and the data plane client; its setters make the value.
     pub fn with_http_options(mut self, http: HttpOptions) -> Self {
         self.http = http;
-        self
-    }
-
-    /// Use this HTTP client.
-    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http = self.http.with_http_client(client);
-        self
-    }
-
-    /// Trust these root CAs too (PEM), in a client the crate builds.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the PEM holds no usable certificate.
-    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_pem(pem)?;
-        Ok(self)
-    }
-
-    /// Trust the root CAs in the PEM file at `path` too (read as
-    /// [`HttpOptions::with_extra_root_certificates_file`] reads it).
-    pub fn with_extra_root_certificates_file(
-        mut self,
-        path: impl AsRef<std::path::Path>,
-    ) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_file(path)?;
-        Ok(self)
-    }
-
-    /// Set the total time allowed for one HTTP request.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.http = self.http.with_request_timeout(timeout);
         self
     }
 

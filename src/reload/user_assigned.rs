@@ -763,6 +763,7 @@ fn watched_dir(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::file::bundle::BundleFormat;
+    use crate::http::options::HttpOptions;
     use crate::testing::write_credentials_file;
     use crate::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
@@ -780,8 +781,8 @@ mod tests {
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         write_credentials_file(&path, &file(&old));
-        let client =
-            ClientCertificateCredentialOptions::default().with_http_client(server.client());
+        let client = ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(server.client()));
         let options = UserAssignedIdentityCredentialOptions::default()
             .with_client_options(client)
             .with_watch(false);

@@ -54,13 +54,16 @@ const MAX_BODY: usize = 1 << 20;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use msi_dataplane::testing::{EntraServer, TestCertificate, TestIdentity};
-/// use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+/// use msi_dataplane::{
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+/// };
 ///
 /// let server = EntraServer::start().await;
 /// let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 /// server.register(&identity, &cert);
 /// let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
-/// let options = ClientCertificateCredentialOptions::default().with_http_client(server.client());
+/// let http = HttpOptions::default().with_http_client(server.client());
+/// let options = ClientCertificateCredentialOptions::default().with_http_options(http);
 /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 /// let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
 /// let issued = server.issued(token.token()).unwrap();
@@ -379,7 +382,7 @@ impl EntraServer {
     }
 
     /// An HTTP client that trusts the kit's test CA (and only it) and follows no
-    /// redirects: for `ClientCertificateCredentialOptions::with_http_client`.
+    /// redirects: for [`HttpOptions::with_http_client`](crate::HttpOptions::with_http_client).
     pub fn client(&self) -> reqwest::Client {
         super::tls::client()
     }

@@ -163,20 +163,23 @@ struct Deleted {
 /// use std::sync::Arc;
 /// use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 /// use msi_dataplane::testing::{EntraServer, KeyVaultServer, TestCertificate, TestIdentity};
-/// use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+/// use msi_dataplane::{
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+/// };
 ///
 /// let entra = EntraServer::start().await;
 /// let (app, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 /// entra.register(&app, &cert);
 /// let vault = KeyVaultServer::start(&entra, &app.tenant_id).await;
 /// let creds = app.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-/// let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+/// let http = HttpOptions::default().with_http_client(entra.client());
+/// let options = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
 /// let credential = Arc::new(ClientCertificateCredential::new(&creds, options)?);
 /// let store = CredentialStore::new(
 ///     &vault.url(),
 ///     credential,
 ///     StoreOptions::default()
-///         .with_http_client(entra.client())
+///         .with_http_options(http)
 ///         .verify_challenge_resource(false),
 /// )?;
 /// store.put_user_assigned_identity("my-identity", &creds).await?;

@@ -38,14 +38,17 @@
 //! ```no_run
 //! # async fn demo() {
 //! use msi_dataplane::testing::{EntraServer, TestCertificate, TestIdentity};
-//! use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+//! use msi_dataplane::{
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//! };
 //!
 //! let server = EntraServer::start().await;
 //! let identity = TestIdentity::new();
 //! let cert = TestCertificate::self_signed();
 //! server.register(&identity, &cert);
 //! let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
-//! let options = ClientCertificateCredentialOptions::default().with_http_client(server.client());
+//! let http = HttpOptions::default().with_http_client(server.client());
+//! let options = ClientCertificateCredentialOptions::default().with_http_options(http);
 //! let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 //! let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
 //! assert_eq!(server.issued(token.token()).unwrap().cert_sha256_hex, cert.sha256_hex());

@@ -65,14 +65,17 @@ impl fmt::Debug for ResourceRequest {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use msi_dataplane::testing::{EntraServer, ResourceServer, TestCertificate, TestIdentity};
-/// use msi_dataplane::{BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions};
+/// use msi_dataplane::{
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+/// };
 ///
 /// let entra = EntraServer::start().await;
 /// let arm = ResourceServer::start(&entra, ResourceServer::ARM_SCOPE).await;
 /// let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 /// entra.register(&identity, &cert);
 /// let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-/// let options = ClientCertificateCredentialOptions::default().with_http_client(entra.client());
+/// let http = HttpOptions::default().with_http_client(entra.client());
+/// let options = ClientCertificateCredentialOptions::default().with_http_options(http);
 /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 ///
 /// // What a component does: a token, then the call.

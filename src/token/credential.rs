@@ -26,22 +26,26 @@ use crate::token::endpoint::{self, TokenRequest};
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
-/// Options for [`ClientCertificateCredential`].
+/// Options for [`ClientCertificateCredential`]. The HTTP settings (client, extra roots,
+/// loopback, request timeout) are one [`HttpOptions`], set with
+/// [`with_http_options`](Self::with_http_options).
 ///
 /// ```
 /// use std::time::Duration;
-/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions};
+/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions, HttpOptions};
 ///
 /// let options = ClientCertificateCredentialOptions::default()
 ///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
-///     .with_request_timeout(Duration::from_secs(10));
+///     .with_http_options(HttpOptions::default().with_request_timeout(Duration::from_secs(10)));
+/// assert_eq!(options.http.request_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// loopback authorities, the request timeout (default 30 s). Shared with the data plane
-    /// client and the Key Vault store; see [`HttpOptions`].
+    /// loopback authorities, the request timeout (default 30 s). Set with
+    /// [`with_http_options`](Self::with_http_options); the same value can serve the data
+    /// plane client and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
@@ -82,53 +86,19 @@ impl Default for ClientCertificateCredentialOptions {
 
 impl ClientCertificateCredentialOptions {
     /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the data plane client and the Key Vault store.
+    /// with the data plane client and the Key Vault store. Its setters
+    /// ([`with_http_client`](HttpOptions::with_http_client),
+    /// [`with_extra_root_certificates_pem`](HttpOptions::with_extra_root_certificates_pem),
+    /// [`allow_http_loopback`](HttpOptions::allow_http_loopback),
+    /// [`with_request_timeout`](HttpOptions::with_request_timeout), ...) make the value.
     pub fn with_http_options(mut self, http: HttpOptions) -> Self {
         self.http = http;
         self
     }
 
-    /// Use this HTTP client for token requests.
-    pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
-        self.http = self.http.with_http_client(client);
-        self
-    }
-
-    /// Trust these root CAs too (PEM, one or more certificates), in a client the crate
-    /// builds (TLS validation on, no redirects).
-    pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_pem(pem)?;
-        Ok(self)
-    }
-
-    /// Trust the root CAs in the PEM file at `path` too (see
-    /// [`with_extra_root_certificates_pem`](Self::with_extra_root_certificates_pem)). The
-    /// file is read as credential files are: only a regular file, at most 1 MiB; a FIFO or
-    /// a device is refused, not waited on. Errors name the file; a file without a
-    /// `CERTIFICATE` block is an error.
-    pub fn with_extra_root_certificates_file(
-        mut self,
-        path: impl AsRef<std::path::Path>,
-    ) -> Result<Self> {
-        self.http = self.http.with_extra_root_certificates_file(path)?;
-        Ok(self)
-    }
-
     /// Choose the assertion algorithm.
     pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
         self.assertion_algorithm = algorithm;
-        self
-    }
-
-    /// Accept `http://` loopback authorities (tests and local emulators only).
-    pub fn allow_http_loopback(mut self, allow: bool) -> Self {
-        self.http = self.http.allow_http_loopback(allow);
-        self
-    }
-
-    /// Set the total time allowed for one token request.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.http = self.http.with_request_timeout(timeout);
         self
     }
 

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use msi_dataplane::{ClientCertificateCredential, ClientCertificateCredentialOptions, ManualClock};
+use msi_dataplane::{
+    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions, ManualClock,
+};
 
 use super::entra::EntraServer;
 use super::fixtures::{leaf_pem_path, load_with_endpoint};
@@ -18,9 +20,14 @@ pub fn https_client() -> reqwest::Client {
         .expect("client")
 }
 
+/// HTTP settings that reach the test servers: [`https_client`].
+pub fn https_options() -> HttpOptions {
+    HttpOptions::default().with_http_client(https_client())
+}
+
 /// Options that reach the test server.
 pub fn options() -> ClientCertificateCredentialOptions {
-    ClientCertificateCredentialOptions::default().with_http_client(https_client())
+    ClientCertificateCredentialOptions::default().with_http_options(https_options())
 }
 
 /// Register a fixture's leaf (from the generator's own file) with the server.

@@ -4,8 +4,8 @@
 //! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, RetryPolicy,
-    UserAssignedIdentityCredentials,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, HttpOptions,
+    RetryPolicy, UserAssignedIdentityCredentials,
 };
 use time::OffsetDateTime;
 
@@ -64,16 +64,17 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
 
 /// The credential's options from the command line; an error names the option.
 fn client_options(args: &TokenArgs) -> Result<ClientCertificateCredentialOptions, String> {
-    let mut options = ClientCertificateCredentialOptions::default()
+    let mut http = HttpOptions::default()
         .allow_http_loopback(args.allow_http_loopback)
-        .with_request_timeout(args.timeout)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts));
+        .with_request_timeout(args.timeout);
     if let Some(path) = &args.ca_file {
         // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
         // is refused, not read).
-        options = options
+        http = http
             .with_extra_root_certificates_file(path)
             .map_err(|e| format!("--ca-file {}: {}", path.display(), e.kind()))?;
     }
-    Ok(options)
+    Ok(ClientCertificateCredentialOptions::default()
+        .with_http_options(http)
+        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts)))
 }
