@@ -34,7 +34,7 @@
 //! - `cold/get_token_miss_spaced{,_no_spare}`: the same two misses with an untimed 3 ms
 //!   gap after each, as cold requests come in a process (minutes apart): the ready
 //!   assertion signed after one request is there for the next. Back to back, the refill
-//!   is still running when the next request starts, which then signs on the spot.
+//!   is often still running when the next request starts, which then waits for it.
 //! - `cold/get_token_miss_crate_client`: the same miss through the client the crate
 //!   builds (the test CA added with `with_extra_root_certificates_pem`), which pools its
 //!   connections on the crate's I/O thread; the TLS handshakes per token request over the

@@ -55,7 +55,7 @@ pub struct ClientOptions {
     pub http: HttpOptions,
     /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
     /// `Retry-After` from the service sets the wait.
-    pub retry: RetryPolicy,
+    pub retry_policy: RetryPolicy,
     /// The clock for token expiry and retry waits.
     pub clock: Arc<dyn Clock>,
 }
@@ -64,7 +64,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             http: HttpOptions::default(),
-            retry: RetryPolicy::default(),
+            retry_policy: RetryPolicy::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -79,8 +79,8 @@ impl ClientOptions {
     }
 
     /// Set the retry policy.
-    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
         self
     }
 
@@ -95,7 +95,7 @@ impl fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientOptions")
             .field("http", &self.http)
-            .field("retry", &self.retry)
+            .field("retry_policy", &self.retry_policy)
             .field("clock", &self.clock)
             .finish()
     }
@@ -240,7 +240,7 @@ impl ClientFactory {
                 http,
                 http_direct,
                 timeout: options.http.request_timeout,
-                retry: options.retry,
+                retry: options.retry_policy,
                 clock: options.clock,
                 allow_http_loopback: options.http.allow_http_loopback,
                 hosts: Mutex::new(HashMap::new()),

@@ -50,7 +50,7 @@ pub struct ClientCertificateCredentialOptions {
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
     /// How failed token requests are retried.
-    pub retry: RetryPolicy,
+    pub retry_policy: RetryPolicy,
     /// Warn (once per credential, through `tracing`) when a token is requested within
     /// this long of the credential's end, or after its `renew_after`. Default 7 days.
     pub expiry_warning_margin: Duration,
@@ -75,7 +75,7 @@ impl Default for ClientCertificateCredentialOptions {
         ClientCertificateCredentialOptions {
             http: HttpOptions::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            retry: RetryPolicy::default(),
+            retry_policy: RetryPolicy::default(),
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             clock: Arc::new(SystemClock),
             additionally_allowed_tenants: Vec::new(),
@@ -103,8 +103,8 @@ impl ClientCertificateCredentialOptions {
     }
 
     /// Set the retry policy.
-    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
         self
     }
 
@@ -144,7 +144,7 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
         f.debug_struct("ClientCertificateCredentialOptions")
             .field("http", &self.http)
             .field("assertion_algorithm", &self.assertion_algorithm)
-            .field("retry", &self.retry)
+            .field("retry_policy", &self.retry_policy)
             .field("expiry_warning_margin", &self.expiry_warning_margin)
             .field("clock", &self.clock)
             .field(
@@ -374,7 +374,7 @@ impl ClientCertificateCredential {
                 expiry_warned: AtomicBool::new(false),
                 http,
                 timeout: options.http.request_timeout,
-                retry: options.retry,
+                retry: options.retry_policy,
                 cache: TokenCache::new(options.clock.clone()),
                 clock: options.clock,
                 authority: authority.trim().to_owned(),
