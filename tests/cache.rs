@@ -355,3 +355,43 @@ impl NowForTest for ManualClock {
         msi_dataplane::Clock::now(self)
     }
 }
+
+/// A refused token is replaced past the cache: one new request (shared by concurrent
+/// callers), the new token cached in its place; a caller that comes with the refused
+/// token after it was replaced gets the replacement without another request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_is_replaced_once_past_the_cache() {
+    let server = EntraServer::start().await;
+    let cred = credential(&server, "pem-pkcs8");
+    let refused = cred.get_token(&[ARM]).await.unwrap();
+    assert_eq!(server.token_requests(), 1);
+    server.set_scope_delay(ARM, Duration::from_millis(200));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (cred, refused) = (cred.clone(), refused.clone());
+        tasks.spawn(async move { cred.get_token_replacing(&refused, &[ARM], None).await });
+    }
+    let mut replacements = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        replacements.push(result.unwrap().unwrap());
+    }
+    assert_eq!(
+        server.token_requests(),
+        2,
+        "one request for all eight callers"
+    );
+    let new = replacements[0].token().to_owned();
+    assert_ne!(new, refused.token());
+    assert!(replacements.iter().all(|t| t.token() == new));
+    assert_eq!(
+        cred.get_token(&[ARM]).await.unwrap().token(),
+        new,
+        "cached in its place"
+    );
+    let late = cred
+        .get_token_replacing(&refused, &[ARM], None)
+        .await
+        .unwrap();
+    assert_eq!(late.token(), new);
+    assert_eq!(server.token_requests(), 2, "already replaced: no request");
+}

@@ -489,7 +489,8 @@ async fn only_https_identity_urls_and_nothing_is_sent_otherwise() {
 #[tokio::test]
 async fn a_token_from_another_audience_is_refused_by_the_server() {
     // The server really checks audience: a factory with the wrong audience gets its
-    // challenge again after the retry, and the call fails with that 401 (one retry only).
+    // challenge again after the retry, and again after one token fetched past the caches;
+    // the call fails with that 401.
     let entra = EntraServer::start().await;
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
@@ -510,8 +511,8 @@ async fn a_token_from_another_audience_is_refused_by_the_server() {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 401);
-    assert_eq!(dp.challenges_sent(), 2);
-    assert_eq!(dp.requests().len(), 2);
+    assert_eq!(dp.challenges_sent(), 3);
+    assert_eq!(dp.requests().len(), 3);
 }
 
 #[tokio::test]
@@ -828,4 +829,120 @@ async fn service_text_reaches_errors_and_logs_bounded_and_escaped() {
         "a forged log line"
     );
     assert!(!logged.contains('\u{1b}'), "an escape byte reached the log");
+}
+
+const OTHER_UA_ID: &str = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/other/providers/Microsoft.ManagedIdentity/userAssignedIdentities/in-another-tenant";
+
+/// Identities of two tenants behind one data plane host: each tenant's first call is
+/// challenged, then alternating calls draw no 401, and no request ever carries a token
+/// of another tenant than its identity URL's (the server records each token's tenant).
+#[tokio::test]
+async fn two_tenants_behind_one_host_each_get_their_own_token() {
+    let s = setup_in(HOME_TENANT, &["*"]).await;
+    s.dp.create_user_assigned_in(OTHER_TENANT, OTHER_UA_ID);
+    let other = s
+        .factory
+        .client(&s.dp.identity_url_in(OTHER_TENANT))
+        .unwrap();
+    let (home_ids, other_ids) = (
+        UserAssignedIdentitiesRequest::new([UA_ID]),
+        UserAssignedIdentitiesRequest::new([OTHER_UA_ID]),
+    );
+    for _ in 0..3 {
+        let home = s.client.get_user_assigned_identities_credentials(&home_ids);
+        home.await.unwrap();
+        let there = other.get_user_assigned_identities_credentials(&other_ids);
+        there.await.unwrap();
+    }
+    let requests = s.dp.requests();
+    assert_eq!(
+        s.dp.challenges_sent(),
+        2,
+        "one challenge per tenant: {requests:#?}"
+    );
+    assert_eq!(requests.len(), 8);
+    let statuses: Vec<u16> = requests.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [401, 200, 401, 200, 200, 200, 200, 200]);
+    for r in &requests {
+        if let Some(token_tenant) = &r.token_tenant {
+            assert!(token_tenant.eq_ignore_ascii_case(&r.tenant), "{r:?}");
+        }
+    }
+    let tenants: Vec<&str> = requests.iter().map(|r| r.tenant.as_str()).collect();
+    assert_eq!(tenants.iter().filter(|t| **t == OTHER_TENANT).count(), 4);
+    assert_eq!(s.entra.tokens_issued(), 2, "one token per tenant");
+}
+
+fn bearer(request: &DataPlaneRequest) -> String {
+    request
+        .header("authorization")
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The data plane refuses a token once: the call succeeds with a token fetched past
+/// every cache (the Entra server issued it), which later calls keep using.
+#[tokio::test]
+async fn a_refused_token_is_replaced_and_the_call_succeeds() {
+    let s = setup().await;
+    s.client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    assert_eq!(s.entra.tokens_issued(), 1);
+    s.dp.clear_requests();
+    s.dp.refuse_next_tokens(1);
+    s.client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    let requests = s.dp.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    assert_eq!((requests[0].status, requests[1].status), (401, 200));
+    assert_ne!(bearer(&requests[0]), bearer(&requests[1]));
+    assert_eq!(s.entra.tokens_issued(), 2, "a new token from Entra");
+    assert!(
+        s.entra
+            .issued(bearer(&requests[1]).trim_start_matches("Bearer "))
+            .is_some()
+    );
+    s.client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    let last = s.dp.requests().pop().unwrap();
+    assert_eq!((last.status, bearer(&last)), (200, bearer(&requests[1])));
+    assert_eq!(s.entra.tokens_issued(), 2);
+}
+
+/// A data plane that keeps refusing: exactly one retry with a new token, then the 401 as
+/// one typed error with the service's code.
+#[tokio::test]
+async fn a_token_refused_again_is_one_typed_error_after_one_retry() {
+    let s = setup().await;
+    s.client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    s.dp.clear_requests();
+    s.dp.refuse_next_tokens(100);
+    let e = s
+        .client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap_err();
+    match e.kind() {
+        ErrorKind::DataPlane(DataPlaneError::Service(service)) => {
+            assert_eq!(service.status, 401);
+            assert_eq!(service.code.as_deref(), Some("Unauthorized"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!e.is_transient());
+    assert_eq!(
+        s.dp.requests().len(),
+        2,
+        "the refused token, then one new one"
+    );
+    assert_eq!(s.entra.tokens_issued(), 2);
 }

@@ -156,8 +156,9 @@ struct FactoryInner {
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
     allow_http_loopback: bool,
-    /// Per data plane host (`host:port`): the tenant its challenge named.
-    hosts: Mutex<HashMap<String, Arc<str>>>,
+    /// Per data plane host (`host:port`) and identity URL tenant (`tid`): the tenant
+    /// tokens are requested in, learned from the first challenge.
+    hosts: Mutex<HashMap<HostTenant, Arc<str>>>,
     /// The source's tokens, per tenant (and the one scope).
     tokens: TokenCache,
     fetch: Arc<SourceFetch>,
@@ -171,21 +172,38 @@ impl Fetch for SourceFetch {
         self: &Arc<Self>,
         tenant: Option<Arc<str>>,
         scope: Arc<str>,
+        rejected: Option<AccessToken>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let source = self.0.clone();
         async move {
-            source
-                .token(&scope, tenant.as_deref().unwrap_or_default())
-                .await
+            let tenant = tenant.as_deref().unwrap_or_default();
+            match &rejected {
+                Some(rejected) => source.replacement_token(rejected, &scope, tenant).await,
+                None => source.token(&scope, tenant).await,
+            }
         }
     }
 }
+
+/// A data plane host (`host:port`) and the tenant its identity URL names (`tid`,
+/// lower-cased), if any.
+type HostTenant = (String, Option<Arc<str>>);
 
 impl FactoryInner {
     /// A token for the scope in `tenant`: cached, single flight, refreshed ahead.
     async fn token(&self, tenant: &str) -> Result<AccessToken> {
         let scopes = [self.scope.as_str()];
         self.tokens.get(Some(tenant), &scopes, &self.fetch).await
+    }
+
+    /// A token for the scope in `tenant` to replace `rejected`: past this cache and the
+    /// source's, unless another caller replaced it already.
+    async fn replacement(&self, tenant: &str, rejected: &AccessToken) -> Result<AccessToken> {
+        let scopes = [self.scope.as_str()];
+        let tokens = &self.tokens;
+        tokens
+            .get_replacing(Some(tenant), &scopes, &self.fetch, rejected)
+            .await
     }
 }
 
@@ -270,7 +288,11 @@ impl ClientFactory {
     #[doc(alias = "NewClient")]
     pub fn client(&self, identity_url: &str) -> Result<Client> {
         let (base, query) = parse_identity_url(identity_url, self.inner.allow_http_loopback)?;
-        let host = host_key(&base);
+        let tid = query
+            .iter()
+            .find(|(k, v)| k == "tid" && !v.trim().is_empty())
+            .map(|(_, v)| Arc::from(v.trim().to_ascii_lowercase()));
+        let host = (host_key(&base), tid);
         Ok(Client {
             factory: self.inner.clone(),
             base,
@@ -307,7 +329,8 @@ pub struct Client {
     base: Url,
     /// The identity URL's query parameters, in order.
     query: Vec<(String, String)>,
-    host: String,
+    /// The host and the identity URL's tenant: the key of the tenant learned.
+    host: HostTenant,
 }
 
 impl fmt::Debug for Client {
@@ -409,8 +432,11 @@ impl Client {
         .and_then(|outcome| outcome)
     }
 
-    /// Send with the host's token if one is known; on a 401 challenge, get a token for
-    /// its tenant and send once more.
+    /// Send with the token for the host and tenant if one is known. On a 401 challenge to
+    /// a request without a token, or with a token for another tenant: a token for the
+    /// tenant (the identity URL's `tid`, else the challenge's) and once more. On a 401 to
+    /// the token for that tenant: one token fetched past every cache, and once more. The
+    /// next 401 is the error.
     async fn authenticated(
         &self,
         method: &Method,
@@ -419,46 +445,75 @@ impl Client {
         what: &str,
     ) -> Result<Answer> {
         let f = &*self.factory;
-        let token = self.known_token().await?;
-        let response = self.send(method, url, body, token.as_ref(), what).await?;
-        if response.status != 401 {
-            return finish(response, what);
-        }
-        let challenge = match parse_www_authenticate(response.challenges.iter().map(String::as_str))
-            .and_then(|c| bearer_challenge(&c))
-        {
-            Ok(challenge) => challenge,
-            // A 401 to a request that carried a token and has no usable challenge: the
-            // token was refused; report the 401.
-            Err(_) if token.is_some() && response.challenges.is_empty() => {
+        let mut sent = self.known_token().await?;
+        let (mut asked, mut replaced) = (false, false);
+        loop {
+            let token = sent.as_ref().map(|(_, token)| token);
+            let response = self.send(method, url, body, token, what).await?;
+            if response.status != 401 {
                 return finish(response, what);
             }
-            Err(e) => return Err(e),
-        };
-        tracing::debug!(
-            request = %what,
-            tenant = %challenge.tenant,
-            "data plane challenge; requesting a token"
-        );
-        let fresh = f.token(&challenge.tenant).await?;
-        f.hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(self.host.clone(), Arc::from(challenge.tenant.as_str()));
-        let response = self.send(method, url, body, Some(&fresh), what).await?;
-        finish(response, what)
+            let challenge = parse_www_authenticate(response.challenges.iter().map(String::as_str))
+                .and_then(|c| bearer_challenge(&c));
+            let challenge = match challenge {
+                Ok(challenge) => challenge,
+                // A 401 to a request that carried a token and has no usable challenge: the
+                // token was refused; report the 401.
+                Err(_) if sent.is_some() && response.challenges.is_empty() => {
+                    return finish(response, what);
+                }
+                Err(e) => return Err(e),
+            };
+            let tenant = self.tenant(&challenge.tenant);
+            let next = match &sent {
+                Some((for_tenant, refused)) if **for_tenant == *tenant => {
+                    if replaced {
+                        return finish(response, what);
+                    }
+                    replaced = true;
+                    tracing::debug!(request = %what, %tenant, "data plane refused the token; fetching a new one");
+                    f.replacement(&tenant, refused).await?
+                }
+                _ => {
+                    if asked {
+                        return finish(response, what);
+                    }
+                    asked = true;
+                    tracing::debug!(request = %what, %tenant, "data plane challenge; requesting a token");
+                    f.token(&tenant).await?
+                }
+            };
+            let mut hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
+            hosts.insert(self.host.clone(), tenant.clone());
+            drop(hosts);
+            sent = Some((tenant, next));
+        }
     }
 
-    /// The token to send at once: the cached one for the host's tenant (or a new one from
-    /// the source); `None` before the host's first challenge.
-    async fn known_token(&self) -> Result<Option<AccessToken>> {
+    /// The tenant to request tokens in: the identity URL's `tid` when it has one (a token
+    /// for another tenant is never sent for it), else the challenge's.
+    fn tenant(&self, challenged: &str) -> Arc<str> {
+        match &self.host.1 {
+            Some(tid) => {
+                if !tid.eq_ignore_ascii_case(challenged) {
+                    tracing::debug!(%tid, challenged, "the challenge names another tenant than the identity URL; using the URL's");
+                }
+                tid.clone()
+            }
+            None => Arc::from(challenged.to_ascii_lowercase()),
+        }
+    }
+
+    /// The token to send at once, and its tenant: the cached one for the host and tenant
+    /// (or a new one from the source); `None` before their first challenge.
+    async fn known_token(&self) -> Result<Option<(Arc<str>, AccessToken)>> {
         let f = &*self.factory;
         let tenant = {
             let hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
             hosts.get(&self.host).cloned()
         };
         match tenant {
-            Some(tenant) => f.token(&tenant).await.map(Some),
+            Some(tenant) => Ok(Some((tenant.clone(), f.token(&tenant).await?))),
             None => Ok(None),
         }
     }

@@ -24,28 +24,72 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Se
 pub trait TokenSource: Send + Sync + std::fmt::Debug {
     /// A token for `scope` (`<audience>/.default`) in `tenant` (a GUID or a domain).
     fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a>;
+
+    /// A token to replace `rejected`, which the data plane refused: fetched past any
+    /// cache the source keeps (as MSAL's `force_refresh`). The client asks for one at most
+    /// once per call, after a 401 to a request that carried `rejected`. The default asks
+    /// [`token`](Self::token) again: right for a source that keeps no cache.
+    fn replacement_token<'a>(
+        &'a self,
+        rejected: &'a AccessToken,
+        scope: &'a str,
+        tenant: &'a str,
+    ) -> TokenFuture<'a> {
+        let _ = rejected;
+        self.token(scope, tenant)
+    }
 }
 
 impl TokenSource for ClientCertificateCredential {
     fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a> {
         Box::pin(async move { self.get_token_for_tenant(&[scope], tenant).await })
     }
+
+    fn replacement_token<'a>(
+        &'a self,
+        rejected: &'a AccessToken,
+        scope: &'a str,
+        tenant: &'a str,
+    ) -> TokenFuture<'a> {
+        Box::pin(async move {
+            self.get_token_replacing(rejected, &[scope], Some(tenant))
+                .await
+        })
+    }
 }
 
 impl TokenSource for UserAssignedIdentityCredential {
     fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a> {
         Box::pin(async move {
-            let current = self.current();
-            if !tenant.eq_ignore_ascii_case(current.tenant_id()) {
-                return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
-                    tenant: tenant.to_owned(),
-                    credential_tenant: current.tenant_id().to_owned(),
-                })
-                .into());
-            }
+            own_tenant(&self.current(), tenant)?;
             self.get_token(&[scope]).await
         })
     }
+
+    fn replacement_token<'a>(
+        &'a self,
+        rejected: &'a AccessToken,
+        scope: &'a str,
+        tenant: &'a str,
+    ) -> TokenFuture<'a> {
+        Box::pin(async move {
+            let current = self.current();
+            own_tenant(&current, tenant)?;
+            current.get_token_replacing(rejected, &[scope], None).await
+        })
+    }
+}
+
+/// A reloading credential serves its own tenant only.
+fn own_tenant(current: &ClientCertificateCredential, tenant: &str) -> Result<()> {
+    if tenant.eq_ignore_ascii_case(current.tenant_id()) {
+        return Ok(());
+    }
+    Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
+        tenant: tenant.to_owned(),
+        credential_tenant: current.tenant_id().to_owned(),
+    })
+    .into())
 }
 
 #[cfg(feature = "azure_core")]

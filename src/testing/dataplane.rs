@@ -57,6 +57,11 @@ pub struct DataPlaneRequest {
     pub headers: Vec<(String, String)>,
     /// The request body (identity ids; the data plane's requests carry no secret).
     pub body: String,
+    /// The tenant the request is for: its `tid` query parameter (the server's tenant
+    /// when it has none).
+    pub tenant: String,
+    /// The tenant of the bearer token it carried, when the linked Entra server issued it.
+    pub token_tenant: Option<String>,
     /// Whether it carried a token the server accepted.
     pub authorized: bool,
     /// The status answered.
@@ -92,6 +97,8 @@ impl fmt::Debug for DataPlaneRequest {
             .field("query", &self.query)
             .field("headers", &headers)
             .field("body", &self.body)
+            .field("tenant", &self.tenant)
+            .field("token_tenant", &self.token_tenant)
             .field("authorized", &self.authorized)
             .field("status", &self.status)
             .finish()
@@ -163,6 +170,10 @@ enum Served {
 
 struct Inner {
     tenant: String,
+    /// Further tenants with identities behind this host (lower-cased).
+    other_tenants: Vec<String>,
+    /// Refuse this many more otherwise valid tokens.
+    refuse_tokens: usize,
     scope: String,
     /// The identity URL's query parameters.
     identity_query: Vec<(String, String)>,
@@ -194,6 +205,8 @@ impl DataPlaneServer {
             entra: entra.clone(),
             inner: Mutex::new(Inner {
                 tenant: tenant.to_owned(),
+                other_tenants: Vec::new(),
+                refuse_tokens: 0,
                 scope: format!("{}/.default", audience.trim_end_matches('/')),
                 identity_query: vec![
                     ("arpid".into(), "/subscriptions/1d3e5f7a/resourcegroups/msi-test/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/cluster-1".into()),
@@ -229,6 +242,44 @@ impl DataPlaneServer {
         format!("https://{}{}?{query}", self.state.addr, Self::IDENTITY_PATH)
     }
 
+    /// The identity URL of an identity in `tenant` behind this same host: the server's
+    /// identity URL with `tid` = `tenant`. The server then challenges such requests for
+    /// `tenant` and accepts only tokens issued in it, as the data plane does for each
+    /// customer's identities behind one regional endpoint.
+    pub fn identity_url_in(&self, tenant: &str) -> String {
+        let mut inner = self.lock();
+        let lower = tenant.to_ascii_lowercase();
+        if !inner.tenant.eq_ignore_ascii_case(tenant) && !inner.other_tenants.contains(&lower) {
+            inner.other_tenants.push(lower);
+        }
+        let query = inner.identity_query.iter().map(|(k, v)| match k.as_str() {
+            "tid" => (k.as_str(), tenant),
+            _ => (k.as_str(), v.as_str()),
+        });
+        let query: String = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(query)
+            .finish();
+        format!("https://{}{}?{query}", self.state.addr, Self::IDENTITY_PATH)
+    }
+
+    /// Make the user-assigned identity `resource_id` in `tenant` (as
+    /// [`create_user_assigned`](Self::create_user_assigned)), reached through
+    /// [`identity_url_in`](Self::identity_url_in).
+    pub fn create_user_assigned_in(&self, tenant: &str, resource_id: &str) -> TestIdentity {
+        let identity = TestIdentity {
+            resource_id: resource_id.to_owned(),
+            tenant_id: tenant.to_owned(),
+            ..TestIdentity::new()
+        };
+        self.serve_generated(identity)
+    }
+
+    /// Refuse the next `count` requests whose token would be accepted: a 401 with an
+    /// `invalid_token` challenge, as the data plane answers a revoked token.
+    pub fn refuse_next_tokens(&self, count: usize) {
+        self.lock().refuse_tokens = count;
+    }
+
     /// The identity URL's query parameters.
     pub fn identity_query(&self) -> Vec<(String, String)> {
         self.lock().identity_query.clone()
@@ -257,10 +308,15 @@ impl DataPlaneServer {
             tenant_id: self.tenant(),
             ..TestIdentity::new()
         };
+        self.serve_generated(identity)
+    }
+
+    /// Serve a user-assigned identity made at run time, registered with Entra.
+    fn serve_generated(&self, identity: TestIdentity) -> TestIdentity {
         let cert = new_certificate(None);
         self.state.entra.register(&identity, &cert);
         self.lock().user_assigned.insert(
-            resource_id.to_ascii_lowercase(),
+            identity.resource_id.to_ascii_lowercase(),
             Served::Generated {
                 identity: identity.clone(),
                 cert,
@@ -538,6 +594,8 @@ async fn handle(
             })
             .collect(),
         body,
+        tenant: String::new(),
+        token_tenant: None,
         authorized: false,
         status: 0,
     };
@@ -564,12 +622,21 @@ fn route(
     inner: &mut Inner,
     record: &mut DataPlaneRequest,
 ) -> (Answer, Duration, bool) {
+    // The request's tenant: its `tid` when the server serves it, else the server's own.
+    let tid = record
+        .query
+        .iter()
+        .find(|(k, _)| k == "tid")
+        .map(|(_, v)| v.clone());
+    record.tenant = match tid {
+        Some(t) if inner.other_tenants.contains(&t.to_ascii_lowercase()) => t,
+        _ => inner.tenant.clone(),
+    };
+    let tenant = record.tenant.clone();
     let challenge = |inner: &Inner, error: Option<&str>| -> Answer {
         let values = inner.challenge.clone().unwrap_or_else(|| {
-            let mut value = format!(
-                "Bearer authorization=\"https://login.microsoftonline.com/{}\"",
-                inner.tenant
-            );
+            let mut value =
+                format!("Bearer authorization=\"https://login.microsoftonline.com/{tenant}\"");
             if let Some(error) = error {
                 value.push_str(&format!(
                     ", error=\"invalid_token\", error_description=\"{error}\""
@@ -598,7 +665,8 @@ fn route(
             false,
         );
     };
-    if !issued.tenant.eq_ignore_ascii_case(&inner.tenant) {
+    record.token_tenant = Some(issued.tenant.clone());
+    if !issued.tenant.eq_ignore_ascii_case(&record.tenant) {
         return (
             challenge(inner, Some("token for another tenant")),
             Duration::ZERO,
@@ -608,6 +676,14 @@ fn route(
     if issued.scope != inner.scope {
         return (
             challenge(inner, Some("token for another audience")),
+            Duration::ZERO,
+            false,
+        );
+    }
+    if inner.refuse_tokens > 0 {
+        inner.refuse_tokens -= 1;
+        return (
+            challenge(inner, Some("token refused")),
             Duration::ZERO,
             false,
         );
@@ -632,6 +708,7 @@ fn route(
         );
     }
     for (k, v) in &inner.identity_query {
+        let v = if k == "tid" { &record.tenant } else { v };
         if !record.query.iter().any(|(qk, qv)| qk == k && qv == v) {
             return (
                 error_answer(

@@ -1,29 +1,25 @@
 //! The token cache: one entry per tenant and scope set, single flight, refresh ahead.
 //!
-//! One design serves a credential's own tenant, the other tenants it may ask for, and the
-//! data plane client's tokens. The key is the tenant (`None`: the fetcher's own, such as
-//! a credential's; others lower-cased by the callers) and the scope list **as given**:
-//! same scopes in the same order share an entry.
+//! One design for a credential's own tenant, its other tenants and the data plane's
+//! tokens, keyed by tenant (`None`: the fetcher's own; others lower-cased by the callers)
+//! and the scope list **as given** (same scopes, same order, same entry).
 //!
-//! - **Publication**: the entries and their tokens sit in an immutable table behind an
-//!   [`ArcSwap`], replaced whole (copy on write) when an entry or a token is added. No
-//!   per-thread copies: a replaced table is freed when the last call that loaded it returns.
-//! - **Hit path**: one `ArcSwap` load (a guard that takes no reference count in the common
-//!   case), a hash lookup by the borrowed key, a coarse clock read and a clone of the
-//!   token's handle for this CPU: no lock, no allocation.
-//! - **Single flight**: a miss (or an expired token) joins the entry's one request in
-//!   flight or starts it. The request runs in a spawned task, so a caller that gives up
-//!   does not cancel it for the others; every waiter gets its result or its error.
-//! - **Refresh ahead**: inside the refresh window (see [`refresh_at`]) callers get the
-//!   cached token at once and one background request replaces it. If that request fails,
-//!   callers keep the cached token and the next attempt waits [`refresh_backoff`].
-//! - **Memory**: no cap. Entries idle for a minute (nothing to hand out, no request in
-//!   flight: [`evictable`]) are left out of the next table; the rest are recent keys.
+//! - **Publication**: an immutable table behind an [`ArcSwap`], replaced whole when an
+//!   entry or a token is added; a replaced table is freed when its last reader returns.
+//! - **Hit path**: one `ArcSwap` load, a hash lookup by the borrowed key, a coarse clock
+//!   read and a clone of the token's handle for this CPU: no lock, no allocation.
+//! - **Single flight**: a miss joins the entry's one request or starts it, in a spawned
+//!   task (a caller that gives up cancels nothing); every waiter gets its result.
+//! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
+//!   and one background request replaces it; after a failure the next waits
+//!   [`refresh_backoff`]. A refused token is replaced past the cache
+//!   ([`TokenCache::get_replacing`]).
+//! - **Memory**: no cap; entries idle for a minute ([`evictable`]) leave the next table.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use hashbrown::HashTable;
@@ -33,6 +29,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, unix_millis};
 use crate::error::{ErrorKind, Result, TokenError};
 use crate::token::access_token::AccessToken;
+use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{Freshness, evictable, freshness, refresh_at, refresh_backoff};
 
 /// The cache (see the module docs).
@@ -41,8 +38,7 @@ pub(crate) struct TokenCache(Arc<Shared>);
 /// What the cache and its requests in flight share.
 struct Shared {
     table: ArcSwap<HashTable<Slot>>,
-    /// Serializes the table's replacements.
-    writer: Mutex<()>,
+    writer: Mutex<()>, // serializes the table's replacements
     hasher: foldhash::fast::RandomState,
     clock: Arc<dyn Clock>,
 }
@@ -76,40 +72,21 @@ struct State {
     failures: u32,
 }
 
-/// A token and its times (Unix ms). The token has one handle per CPU (up to 16, sharing
-/// the text), so that threads on different CPUs clone different reference counts.
+/// A token and its times (Unix ms), with one handle per CPU.
 struct Cached {
-    handles: Box<[AccessToken]>,
+    handles: PerCpu,
     refresh_at: i64,
     expires_on: i64,
 }
 
-impl Cached {
-    fn token(&self) -> Option<AccessToken> {
-        #[cfg(target_os = "linux")]
-        let cpu = rustix::thread::sched_getcpu();
-        #[cfg(not(target_os = "linux"))]
-        let cpu = 0;
-        self.handles.get(cpu % self.handles.len().max(1)).cloned()
-    }
-}
-
-/// Handles per cached token: one per CPU, at most 16 (one where the CPU is not known).
-fn handles() -> usize {
-    static COUNT: OnceLock<usize> = OnceLock::new();
-    let cpus = || std::thread::available_parallelism().map_or(1, usize::from);
-    let per_cpu = cfg!(target_os = "linux");
-    *COUNT.get_or_init(|| if per_cpu { cpus().min(16) } else { 1 })
-}
-
-/// What the caller of [`TokenCache::get`] supplies: a fetch of a new token in a tenant
-/// for the space-joined scopes, runnable in a spawned task.
+/// What the caller supplies: a fetch of a new token, runnable in a spawned task.
 pub(crate) trait Fetch: Send + Sync + 'static {
-    /// Fetch a token in `tenant` (`None`: its own) for `scope` (space-joined scopes).
+    /// A token in `tenant` (`None`: its own) for `scope` (space-joined), not `rejected`.
     fn fetch(
         self: &Arc<Self>,
         tenant: Option<Arc<str>>,
         scope: Arc<str>,
+        rejected: Option<AccessToken>,
     ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
 }
 
@@ -117,7 +94,7 @@ impl TokenCache {
     /// An empty cache whose times come from `clock`.
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         let (table, writer) = (ArcSwap::from_pointee(HashTable::new()), Mutex::new(()));
-        let hasher = foldhash::fast::RandomState::default();
+        let hasher = Default::default();
         TokenCache(Arc::new(Shared {
             table,
             writer,
@@ -147,7 +124,7 @@ impl TokenCache {
             }
             _ => {}
         }
-        cached.token()
+        cached.handles.token()
     }
 
     /// Get a token: from the cache, or by joining or starting the entry's one request.
@@ -157,20 +134,47 @@ impl TokenCache {
         scopes: &[&str],
         fetcher: &Arc<F>,
     ) -> Result<AccessToken> {
-        if let Some(token) = self.get_cached(tenant, scopes, fetcher) {
-            return Ok(token);
+        match self.get_cached(tenant, scopes, fetcher) {
+            Some(token) => Ok(token),
+            None => self.fetch(tenant, scopes, fetcher, None).await,
         }
-        let shared = &self.0;
-        let entry = shared.entry(tenant, scopes);
+    }
+
+    /// A token other than `rejected` (refused by a service): a cached one that differs, else
+    /// the entry's request (joined, and once more if that brought `rejected` again).
+    pub(crate) async fn get_replacing<F: Fetch>(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        fetcher: &Arc<F>,
+        rejected: &AccessToken,
+    ) -> Result<AccessToken> {
+        let token = self.fetch(tenant, scopes, fetcher, Some(rejected)).await?;
+        match token.token() == rejected.token() {
+            true => self.fetch(tenant, scopes, fetcher, Some(rejected)).await,
+            false => Ok(token),
+        }
+    }
+
+    /// Join or start the entry's request, unless it holds a usable token (not `rejected`).
+    async fn fetch<F: Fetch>(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        fetcher: &Arc<F>,
+        rejected: Option<&AccessToken>,
+    ) -> Result<AccessToken> {
+        let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
         let mut rx = {
             let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
-            // Re-check: a request may have completed since the lookup above.
-            if let Some(token) = shared.usable(&entry) {
+            // Re-check: a request may have completed since the caller's lookup.
+            let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
+            if let Some(token) = shared.usable(&entry).filter(other) {
                 return Ok(token);
             }
             match &state.inflight {
                 Some(rx) => rx.clone(),
-                None => entry.start(&mut state, shared, fetcher)?,
+                None => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
             }
         };
         let reason = "the task running it ended without an answer (runtime shutting down?)";
@@ -180,8 +184,7 @@ impl TokenCache {
         }
     }
 
-    /// The scope sets holding a token in `tenant` still unexpired now, at most `max` of
-    /// them: what this cache served within about a token's lifetime.
+    /// Up to `max` scope sets holding an unexpired token in `tenant`: recently served.
     pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
         let table = self.0.table.load();
@@ -199,7 +202,6 @@ impl TokenCache {
 }
 
 impl Shared {
-    /// The key's hash.
     fn hash(&self, tenant: Option<&str>, scopes: &[&str]) -> u64 {
         let mut h = self.hasher.build_hasher();
         if let Some(tenant) = tenant {
@@ -266,7 +268,7 @@ impl Shared {
         let slot = table.find(entry.hash, |s| Arc::ptr_eq(&s.entry, entry))?;
         let c = slot.cached.as_deref()?;
         let usable = freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired;
-        usable.then(|| c.token()).flatten()
+        usable.then(|| c.handles.token()).flatten()
     }
 }
 
@@ -288,13 +290,12 @@ impl Entry {
     }
 
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {
-        // `try_lock`: the hit path never waits for a lock; whoever holds it is starting
-        // or finishing a request for this entry anyway.
+        // `try_lock`: never waits; whoever holds it starts or ends this entry's request.
         if let Ok(mut state) = self.state.try_lock()
             && state.inflight.is_none()
         {
             tracing::debug!(scope = %self.joined, "refreshing token ahead of expiry");
-            if let Err(e) = self.start(&mut state, shared, fetcher) {
+            if let Err(e) = self.start(&mut state, shared, fetcher, None) {
                 tracing::warn!(scope = %self.joined, error = %e, "cannot start the token refresh");
             }
         }
@@ -306,6 +307,7 @@ impl Entry {
         state: &mut State,
         shared: &Arc<Shared>,
         fetcher: &Arc<F>,
+        rejected: Option<AccessToken>,
     ) -> Result<Answer> {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             let reason = "no Tokio runtime to run it on";
@@ -315,7 +317,7 @@ impl Entry {
         state.inflight = Some(rx.clone());
         self.quiet_until.store(i64::MAX, Ordering::Release);
         let mut flight = Flight(Some((self.clone(), shared.clone())));
-        let request = fetcher.fetch(self.tenant.clone(), self.joined.clone());
+        let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
         let started = shared.clock.now();
         handle.spawn(async move {
             let result = request.await;
@@ -353,7 +355,7 @@ impl Flight {
             Ok(token) => {
                 let at = refresh_at(started, token.expires_on(), token.refresh_on(), jitter);
                 let (refresh_at, expires_on) = (unix_millis(at), unix_millis(token.expires_on()));
-                let handles = (0..handles()).map(|_| token.detached_copy()).collect();
+                let handles = PerCpu::new(token);
                 let cached = Arc::new(Cached {
                     handles,
                     refresh_at,

@@ -1,5 +1,6 @@
 //! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -455,30 +456,43 @@ impl ClientCertificateCredential {
         if tenant.eq_ignore_ascii_case(&inner.tenant_id) {
             return self.get_token(scopes).await;
         }
-        if !tenant_allowed(tenant, &inner.allowed_tenants) {
-            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
-                tenant: tenant.to_owned(),
-                credential_tenant: inner.tenant_id.clone(),
-            })
-            .into());
-        }
-        if !is_url_safe_tenant(tenant) {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "tenant_id",
-                reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
-            })
-            .into());
-        }
+        let key = inner.other_tenant_key(tenant)?;
         check_scopes(scopes)?;
-        // The cache's key is the lower-case tenant (allocated only when it is not).
-        let lower;
-        let key = if tenant.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = tenant.to_ascii_lowercase();
-            &lower
-        } else {
-            tenant
+        inner.cache.get(Some(&key), scopes, inner).await
+    }
+
+    /// A token to replace `rejected`, a token for `scopes` that a service refused: fetched
+    /// from the token endpoint past the cache (as MSAL's `force_refresh` does), and cached
+    /// in its place. When the cache already holds another usable token (a caller that got
+    /// the same refusal replaced it first), that one; concurrent calls share one request.
+    /// `tenant` is `None` for the credential's own, else as in
+    /// [`get_token_for_tenant`](Self::get_token_for_tenant).
+    ///
+    /// For a refusal only: a token the cache hands out is fresh enough for any service
+    /// that accepts it, and forcing requests on every call would meet Entra's throttling.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_token_for_tenant`](Self::get_token_for_tenant).
+    #[doc(alias = "force_refresh")]
+    pub async fn get_token_replacing(
+        &self,
+        rejected: &AccessToken,
+        scopes: &[&str],
+        tenant: Option<&str>,
+    ) -> Result<AccessToken> {
+        let inner = &self.inner;
+        let key = match tenant.map(str::trim) {
+            Some(t) if !t.eq_ignore_ascii_case(&inner.tenant_id) => {
+                Some(inner.other_tenant_key(t)?)
+            }
+            _ => None,
         };
-        inner.cache.get(Some(key), scopes, inner).await
+        check_scopes(scopes)?;
+        inner
+            .cache
+            .get_replacing(key.as_deref(), scopes, inner, rejected)
+            .await
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
@@ -542,6 +556,8 @@ impl Fetch for Inner {
         self: &Arc<Self>,
         tenant: Option<Arc<str>>,
         scope: Arc<str>,
+        // Every request goes to the token endpoint: a new token whatever was refused.
+        _rejected: Option<AccessToken>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
         async move {
@@ -555,6 +571,29 @@ impl Fetch for Inner {
 }
 
 impl Inner {
+    /// The cache key for another tenant (its lower-case name, allocated only when it is
+    /// not), once it is allowed and usable in a URL.
+    fn other_tenant_key<'t>(&self, tenant: &'t str) -> Result<Cow<'t, str>> {
+        if !tenant_allowed(tenant, &self.allowed_tenants) {
+            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
+                tenant: tenant.to_owned(),
+                credential_tenant: self.tenant_id.clone(),
+            })
+            .into());
+        }
+        if !is_url_safe_tenant(tenant) {
+            return Err(ErrorKind::File(FileError::InvalidField {
+                field: "tenant_id",
+                reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
+            })
+            .into());
+        }
+        Ok(match tenant.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => Cow::Owned(tenant.to_ascii_lowercase()),
+            false => Cow::Borrowed(tenant),
+        })
+    }
+
     /// The credential's end: the earlier of the leaf's `notAfter` and the file's `not_after`.
     fn end(&self) -> OffsetDateTime {
         let cert_end = self.certificate.not_after();
