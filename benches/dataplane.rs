@@ -68,7 +68,11 @@ fn bench_dataplane(c: &mut Criterion) {
         ClientFactory::new(credential.clone(), AUDIENCE, client_options()).expect("factory");
     let identity_url = dp.identity_url();
     let client = factory.client(&identity_url).expect("client");
-    let url = client.operation_url("").to_string();
+    // What the client sends to: the identity URL and the API version.
+    let url = format!(
+        "{identity_url}&api-version={}",
+        DataPlaneServer::API_VERSION
+    );
 
     // Outside the timing: the challenge is answered, and both paths work.
     let token = client_rt.block_on(async {

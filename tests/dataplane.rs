@@ -190,7 +190,7 @@ async fn move_identity_posts_to_proxy_move() {
         .move_identity(&MoveIdentityRequest::new(target))
         .await
         .unwrap();
-    assert!(moved.identity_url.unwrap().contains(target));
+    assert!(moved.identity_url.unwrap().expose_secret().contains(target));
     let r = s.dp.requests().pop().unwrap();
     assert_eq!(r.method, "POST");
     assert_eq!(r.path, format!("{IDENTITY_PATH}/proxy/move"));
@@ -945,4 +945,75 @@ async fn a_token_refused_again_is_one_typed_error_after_one_retry() {
         "the refused token, then one new one"
     );
     assert_eq!(s.entra.tokens_issued(), 2);
+}
+
+/// The types a user's test needs can be built without serde, serialize to the same bytes
+/// as the wire's, and give their times typed.
+#[test]
+fn data_plane_types_built_in_code_match_the_wire() {
+    use msi_dataplane::dataplane::{DelegatedResource, MoveIdentityResponse, SignedUrl};
+    let identity = UserAssignedIdentityCredentials::from_slice(
+        json!({
+            "authentication_endpoint": "https://login.microsoftonline.com/",
+            "client_id": "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d", "client_secret": "U0VDUkVU",
+            "tenant_id": HOME_TENANT,
+            "not_before": "2026-11-24T00:00:00Z", "not_after": "2027-02-22T00:00:00Z",
+            "renew_after": "2027-01-08T00:00:00Z", "cannot_renew_after": "2027-05-23T00:00:00Z",
+            "resource_id": UA_ID
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap();
+    let system = ManagedIdentityCredentials::system_assigned(identity.clone());
+    let mut expected = serde_json::to_value(&identity).unwrap();
+    expected.as_object_mut().unwrap().remove("resource_id");
+    assert_eq!(serde_json::to_value(&system).unwrap(), expected);
+    assert_eq!(
+        system.not_after().unwrap(),
+        Some(time::macros::datetime!(2027-02-22 00:00 UTC))
+    );
+    assert_eq!(
+        system.renew_after().unwrap(),
+        Some(time::macros::datetime!(2027-01-08 00:00 UTC))
+    );
+    assert!(system.cannot_renew_after().unwrap().is_some());
+    assert!(system.not_before().unwrap().is_some());
+    let mut broken = system.clone();
+    broken.not_after = Some("next week".into());
+    let e = broken.not_after().unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::File(FileError::InvalidField {
+                field: "not_after",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+
+    let user = ManagedIdentityCredentials::user_assigned([identity.clone()]);
+    let wire: ManagedIdentityCredentials = serde_json::from_value(
+        json!({ "explicit_identities": [serde_json::to_value(&identity).unwrap()] }),
+    )
+    .unwrap();
+    assert_eq!(user, wire);
+    assert_eq!(user.to_json().unwrap(), wire.to_json().unwrap());
+
+    let delegated = DelegatedResource::new("/r").with_implicit_identity(identity.clone());
+    assert_eq!(
+        serde_json::to_value(&delegated).unwrap(),
+        json!({ "resource_id": "/r", "implicit_identity": serde_json::to_value(&identity).unwrap() })
+    );
+
+    let url = "https://eastus.identity.azure.net/p/credentials/v2/identities?sig=S1GNATURE&tid=t";
+    let moved = MoveIdentityResponse::new(url);
+    assert_eq!(
+        serde_json::to_value(&moved).unwrap(),
+        json!({ "identityUrl": url })
+    );
+    let shown = format!("{moved:?} {}", moved.identity_url.as_ref().unwrap());
+    assert!(!shown.contains("S1GNATURE"), "{shown}");
+    assert_eq!(SignedUrl::new(url).expose_secret(), url);
 }

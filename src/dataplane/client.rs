@@ -392,8 +392,9 @@ impl Client {
     }
 
     /// The URL of an operation (`suffix` appended to the identity URL's path), with the
-    /// identity URL's query and `api-version`. It holds the signature: do not log it.
-    pub fn operation_url(&self, suffix: &str) -> Url {
+    /// identity URL's query and `api-version`. It holds the signature: crate-private, and
+    /// never logged.
+    fn operation_url(&self, suffix: &str) -> Url {
         request_url(&self.base, &self.query, suffix)
     }
 

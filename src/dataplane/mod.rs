@@ -8,6 +8,20 @@
 //! [`ClientFactory::client`] makes a [`Client`] per identity URL (ARM's
 //! `x-ms-identity-url`). Authentication follows the data plane's `WWW-Authenticate`
 //! challenge ([`challenge`]).
+//!
+//! What a challenge decides, and what it does not:
+//!
+//! - The first request for a host and identity URL tenant goes without a token; its 401
+//!   says a token is needed. Later ones carry the cached token at once.
+//! - Tokens are asked in the identity URL's tenant (its `tid` query parameter); only a URL
+//!   without `tid` takes the tenant from the challenge's `authorization` URL. A token of
+//!   one tenant is never sent for another tenant's identity URL, even on one host.
+//! - The challenge's `authorization` host and scheme, and any `resource` or `scope`, are
+//!   ignored: the token comes from the [`TokenSource`]'s own authority for the factory's
+//!   `<audience>/.default`. A host that answers with a challenge of its choosing cannot
+//!   redirect the credential or obtain a token for another audience.
+//! - A 401 to a request that carried a token: one token fetched past every cache
+//!   ([`TokenSource::replacement_token`]) and one more try; a second 401 is the error.
 
 pub mod challenge;
 mod client;
@@ -20,5 +34,5 @@ pub use source::AzureTokenCredential;
 pub use source::{TokenFuture, TokenSource};
 pub use types::{
     DelegatedResource, ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
-    UserAssignedIdentitiesRequest,
+    SignedUrl, UserAssignedIdentitiesRequest,
 };

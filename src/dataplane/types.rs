@@ -4,10 +4,13 @@
 //! optional, as in the Go reference; absent fields are omitted when serialized and
 //! unknown keys are ignored when parsing.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 use crate::error::Result;
-use crate::file::model::{CustomClaims, UserAssignedIdentityCredentials};
+use crate::file::model::{CustomClaims, UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
 
 /// An identity's credentials as the MSI data plane returns them: the system-assigned
@@ -182,12 +185,140 @@ impl MoveIdentityRequest {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct MoveIdentityResponse {
-    /// The identity's new identity URL.
+    /// The identity's new identity URL (signed: it prints without its query).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity_url: Option<String>,
+    pub identity_url: Option<SignedUrl>,
+}
+
+impl MoveIdentityResponse {
+    /// An answer naming the identity's new identity URL.
+    pub fn new(identity_url: impl Into<String>) -> Self {
+        MoveIdentityResponse {
+            identity_url: Some(SignedUrl::new(identity_url)),
+        }
+    }
+}
+
+/// A URL whose query carries a signature, such as an identity URL: it grants access to
+/// the identity's credentials. `Debug` and `Display` show it without its query and
+/// fragment; [`expose_secret`](Self::expose_secret) gives the whole URL (for
+/// [`ClientFactory::client`](crate::dataplane::ClientFactory::client)). Serialized as
+/// the plain string.
+///
+/// ```
+/// use msi_dataplane::dataplane::SignedUrl;
+///
+/// let url = SignedUrl::new("https://eastus.identity.azure.net/x/credentials/v2/identities?sig=SECRET");
+/// assert_eq!(url.to_string(), "https://eastus.identity.azure.net/x/credentials/v2/identities");
+/// assert!(!format!("{url:?}").contains("SECRET"));
+/// assert!(url.expose_secret().ends_with("sig=SECRET"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SignedUrl(String);
+
+impl SignedUrl {
+    /// Wrap a signed URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        SignedUrl(url.into())
+    }
+
+    /// The whole URL, signature included: do not log it.
+    pub fn expose_secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SignedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.split(['?', '#']).next().unwrap_or_default())
+    }
+}
+
+impl fmt::Debug for SignedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SignedUrl({self} ?** redacted **)")
+    }
+}
+
+impl DelegatedResource {
+    /// The delegated resource `resource_id` (an ARM id), with nothing else set.
+    pub fn new(resource_id: impl Into<String>) -> Self {
+        DelegatedResource {
+            resource_id: Some(resource_id.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Its user-assigned identities.
+    pub fn with_explicit_identities(
+        mut self,
+        identities: impl IntoIterator<Item = UserAssignedIdentityCredentials>,
+    ) -> Self {
+        self.explicit_identities = Some(identities.into_iter().collect());
+        self
+    }
+
+    /// Its system-assigned identity.
+    pub fn with_implicit_identity(mut self, identity: UserAssignedIdentityCredentials) -> Self {
+        self.implicit_identity = Some(identity);
+        self
+    }
 }
 
 impl ManagedIdentityCredentials {
+    /// The answer for a system-assigned identity: `identity`'s fields at the top level
+    /// (its `resource_id` is not part of it), the inverse of
+    /// [`system_assigned_identity`](Self::system_assigned_identity).
+    pub fn system_assigned(identity: UserAssignedIdentityCredentials) -> Self {
+        ManagedIdentityCredentials {
+            authentication_endpoint: identity.authentication_endpoint,
+            cannot_renew_after: identity.cannot_renew_after,
+            client_id: identity.client_id,
+            client_secret: identity.client_secret,
+            client_secret_url: identity.client_secret_url,
+            custom_claims: identity.custom_claims,
+            mtls_authentication_endpoint: identity.mtls_authentication_endpoint,
+            not_after: identity.not_after,
+            not_before: identity.not_before,
+            object_id: identity.object_id,
+            renew_after: identity.renew_after,
+            tenant_id: identity.tenant_id,
+            ..Default::default()
+        }
+    }
+
+    /// The answer for user-assigned identities: these in
+    /// [`explicit_identities`](Self::explicit_identities), nothing at the top level.
+    pub fn user_assigned(
+        identities: impl IntoIterator<Item = UserAssignedIdentityCredentials>,
+    ) -> Self {
+        ManagedIdentityCredentials {
+            explicit_identities: Some(identities.into_iter().collect()),
+            ..Default::default()
+        }
+    }
+
+    /// The top level's `not_before`, parsed (RFC 3339); an error names the field.
+    pub fn not_before(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("not_before", self.not_before.as_deref())
+    }
+
+    /// The top level's `not_after`, parsed.
+    pub fn not_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("not_after", self.not_after.as_deref())
+    }
+
+    /// The top level's `renew_after`, parsed.
+    pub fn renew_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("renew_after", self.renew_after.as_deref())
+    }
+
+    /// The top level's `cannot_renew_after`, parsed.
+    pub fn cannot_renew_after(&self) -> Result<Option<OffsetDateTime>> {
+        parse_time("cannot_renew_after", self.cannot_renew_after.as_deref())
+    }
+
     /// The user-assigned identities (`explicit_identities`), as credentials that
     /// [`ClientCertificateCredential::new`](crate::ClientCertificateCredential::new) and
     /// the reloading credential accept (empty when there are none).
