@@ -152,6 +152,8 @@ struct FactoryInner {
     /// For loopback hosts: the same client without environment proxies (`None` when the
     /// caller supplied its own client).
     http_direct: Option<reqwest::Client>,
+    /// The `User-Agent` of every request.
+    user_agent: reqwest::header::HeaderValue,
     timeout: Duration,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
@@ -239,6 +241,7 @@ impl ClientFactory {
                 scope: scope_for_audience(audience),
                 http,
                 http_direct,
+                user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
                 clock: options.clock,
@@ -496,6 +499,8 @@ impl Client {
             .request(method.clone(), url.clone())
             .timeout(f.timeout)
             .header("accept", "application/json")
+            // Per request, so that a caller's own client sends it too.
+            .header(reqwest::header::USER_AGENT, f.user_agent.clone())
             .header("x-ms-client-request-id", &client_request_id);
         if let Some(token) = token {
             request = request.bearer_auth(token.token());

@@ -255,7 +255,14 @@ impl CredentialStore {
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::http::body::is_loopback(&parsed);
         let http = options.http.client(direct)?;
-        let transport = ReqwestTransport::new(http, options.http.request_timeout);
+        // The transport sets the `User-Agent`: the crate's (with the caller's application
+        // id) and then the SDK's. The SDK's own `application_id` stays unset, so the id
+        // appears once, first.
+        let transport = ReqwestTransport::new(
+            http,
+            options.http.request_timeout,
+            options.http.user_agent_header(),
+        );
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),

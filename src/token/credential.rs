@@ -191,6 +191,8 @@ struct Inner {
     expiry_warning_margin: time::Duration,
     expiry_warned: AtomicBool,
     http: reqwest::Client,
+    /// The `User-Agent` of every token request.
+    user_agent: reqwest::header::HeaderValue,
     timeout: Duration,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
@@ -373,6 +375,7 @@ impl ClientCertificateCredential {
                 expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
+                user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
                 cache: TokenCache::new(options.clock.clone()),
@@ -633,6 +636,7 @@ impl Inner {
             scope,
             assertion: assertion.expose_secret(),
             client_request_id: &client_request_id,
+            user_agent: &self.user_agent,
         };
         let raw = endpoint::send(&self.http, &request, self.timeout).await;
         // The next ready assertion is signed once this request is answered, so that its
