@@ -49,9 +49,10 @@ pub const API_VERSION: &str = "2024-01-01";
 #[non_exhaustive]
 pub struct ClientOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s).
-    /// Set with [`with_http_options`](Self::with_http_options); the same value can serve
-    /// the credential and the Key Vault store. See [`HttpOptions`].
+    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s),
+    /// the application id of the `User-Agent` every request carries. Set with
+    /// [`with_http_options`](Self::with_http_options); the same value can serve the
+    /// credential and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
     /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
     /// `Retry-After` from the service sets the wait.

@@ -43,7 +43,8 @@ pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// loopback authorities, the request timeout (default 30 s). Set with
+    /// loopback authorities, the request timeout (default 30 s), the application id of the
+    /// `User-Agent` every token request carries. Set with
     /// [`with_http_options`](Self::with_http_options); the same value can serve the data
     /// plane client and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
