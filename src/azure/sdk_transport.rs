@@ -2,12 +2,19 @@
 //! an Azure SDK client built by this crate uses the same HTTP/TLS stack (rustls, the
 //! crate's roots, no redirects) and no second one: azure_core stays
 //! `default-features = false`.
+//!
+//! It also sets the `User-Agent`: the crate's (with the caller's application id first)
+//! followed by the one the SDK's pipeline put on the request, so a Key Vault request says
+//! both which library drove the SDK and which SDK sent it:
+//! `myapp azsdk-rust-msi-dataplane/<version> (<OS>; <ARCH>)
+//! azsdk-rust-security_keyvault_secrets/<version> (<rustc>; <OS>; <ARCH>)`.
 
 use std::time::Duration;
 
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
+use reqwest::header::{HeaderValue as ReqwestHeaderValue, USER_AGENT};
 
 use crate::error::{KeyVaultError, cause_chain};
 use crate::http::body::MAX_RESPONSE_BYTES;
@@ -17,11 +24,35 @@ use crate::http::body::MAX_RESPONSE_BYTES;
 pub(crate) struct ReqwestTransport {
     client: reqwest::Client,
     timeout: Duration,
+    /// The crate's `User-Agent` ([`HttpOptions::user_agent`](crate::HttpOptions::user_agent)).
+    user_agent: ReqwestHeaderValue,
 }
 
 impl ReqwestTransport {
-    pub(crate) fn new(client: reqwest::Client, timeout: Duration) -> Self {
-        ReqwestTransport { client, timeout }
+    pub(crate) fn new(
+        client: reqwest::Client,
+        timeout: Duration,
+        user_agent: ReqwestHeaderValue,
+    ) -> Self {
+        ReqwestTransport {
+            client,
+            timeout,
+            user_agent,
+        }
+    }
+
+    /// The crate's `User-Agent` followed by the SDK's (`sdk`, when the request has one and
+    /// the two make a valid header value).
+    fn user_agent(&self, sdk: Option<&str>) -> ReqwestHeaderValue {
+        let Some(sdk) = sdk.map(str::trim).filter(|s| !s.is_empty()) else {
+            return self.user_agent.clone();
+        };
+        let ours = self.user_agent.as_bytes();
+        let mut both = Vec::with_capacity(ours.len() + 1 + sdk.len());
+        both.extend_from_slice(ours);
+        both.push(b' ');
+        both.extend_from_slice(sdk.as_bytes());
+        ReqwestHeaderValue::from_bytes(&both).unwrap_or_else(|_| self.user_agent.clone())
     }
 }
 
@@ -36,9 +67,16 @@ impl HttpClient for ReqwestTransport {
             .client
             .request(method, request.url().clone())
             .timeout(self.timeout);
+        let mut sdk_user_agent = None;
         for (name, value) in request.headers().iter() {
+            if name.as_str().eq_ignore_ascii_case(USER_AGENT.as_str()) {
+                sdk_user_agent = Some(value.as_str());
+                continue;
+            }
             builder = builder.header(name.as_str(), value.as_str());
         }
+        // Per request, so that a caller's own client sends it too.
+        builder = builder.header(USER_AGENT, self.user_agent(sdk_user_agent));
         builder = match request.body() {
             Body::Bytes(bytes) => builder.body(bytes.clone()),
             #[allow(unreachable_patterns)]
@@ -126,4 +164,33 @@ fn transport_error(e: reqwest::Error) -> azure_core::Error {
         AzureErrorKind::Io
     };
     azure_core::Error::with_message(kind, cause_chain(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crate_agent_comes_first_then_the_sdk_agent() {
+        let ours = crate::http::user_agent::header_value(Some("myapp"));
+        let transport = ReqwestTransport::new(reqwest::Client::new(), Duration::from_secs(1), ours);
+        let sdk = "azsdk-rust-security_keyvault_secrets/1.0.1 (1.90.0; linux; x86_64)";
+        assert_eq!(
+            transport.user_agent(Some(sdk)).to_str().unwrap(),
+            format!("myapp {} {sdk}", crate::http::user_agent::base())
+        );
+        assert_eq!(
+            transport.user_agent(None).to_str().unwrap(),
+            format!("myapp {}", crate::http::user_agent::base())
+        );
+        assert_eq!(
+            transport.user_agent(Some("  ")).to_str().unwrap(),
+            format!("myapp {}", crate::http::user_agent::base())
+        );
+        // A value that cannot be a header is dropped, ours kept.
+        assert_eq!(
+            transport.user_agent(Some("bad\nvalue")).to_str().unwrap(),
+            format!("myapp {}", crate::http::user_agent::base())
+        );
+    }
 }

@@ -49,9 +49,10 @@ pub const API_VERSION: &str = "2024-01-01";
 #[non_exhaustive]
 pub struct ClientOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s).
-    /// Set with [`with_http_options`](Self::with_http_options); the same value can serve
-    /// the credential and the Key Vault store. See [`HttpOptions`].
+    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s),
+    /// the application id of the `User-Agent` every request carries. Set with
+    /// [`with_http_options`](Self::with_http_options); the same value can serve the
+    /// credential and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
     /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
     /// `Retry-After` from the service sets the wait.
@@ -152,6 +153,8 @@ struct FactoryInner {
     /// For loopback hosts: the same client without environment proxies (`None` when the
     /// caller supplied its own client).
     http_direct: Option<reqwest::Client>,
+    /// The `User-Agent` of every request.
+    user_agent: reqwest::header::HeaderValue,
     timeout: Duration,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
@@ -257,6 +260,7 @@ impl ClientFactory {
                 scope: scope_for_audience(audience),
                 http,
                 http_direct,
+                user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
                 clock: options.clock,
@@ -552,6 +556,8 @@ impl Client {
             .request(method.clone(), url.clone())
             .timeout(f.timeout)
             .header("accept", "application/json")
+            // Per request, so that a caller's own client sends it too.
+            .header(reqwest::header::USER_AGENT, f.user_agent.clone())
             .header("x-ms-client-request-id", &client_request_id);
         if let Some(token) = token {
             request = request.bearer_auth(token.token());

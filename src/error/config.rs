@@ -33,6 +33,15 @@ pub enum ConfigError {
         /// What to do instead.
         hint: &'static str,
     },
+    /// An option's value is unusable (e.g. an `application_id` with a space or over 24
+    /// characters).
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option's name, e.g. `application_id`.
+        option: &'static str,
+        /// Why the value is refused (quoting at most its start).
+        reason: String,
+    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {reason}")]
     HttpClient {
@@ -159,6 +168,7 @@ impl ConfigError {
             ConfigError::InvalidAuthority { .. } => "invalid_authority",
             ConfigError::InvalidScopes { .. } => "invalid_scopes",
             ConfigError::ConflictingOptions { .. } => "conflicting_options",
+            ConfigError::InvalidOption { .. } => "invalid_option",
             ConfigError::HttpClient { .. } => "http_client",
             ConfigError::UnknownCloud { .. } => "unknown_cloud",
             ConfigError::InvalidCloud { .. } => "invalid_cloud",

@@ -245,7 +245,7 @@ pub enum ErrorKind {
 /// | category | what to do | examples |
 /// |---|---|---|
 /// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, timeout, HTTP 408, 429, 500, 502, 503, 504 |
-/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
+/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an invalid application id, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
 /// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, an unusable `authentication_endpoint`, expired or not yet valid, a key that cannot sign |
 /// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, a link refused |
 ///

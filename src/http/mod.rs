@@ -1,7 +1,8 @@
 //! HTTP plumbing shared by the token, data plane and Key Vault layers: which client
 //! ([`options`]), where exchanges run ([`exchange`]), bounded answers and `Retry-After`
 //! ([`body`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
-//! a service hands back ([`service_link`]) and the bundled roots ([`roots`]). Uses only
+//! a service hands back ([`service_link`]), the bundled roots ([`roots`]) and the
+//! `User-Agent` every request carries ([`user_agent`]). Uses only
 //! the basics (errors, bounded file reading, untrusted text).
 
 pub(crate) mod azure_error_body;
@@ -11,3 +12,4 @@ pub(crate) mod options;
 pub(crate) mod retry;
 pub(crate) mod roots;
 pub(crate) mod service_link;
+pub(crate) mod user_agent;

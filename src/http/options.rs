@@ -1,13 +1,17 @@
 //! `HttpOptions`: the HTTP settings that the credential, the data plane client and the Key
 //! Vault store share (a client of the caller's or extra roots, the loopback flag, the
-//! request timeout), and the one decision of which HTTP client they use.
+//! request timeout, the application id in the `User-Agent`), and the one decision of
+//! which HTTP client they use.
 
 use std::fmt;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use reqwest::header::HeaderValue;
+
 use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::http::user_agent;
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";
@@ -29,6 +33,21 @@ const CA_FILE: &str = "CA file";
 /// let data_plane = ClientOptions::default().with_http_options(http);
 /// assert_eq!(credential.http.request_timeout, data_plane.http.request_timeout);
 /// ```
+///
+/// # User-Agent
+///
+/// Every request the crate sends carries a `User-Agent` in the Azure SDKs' form, so that
+/// a service's logs (and Microsoft support) can tell which library and version called:
+/// `azsdk-rust-msi-dataplane/<version> (<OS>; <ARCH>)`, e.g.
+/// `azsdk-rust-msi-dataplane/0.1.0 (linux; x86_64)`. azure_core also puts the rustc
+/// version first in the parentheses, which it learns in a build script; this crate has
+/// none and leaves it out. With
+/// [`with_application_id`](Self::with_application_id), your application id comes first:
+/// `myapp azsdk-rust-msi-dataplane/0.1.0 (linux; x86_64)`. The header is set on each
+/// request, whichever HTTP client sends it (a `User-Agent` set as a default on a client of
+/// your own is replaced). Key Vault requests, which the Azure SDK builds, carry this value
+/// followed by the SDK's own (`... azsdk-rust-security_keyvault_secrets/<version>
+/// (...)`). [`user_agent`](Self::user_agent) gives the value.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct HttpOptions {
@@ -52,6 +71,11 @@ pub struct HttpOptions {
     pub allow_http_loopback: bool,
     /// Total time allowed for one HTTP request (connect, send, receive). Default 30 s.
     pub request_timeout: Duration,
+    /// The application id put first in the `User-Agent` (checked when set, so private:
+    /// see [`with_application_id`](Self::with_application_id)).
+    application_id: Option<String>,
+    /// The `User-Agent` value, made when the application id is set.
+    user_agent: HeaderValue,
 }
 
 impl Default for HttpOptions {
@@ -61,6 +85,8 @@ impl Default for HttpOptions {
             extra_root_certificates: Vec::new(),
             allow_http_loopback: false,
             request_timeout: Duration::from_secs(30),
+            application_id: None,
+            user_agent: user_agent::header_value(None),
         }
     }
 }
@@ -118,6 +144,51 @@ impl HttpOptions {
         self
     }
 
+    /// Put your application id first in the `User-Agent` of every request (the token
+    /// endpoint, the data plane, Key Vault), as azure_core's
+    /// `UserAgentOptions::application_id` does: `myapp azsdk-rust-msi-dataplane/<version>
+    /// (<OS>; <ARCH>)`. See [the User-Agent](Self#user-agent).
+    ///
+    /// The id follows azure_core's rules: at most 24 characters, each an RFC 9110 token
+    /// character (letters, digits and `` !#$%&'*+-.^_`|~ ``: no space, no `/`). It is not
+    /// a secret: services log it.
+    ///
+    /// ```
+    /// use msi_dataplane::HttpOptions;
+    ///
+    /// let http = HttpOptions::default().with_application_id("myapp").unwrap();
+    /// assert!(http.user_agent().starts_with("myapp azsdk-rust-msi-dataplane/"));
+    /// assert!(HttpOptions::default().with_application_id("my app").is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidOption`] naming `application_id` when the id is empty, longer
+    /// than 24 characters or has a character that is not a token character. (azure_core
+    /// panics on such an id; this crate refuses it here, before anything is built.)
+    pub fn with_application_id(mut self, application_id: impl Into<String>) -> Result<Self> {
+        let id = application_id.into();
+        user_agent::check_application_id(&id)?;
+        self.user_agent = user_agent::header_value(Some(&id));
+        self.application_id = Some(id);
+        Ok(self)
+    }
+
+    /// The application id set with [`with_application_id`](Self::with_application_id).
+    pub fn application_id(&self) -> Option<&str> {
+        self.application_id.as_deref()
+    }
+
+    /// The `User-Agent` every request carries (see [the User-Agent](Self#user-agent)).
+    pub fn user_agent(&self) -> &str {
+        self.user_agent.to_str().unwrap_or(user_agent::base())
+    }
+
+    /// The `User-Agent` as a header value, for the layers that send.
+    pub(crate) fn user_agent_header(&self) -> HeaderValue {
+        self.user_agent.clone()
+    }
+
     /// The HTTP client to use: the caller's, or the crate's (with the extra roots; without
     /// environment proxies when `direct`, for loopback hosts). The one place that decides.
     ///
@@ -151,6 +222,7 @@ impl fmt::Debug for HttpOptions {
             )
             .field("allow_http_loopback", &self.allow_http_loopback)
             .field("request_timeout", &self.request_timeout)
+            .field("application_id", &self.application_id)
             .finish()
     }
 }
@@ -242,5 +314,35 @@ mod tests {
         );
         assert!(debug.contains("http_client: Some(\"custom\")"), "{debug}");
         assert!(debug.contains("request_timeout: 30s"), "{debug}");
+    }
+
+    #[test]
+    fn the_application_id_is_checked_and_goes_first() {
+        let plain = HttpOptions::default();
+        assert_eq!(plain.application_id(), None);
+        assert_eq!(plain.user_agent(), user_agent::base());
+        let http = plain.with_application_id("myapp").unwrap();
+        assert_eq!(http.application_id(), Some("myapp"));
+        assert_eq!(http.user_agent(), format!("myapp {}", user_agent::base()));
+        assert_eq!(
+            http.user_agent_header().to_str().unwrap(),
+            http.user_agent()
+        );
+        let debug = format!("{http:?}");
+        assert!(debug.contains("application_id: Some(\"myapp\")"), "{debug}");
+        let err = http.clone().with_application_id("my app").unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::Config(ConfigError::InvalidOption {
+                    option: "application_id",
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        // A refused id leaves nothing half-set: the value is consumed, the clone keeps
+        // the id it had.
+        assert_eq!(http.application_id(), Some("myapp"));
     }
 }

@@ -91,10 +91,14 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 pub struct StoreOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one; setting
     /// both is refused with [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)), the request timeout
-    /// (default 30 s). Set with [`with_http_options`](Self::with_http_options); the same
-    /// value can serve the credential and the data plane client. See [`HttpOptions`]. Its
+    /// (default 30 s), the application id of the `User-Agent`. Set with
+    /// [`with_http_options`](Self::with_http_options); the same value can serve the
+    /// credential and the data plane client. See [`HttpOptions`]. Its
     /// `allow_http_loopback` does not apply: the SDK authenticates only over `https`, so
-    /// the vault URL is always `https`.
+    /// the vault URL is always `https`. Every request to the vault carries the crate's
+    /// `User-Agent` ([`HttpOptions::user_agent`], with the application id first) followed
+    /// by the Azure SDK's own; the SDK's `application_id` option is not used, so the id
+    /// appears once.
     pub http: HttpOptions,
     /// How requests are retried: the crate's one [`RetryPolicy`], applied through the
     /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Default
@@ -255,7 +259,14 @@ impl CredentialStore {
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::http::body::is_loopback(&parsed);
         let http = options.http.client(direct)?;
-        let transport = ReqwestTransport::new(http, options.http.request_timeout);
+        // The transport sets the `User-Agent`: the crate's (with the caller's application
+        // id) and then the SDK's. The SDK's own `application_id` stays unset, so the id
+        // appears once, first.
+        let transport = ReqwestTransport::new(
+            http,
+            options.http.request_timeout,
+            options.http.user_agent_header(),
+        );
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),
@@ -290,7 +301,8 @@ impl CredentialStore {
     }
 
     /// The Azure SDK's `SecretClient` the store sends through: the same vault, credential,
-    /// transport (this crate's HTTP client, roots and timeout) and retry options. For Key
+    /// transport (this crate's HTTP client, roots, timeout and `User-Agent`) and retry
+    /// options. For Key
     /// Vault operations the store does not wrap; values it returns are the SDK's types,
     /// without this crate's secret hygiene.
     pub fn secret_client(&self) -> &SecretClient {

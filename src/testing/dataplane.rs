@@ -55,6 +55,9 @@ pub struct DataPlaneRequest {
     /// Request headers, lowercase names, in order (the bearer token included: look at it
     /// on purpose only).
     pub headers: Vec<(String, String)>,
+    /// The `User-Agent` sent, if any: at most 512 characters, control characters
+    /// escaped.
+    pub user_agent: Option<String>,
     /// The request body (identity ids; the data plane's requests carry no secret).
     pub body: String,
     /// The tenant the request is for: its `tid` query parameter (the server's tenant
@@ -96,6 +99,7 @@ impl fmt::Debug for DataPlaneRequest {
             .field("path", &self.path)
             .field("query", &self.query)
             .field("headers", &headers)
+            .field("user_agent", &self.user_agent)
             .field("body", &self.body)
             .field("tenant", &self.tenant)
             .field("token_tenant", &self.token_tenant)
@@ -580,6 +584,7 @@ async fn handle(
     let (parts, body) = req.into_parts();
     let body = serve::read_body(body, MAX_BODY).await;
     let mut record = DataPlaneRequest {
+        user_agent: serve::user_agent(&parts.headers),
         method: parts.method.as_str().to_owned(),
         path: parts.uri.path().to_owned(),
         query: serve::query_pairs(&parts.uri),

@@ -152,6 +152,9 @@ pub struct RecordedRequest {
     pub expected_aud: String,
     /// All request headers, lowercase names, in order.
     pub headers: Vec<(String, String)>,
+    /// The `User-Agent` sent, if any: at most 512 characters, control characters
+    /// escaped.
+    pub user_agent: Option<String>,
     /// Names of all form fields, in order (values are in the fields above; the
     /// assertion itself is never stored).
     pub form_fields: Vec<String>,
@@ -787,6 +790,7 @@ async fn handle(
         exp: cint("exp"),
         expected_aud: expected_aud.clone(),
         headers: headers.clone(),
+        user_agent: serve::user_agent(&parts.headers),
         form_fields: form.iter().map(|(n, _)| n.clone()).collect(),
         outcome: Outcome::Scripted(0),
         matched_cert_sha256: None,

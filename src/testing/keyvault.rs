@@ -51,6 +51,9 @@ pub struct KeyVaultRequest {
     pub path: String,
     /// Query parameters in order, decoded.
     pub query: Vec<(String, String)>,
+    /// The `User-Agent` sent, if any: at most 512 characters, control characters
+    /// escaped.
+    pub user_agent: Option<String>,
     /// Whether it carried a token the server accepted.
     pub authorized: bool,
     /// The status answered.
@@ -65,6 +68,7 @@ impl fmt::Debug for KeyVaultRequest {
             .field("method", &self.method)
             .field("path", &self.path)
             .field("query", &self.query)
+            .field("user_agent", &self.user_agent)
             .field("authorized", &self.authorized)
             .field("status", &self.status)
             .field(
@@ -418,6 +422,7 @@ async fn handle(
     let (answer, delay, close) = {
         let mut inner = state.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut record = KeyVaultRequest {
+            user_agent: serve::user_agent(&parts.headers),
             method: parts.method.as_str().to_owned(),
             path: parts.uri.path().to_owned(),
             query,

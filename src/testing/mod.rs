@@ -32,7 +32,9 @@
 //!
 //! Servers bind 127.0.0.1 only (one shared accept loop), stop when their last handle is
 //! dropped, and log nothing (no secret can leak through them); their request logs' `Debug`
-//! hides tokens and secret values. Misuse panics with a message naming what failed: it
+//! hides tokens and secret values. Each recorded request keeps its `User-Agent`
+//! (`user_agent`: at most 512 characters, control characters escaped), to check what a
+//! client identifies itself as. Misuse panics with a message naming what failed: it
 //! is test code.
 //!
 //! ```no_run

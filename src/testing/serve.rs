@@ -147,6 +147,18 @@ pub(crate) async fn read_body(body: Incoming, limit: usize) -> String {
     }
 }
 
+/// The most characters of a request's `User-Agent` a kit server records.
+pub(crate) const MAX_USER_AGENT_CHARS: usize = 512;
+
+/// The request's `User-Agent` as recorded: (lossy) UTF-8, at most
+/// [`MAX_USER_AGENT_CHARS`] characters, controls and bidirectional marks escaped (it is
+/// the client's text: a test printing it forges no line). `None` when not sent.
+pub(crate) fn user_agent(headers: &hyper::HeaderMap) -> Option<String> {
+    headers.get(hyper::header::USER_AGENT).map(|v| {
+        crate::untrusted_text::bounded(&String::from_utf8_lossy(v.as_bytes()), MAX_USER_AGENT_CHARS)
+    })
+}
+
 /// The query string's pairs, percent-decoded, in order.
 pub(crate) fn query_pairs(uri: &hyper::Uri) -> Vec<(String, String)> {
     url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())

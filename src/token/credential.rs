@@ -44,7 +44,8 @@ pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// loopback authorities, the request timeout (default 30 s). Set with
+    /// loopback authorities, the request timeout (default 30 s), the application id of the
+    /// `User-Agent` every token request carries. Set with
     /// [`with_http_options`](Self::with_http_options); the same value can serve the data
     /// plane client and the Key Vault store. See [`HttpOptions`].
     pub http: HttpOptions,
@@ -192,6 +193,8 @@ struct Inner {
     expiry_warning_margin: time::Duration,
     expiry_warned: AtomicBool,
     http: reqwest::Client,
+    /// The `User-Agent` of every token request.
+    user_agent: reqwest::header::HeaderValue,
     timeout: Duration,
     retry: RetryPolicy,
     clock: Arc<dyn Clock>,
@@ -374,6 +377,7 @@ impl ClientCertificateCredential {
                 expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
+                user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
                 cache: TokenCache::new(options.clock.clone()),
@@ -672,6 +676,7 @@ impl Inner {
             scope,
             assertion: assertion.expose_secret(),
             client_request_id: &client_request_id,
+            user_agent: &self.user_agent,
         };
         let raw = endpoint::send(&self.http, &request, self.timeout).await;
         // The next ready assertion is signed once this request is answered, so that its

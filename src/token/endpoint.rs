@@ -74,6 +74,8 @@ pub(crate) struct TokenRequest<'a> {
     pub scope: &'a str,
     pub assertion: &'a str,
     pub client_request_id: &'a str,
+    /// The `User-Agent` ([`HttpOptions::user_agent`](crate::HttpOptions::user_agent)).
+    pub user_agent: &'a reqwest::header::HeaderValue,
 }
 
 /// A raw answer: status, `Retry-After`, body.
@@ -111,6 +113,8 @@ pub(crate) async fn send(
         .post(req.url.clone())
         .timeout(timeout)
         .header("accept", "application/json")
+        // Per request, so that a caller's own client sends it too.
+        .header(reqwest::header::USER_AGENT, req.user_agent.clone())
         .header("client-request-id", req.client_request_id)
         .header("return-client-request-id", "true")
         .header("x-client-sku", SKU)
