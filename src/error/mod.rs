@@ -25,6 +25,7 @@ pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
+pub(crate) use transport::{TransportFault, classify as classify_transport};
 
 /// How messages name a credential file.
 pub(crate) const CREDENTIAL_FILE: &str = "credential file";
@@ -321,7 +322,9 @@ impl ErrorKind {
         match self {
             // Not `RequestAbandoned`: no runtime, or one shutting down, is not fixed by
             // waiting. Not an unusable answer: the same answer would come again.
-            ErrorKind::Transport(_) => true,
+            // A transport failure says itself whether a retry can help (a refused
+            // connection can, an untrusted certificate or a malformed answer cannot).
+            ErrorKind::Transport(e) => e.transient,
             ErrorKind::Token(TokenError::Endpoint(_))
             | ErrorKind::DataPlane(DataPlaneError::Service(_))
             | ErrorKind::KeyVault(KeyVaultError::Service { .. }) => {
@@ -348,6 +351,13 @@ impl ErrorKind {
             // A stopped watch leaves the credential serving; the runtime that ran it is
             // gone, which is the program's doing.
             ErrorKind::Reload(_) => ErrorCategory::Configuration,
+            // Which roots to trust is this side's configuration (a missing CA file, a
+            // distroless image without roots, a proxy's own CA); so is a request that
+            // cannot be built. A malformed answer is the service's.
+            ErrorKind::Transport(e) => match e.fault {
+                TransportFault::Tls | TransportFault::Request => ErrorCategory::Configuration,
+                TransportFault::Passing | TransportFault::Protocol => ErrorCategory::Service,
+            },
             _ => ErrorCategory::Service,
         }
     }
@@ -533,10 +543,22 @@ mod tests {
                     "token",
                     "https://login.example/t/oauth2/v2.0/token",
                     false,
+                    TransportFault::Passing,
                     "connection refused".into(),
                     None,
                 )),
                 true,
+            ),
+            (
+                ErrorKind::Transport(TransportError::new(
+                    "token",
+                    "https://login.example/t/oauth2/v2.0/token",
+                    false,
+                    TransportFault::Tls,
+                    "invalid peer certificate: UnknownIssuer".into(),
+                    None,
+                )),
+                false,
             ),
             (endpoint(503), true),
             (endpoint(429), true),

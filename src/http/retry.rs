@@ -167,6 +167,7 @@ mod tests {
     use super::*;
     use crate::error::FileError;
     use crate::error::TokenEndpointError;
+    use crate::error::TransportFault::{Passing, Tls};
 
     fn status(status: u16, retry_after: Option<u64>) -> Error {
         ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
@@ -193,8 +194,12 @@ mod tests {
             );
         }
         let transport: Error =
-            crate::error::TransportError::new("token", "u", true, "m".into(), None).into();
+            crate::error::TransportError::new("token", "u", true, Passing, "m".into(), None).into();
         assert!(next_delay(&p, 1, &transport, Duration::ZERO, 0.0).is_some());
+        // A failure a retry cannot mend (an untrusted certificate, a malformed answer).
+        let permanent: Error =
+            crate::error::TransportError::new("token", "u", false, Tls, "m".into(), None).into();
+        assert!(next_delay(&p, 1, &permanent, Duration::ZERO, 0.0).is_none());
         assert!(
             next_delay(
                 &p,
