@@ -42,6 +42,8 @@ enum Answer {
     MalformedHeader,
     /// Close the connection without a byte of answer.
     Close,
+    /// A status line and headers announcing 500 bytes, 11 of them, then close.
+    CutBody,
 }
 
 /// A TLS server on loopback with the kit's test CA, that answers every request as told,
@@ -73,14 +75,17 @@ impl RawServer {
                         return;
                     }
                     read.fetch_add(1, Ordering::SeqCst);
-                    if let Answer::MalformedHeader = answer {
-                        let _ = tls
-                            .write_all(
-                                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nthis line is no header\r\n\r\n{}",
-                            )
-                            .await;
-                        let _ = tls.flush().await;
-                    }
+                    let bytes: &[u8] = match answer {
+                        Answer::MalformedHeader => {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nthis line is no header\r\n\r\n{}"
+                        }
+                        Answer::Close => b"",
+                        Answer::CutBody => {
+                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"access_tok"
+                        }
+                    };
+                    let _ = tls.write_all(bytes).await;
+                    let _ = tls.flush().await;
                     let _ = tls.shutdown().await;
                 });
             }
@@ -257,6 +262,25 @@ async fn a_connection_closed_before_the_answer_is_retried_by_the_data_plane() {
 #[tokio::test]
 async fn a_connection_closed_before_the_answer_is_retried_by_key_vault() {
     let server = RawServer::start(Answer::Close).await;
+    let err = key_vault_error(&server.url, https_options()).await;
+    assert_transport(&err, "Key Vault", true, ErrorCategory::Transient);
+    assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
+}
+
+// ---- an answer cut short: retried (reqwest reports it as a body it cannot decode; the
+// cause, an early end of stream, decides) ----
+
+#[tokio::test]
+async fn an_answer_cut_short_is_retried_by_the_token_endpoint() {
+    let server = RawServer::start(Answer::CutBody).await;
+    let err = token_error(&server.url, https_options(), manual_clock()).await;
+    assert_transport(&err, "token", true, ErrorCategory::Transient);
+    assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
+}
+
+#[tokio::test]
+async fn an_answer_cut_short_is_retried_by_key_vault() {
+    let server = RawServer::start(Answer::CutBody).await;
     let err = key_vault_error(&server.url, https_options()).await;
     assert_transport(&err, "Key Vault", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");

@@ -102,9 +102,11 @@ pub(crate) enum TransportFault {
 ///
 /// - [`Request`](TransportFault::Request): a request that could not be built
 ///   (`is_builder`, `is_redirect`; hyper's "user" errors);
-/// - [`Protocol`](TransportFault::Protocol): a body that cannot be decoded (`is_decode`),
-///   hyper's parse errors (a malformed status line or header, a header too large), an I/O
-///   error `InvalidData` carrying no TLS error;
+/// - [`Protocol`](TransportFault::Protocol): hyper's parse errors (a malformed status
+///   line or header, a header too large), an I/O error `InvalidData` carrying no TLS error,
+///   a body that cannot be decoded (`is_decode`) for a cause not listed here (reqwest
+///   reports every failure to read a body as `is_decode`: a connection reset while
+///   reading it is settled by its cause, as passing);
 /// - [`Tls`](TransportFault::Tls): any `rustls::Error` (a certificate not trusted,
 ///   expired or for another name, an alert, a handshake the peer refuses): the same
 ///   configuration meets it again;
@@ -121,22 +123,30 @@ pub(crate) fn classify(error: &reqwest::Error) -> TransportFault {
     if error.is_builder() || error.is_redirect() {
         return TransportFault::Request;
     }
-    if error.is_decode() {
-        return TransportFault::Protocol;
-    }
     if error.is_timeout() {
         return TransportFault::Passing;
     }
-    classify_causes(error)
+    match settled_by_causes(error) {
+        Some(fault) => fault,
+        None if error.is_decode() => TransportFault::Protocol,
+        None => TransportFault::Passing,
+    }
 }
 
-/// [`classify`]'s walk down the causes of `error` (itself excluded): the first cause that
-/// settles it, else [`Passing`](TransportFault::Passing).
-pub(crate) fn classify_causes(error: &(dyn std::error::Error + 'static)) -> TransportFault {
+/// [`classify`]'s walk down the causes of `error` (itself excluded), for an error that is
+/// no reqwest error of a kind that settles it: the first cause that settles it, else
+/// [`Passing`](TransportFault::Passing).
+#[cfg(test)]
+fn classify_causes(error: &(dyn std::error::Error + 'static)) -> TransportFault {
+    settled_by_causes(error).unwrap_or(TransportFault::Passing)
+}
+
+/// The first cause of `error` (itself excluded) that settles the classification.
+fn settled_by_causes(error: &(dyn std::error::Error + 'static)) -> Option<TransportFault> {
     let mut next = error.source();
     while let Some(cause) = next {
         if let Some(fault) = settled_by(cause) {
-            return fault;
+            return Some(fault);
         }
         // An `io::Error`'s `source` skips the error it wraps (rustls's, inside a TLS
         // stream's `io::Error`): step into that one.
@@ -148,7 +158,7 @@ pub(crate) fn classify_causes(error: &(dyn std::error::Error + 'static)) -> Tran
             None => cause.source(),
         };
     }
-    TransportFault::Passing
+    None
 }
 
 /// What one cause says, if it settles the classification.
