@@ -85,11 +85,14 @@ impl Error {
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
-    /// the caller's side: transport failures, timeouts, and HTTP 408, 429, 500, 502, 503
-    /// and 504 answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries. Bad
-    /// files, bad certificates, a credential outside its validity, 400/401 answers and
-    /// [`TokenError::RequestAbandoned`] (no Tokio runtime, or one shutting down) are not
-    /// transient.
+    /// the caller's side: a connection refused, reset or closed before the answer, a
+    /// timeout ([`TransportError::transient`]), and HTTP 408, 429, 500, 502, 503 and 504
+    /// answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries (for Key Vault,
+    /// what the Azure SDK's retry policy retries). Not transient: a server certificate the
+    /// client does not trust or another TLS failure, an answer that breaks HTTP (a
+    /// malformed header), bad files, bad certificates, a credential outside its validity,
+    /// 400/401 answers and [`TokenError::RequestAbandoned`] (no Tokio runtime, or one
+    /// shutting down).
     pub fn is_transient(&self) -> bool {
         self.kind.is_transient()
     }
@@ -224,7 +227,8 @@ pub enum ErrorKind {
     /// environment variable).
     #[error(transparent)]
     Config(ConfigError),
-    /// A request that did not complete (connection, TLS, I/O, timeout), to any service.
+    /// A request that did not complete (connection, TLS, I/O, a malformed answer, timeout),
+    /// to any service; [`TransportError::transient`] says whether a retry can help.
     #[error(transparent)]
     Transport(TransportError),
     /// A token request: the endpoint's error answer, an unusable answer, signing.
@@ -245,10 +249,10 @@ pub enum ErrorKind {
 ///
 /// | category | what to do | examples |
 /// |---|---|---|
-/// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, timeout, HTTP 408, 429, 500, 502, 503, 504 |
-/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
+/// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, reset or closed before the answer, timeout, HTTP 408, 429, 500, 502, 503, 504 |
+/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, a server certificate not trusted (or another TLS failure: which roots to trust is configuration), no Tokio runtime |
 /// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, an unusable `authentication_endpoint`, expired or not yet valid, a key that cannot sign |
-/// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, a link refused |
+/// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, an answer that breaks HTTP (a malformed header), a link refused |
 ///
 /// Marked `#[non_exhaustive]`: treat an unknown category as [`Service`](Self::Service).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,10 +10,12 @@ use crate::error::{DataPlaneError, Error, ErrorKind, TokenError};
 
 /// How token requests are retried.
 ///
-/// Retried: transport failures (connection, TLS, timeouts) and HTTP 408, 429, 500, 502,
-/// 503 and 504: the errors whose [`is_transient`](crate::Error::is_transient) is true.
-/// Never retried: 400, 401 and every other answer, and local failures (a credential
-/// outside its validity, a bad scope, a request abandoned for want of a runtime).
+/// Retried: transport failures a retry can help (a connection refused, reset or closed
+/// before the answer, a timeout) and HTTP 408, 429, 500, 502, 503 and 504: the errors
+/// whose [`is_transient`](crate::Error::is_transient) is true. Never retried: 400, 401 and
+/// every other answer, a TLS failure (a server certificate not trusted), an answer that
+/// breaks HTTP (a malformed header), and local failures (a credential outside its
+/// validity, a bad scope, a request abandoned for want of a runtime).
 ///
 /// The delay before retry *n* (1-based) is `initial_delay × 2^(n-1)`, capped at
 /// `max_delay`, times a jitter factor in `[0.5, 1.0)`. A `Retry-After` from the server
