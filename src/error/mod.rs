@@ -25,7 +25,9 @@ pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
-pub(crate) use transport::{TransportFault, classify as classify_transport};
+pub(crate) use transport::TransportFault;
+#[cfg(feature = "keyvault")]
+pub(crate) use transport::classify as classify_transport;
 
 /// How messages name a credential file.
 pub(crate) const CREDENTIAL_FILE: &str = "credential file";
