@@ -587,8 +587,9 @@ fn token_prints_the_expiry_and_the_token_only_when_asked() {
 }
 
 #[test]
-/// Exit codes follow the error's category: a service's refusal 5, a transient failure 7,
-/// anything wrong with the credential file (its validity included) 4.
+/// Exit codes follow the error's category: a service's refusal 5, a server certificate not
+/// trusted 2 (configuration), anything wrong with the credential file (its validity
+/// included) 4. A transient failure's 7 is in tests/cli_vault.rs (nobody listening).
 fn token_failures_exit_by_category() {
     let setup = token_setup("pem-pkcs8");
     let ca = ca_file(&setup);
@@ -633,14 +634,19 @@ fn token_failures_exit_by_category() {
     assert_eq!(json["error"]["transient"], false);
     assert_eq!(json["error"]["file"], Value::Null);
 
-    // Without --ca-file the test CA is not trusted: a TLS failure, not a token.
+    // Without --ca-file the test CA is not trusted: a TLS failure, not a token, and
+    // configuration to fix rather than a failure to wait out.
     let untrusted = run(
         &["token", file, "--scope", ARM, "--attempts", "1", "--json"],
-        7,
+        2,
     )
     .json();
     assert_eq!(untrusted["error"]["kind"], "transport", "{untrusted}");
-    assert_eq!(untrusted["error"]["category"], "transient", "{untrusted}");
+    assert_eq!(
+        untrusted["error"]["category"], "configuration",
+        "{untrusted}"
+    );
+    assert_eq!(untrusted["error"]["transient"], false, "{untrusted}");
     assert!(issued_tokens(&setup.server).is_empty());
 
     // An expired credential never reaches the network.

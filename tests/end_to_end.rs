@@ -403,7 +403,10 @@ async fn tls_is_verified() {
         matches!(err.kind(), ErrorKind::Transport(t) if !t.timeout),
         "{err}"
     );
-    assert!(err.is_transient());
+    // A certificate not trusted is met again by the next attempt: not transient, and
+    // which roots to trust is configuration.
+    assert!(!err.is_transient());
+    assert_eq!(err.category(), msi_dataplane::ErrorCategory::Configuration);
     assert_eq!(server.tokens_issued(), 0);
 }
 

@@ -16,7 +16,7 @@ use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 use reqwest::header::{HeaderValue as ReqwestHeaderValue, USER_AGENT};
 
-use crate::error::{KeyVaultError, cause_chain};
+use crate::error::{KeyVaultError, TransportFault, cause_chain, classify_transport};
 use crate::http::body::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
@@ -156,14 +156,21 @@ async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes
     Ok(body.into())
 }
 
-/// Connection failures are `Connection` (azure_core retries them), the rest `Io`.
+/// A reqwest failure as azure_core's, kind chosen so that the SDK's retry policy (which
+/// retries `Io` and `Connection`, nothing else) retries exactly what the crate's own
+/// classification calls transient: a passing failure is `Connection` (connecting) or `Io`;
+/// a TLS failure, a malformed answer or a request that cannot be built is `Other`, not
+/// retried. The reqwest error rides inside, so the store classifies it the same way.
 fn transport_error(e: reqwest::Error) -> azure_core::Error {
-    let kind = if e.is_connect() {
-        AzureErrorKind::Connection
-    } else {
-        AzureErrorKind::Io
+    let kind = match classify_transport(&e) {
+        TransportFault::Passing if e.is_connect() => AzureErrorKind::Connection,
+        TransportFault::Passing => AzureErrorKind::Io,
+        TransportFault::Tls | TransportFault::Request | TransportFault::Protocol => {
+            AzureErrorKind::Other
+        }
     };
-    azure_core::Error::with_message(kind, cause_chain(&e))
+    let message = cause_chain(&e);
+    azure_core::Error::with_error(kind, e, message)
 }
 
 #[cfg(test)]

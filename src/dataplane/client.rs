@@ -538,14 +538,7 @@ impl Client {
             let message = cause_chain(&e).replace(url.as_str(), &without_query(url));
             // reqwest's error names the URL with its query (a signature): not kept.
             let e = e.without_url();
-            TransportError::new(
-                SERVICE,
-                without_query(url),
-                e.is_timeout(),
-                message,
-                Some(Arc::new(e)),
-            )
-            .into()
+            TransportError::from_reqwest(SERVICE, without_query(url), message, e).into()
         };
         // A loopback host is never reached through a proxy from the environment.
         let http = match &f.http_direct {
@@ -771,8 +764,16 @@ mod tests {
 
     #[test]
     fn only_the_data_plane_s_own_transport_failures_are_retried_here() {
-        let failure =
-            |service| Error::from(TransportError::new(service, "u", false, "m".into(), None));
+        let failure = |service| {
+            Error::from(TransportError::new(
+                service,
+                "u",
+                false,
+                crate::error::TransportFault::Passing,
+                "m".into(),
+                None,
+            ))
+        };
         assert!(is_data_plane_failure(&failure(SERVICE)));
         // The token source's own failures were retried by the source already.
         assert!(!is_data_plane_failure(&failure("token")));

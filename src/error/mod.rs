@@ -25,6 +25,9 @@ pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
+pub(crate) use transport::TransportFault;
+#[cfg(feature = "keyvault")]
+pub(crate) use transport::classify as classify_transport;
 
 /// How messages name a credential file.
 pub(crate) const CREDENTIAL_FILE: &str = "credential file";
@@ -84,11 +87,14 @@ impl Error {
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
-    /// the caller's side: transport failures, timeouts, and HTTP 408, 429, 500, 502, 503
-    /// and 504 answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries. Bad
-    /// files, bad certificates, a credential outside its validity, 400/401 answers and
-    /// [`TokenError::RequestAbandoned`] (no Tokio runtime, or one shutting down) are not
-    /// transient.
+    /// the caller's side: a connection refused, reset or closed before the answer, a
+    /// timeout ([`TransportError::transient`]), and HTTP 408, 429, 500, 502, 503 and 504
+    /// answers, exactly what [`RetryPolicy`](crate::RetryPolicy) retries (for Key Vault,
+    /// what the Azure SDK's retry policy retries). Not transient: a server certificate the
+    /// client does not trust or another TLS failure, an answer that breaks HTTP (a
+    /// malformed header), bad files, bad certificates, a credential outside its validity,
+    /// 400/401 answers and [`TokenError::RequestAbandoned`] (no Tokio runtime, or one
+    /// shutting down).
     pub fn is_transient(&self) -> bool {
         self.kind.is_transient()
     }
@@ -223,7 +229,8 @@ pub enum ErrorKind {
     /// environment variable).
     #[error(transparent)]
     Config(ConfigError),
-    /// A request that did not complete (connection, TLS, I/O, timeout), to any service.
+    /// A request that did not complete (connection, TLS, I/O, a malformed answer, timeout),
+    /// to any service; [`TransportError::transient`] says whether a retry can help.
     #[error(transparent)]
     Transport(TransportError),
     /// A token request: the endpoint's error answer, an unusable answer, signing.
@@ -244,10 +251,10 @@ pub enum ErrorKind {
 ///
 /// | category | what to do | examples |
 /// |---|---|---|
-/// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, timeout, HTTP 408, 429, 500, 502, 503, 504 |
-/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an invalid application id, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, no Tokio runtime |
+/// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, reset or closed before the answer, timeout, HTTP 408, 429, 500, 502, 503, 504 |
+/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an invalid application id, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, a server certificate not trusted (or another TLS failure: which roots to trust is configuration), no Tokio runtime |
 /// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, an unusable `authentication_endpoint`, expired or not yet valid, a key that cannot sign |
-/// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, a link refused |
+/// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, an answer that breaks HTTP (a malformed header), a link refused |
 ///
 /// Marked `#[non_exhaustive]`: treat an unknown category as [`Service`](Self::Service).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -321,7 +328,9 @@ impl ErrorKind {
         match self {
             // Not `RequestAbandoned`: no runtime, or one shutting down, is not fixed by
             // waiting. Not an unusable answer: the same answer would come again.
-            ErrorKind::Transport(_) => true,
+            // A transport failure says itself whether a retry can help (a refused
+            // connection can, an untrusted certificate or a malformed answer cannot).
+            ErrorKind::Transport(e) => e.transient,
             ErrorKind::Token(TokenError::Endpoint(_))
             | ErrorKind::DataPlane(DataPlaneError::Service(_))
             | ErrorKind::KeyVault(KeyVaultError::Service { .. }) => {
@@ -348,6 +357,13 @@ impl ErrorKind {
             // A stopped watch leaves the credential serving; the runtime that ran it is
             // gone, which is the program's doing.
             ErrorKind::Reload(_) => ErrorCategory::Configuration,
+            // Which roots to trust is this side's configuration (a missing CA file, a
+            // distroless image without roots, a proxy's own CA); so is a request that
+            // cannot be built. A malformed answer is the service's.
+            ErrorKind::Transport(e) => match e.fault {
+                TransportFault::Tls | TransportFault::Request => ErrorCategory::Configuration,
+                TransportFault::Passing | TransportFault::Protocol => ErrorCategory::Service,
+            },
             _ => ErrorCategory::Service,
         }
     }
@@ -533,10 +549,22 @@ mod tests {
                     "token",
                     "https://login.example/t/oauth2/v2.0/token",
                     false,
+                    TransportFault::Passing,
                     "connection refused".into(),
                     None,
                 )),
                 true,
+            ),
+            (
+                ErrorKind::Transport(TransportError::new(
+                    "token",
+                    "https://login.example/t/oauth2/v2.0/token",
+                    false,
+                    TransportFault::Tls,
+                    "invalid peer certificate: UnknownIssuer".into(),
+                    None,
+                )),
+                false,
             ),
             (endpoint(503), true),
             (endpoint(429), true),

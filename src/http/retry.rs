@@ -10,10 +10,12 @@ use crate::error::{DataPlaneError, Error, ErrorKind, TokenError};
 
 /// How token requests are retried.
 ///
-/// Retried: transport failures (connection, TLS, timeouts) and HTTP 408, 429, 500, 502,
-/// 503 and 504: the errors whose [`is_transient`](crate::Error::is_transient) is true.
-/// Never retried: 400, 401 and every other answer, and local failures (a credential
-/// outside its validity, a bad scope, a request abandoned for want of a runtime).
+/// Retried: transport failures a retry can help (a connection refused, reset or closed
+/// before the answer, a timeout) and HTTP 408, 429, 500, 502, 503 and 504: the errors
+/// whose [`is_transient`](crate::Error::is_transient) is true. Never retried: 400, 401 and
+/// every other answer, a TLS failure (a server certificate not trusted), an answer that
+/// breaks HTTP (a malformed header), and local failures (a credential outside its
+/// validity, a bad scope, a request abandoned for want of a runtime).
 ///
 /// The delay before retry *n* (1-based) is `initial_delay × 2^(n-1)`, capped at
 /// `max_delay`, times a jitter factor in `[0.5, 1.0)`. A `Retry-After` from the server
@@ -167,6 +169,7 @@ mod tests {
     use super::*;
     use crate::error::FileError;
     use crate::error::TokenEndpointError;
+    use crate::error::TransportFault::{Passing, Tls};
 
     fn status(status: u16, retry_after: Option<u64>) -> Error {
         ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
@@ -193,8 +196,12 @@ mod tests {
             );
         }
         let transport: Error =
-            crate::error::TransportError::new("token", "u", true, "m".into(), None).into();
+            crate::error::TransportError::new("token", "u", true, Passing, "m".into(), None).into();
         assert!(next_delay(&p, 1, &transport, Duration::ZERO, 0.0).is_some());
+        // A failure a retry cannot mend (an untrusted certificate, a malformed answer).
+        let permanent: Error =
+            crate::error::TransportError::new("token", "u", false, Tls, "m".into(), None).into();
+        assert!(next_delay(&p, 1, &permanent, Duration::ZERO, 0.0).is_none());
         assert!(
             next_delay(
                 &p,

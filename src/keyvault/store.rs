@@ -56,7 +56,8 @@ use time::OffsetDateTime;
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
 use crate::error::{
-    Error, ErrorKind, FileError, KeyVaultError, Result, TokenError, TransportError, cause_chain,
+    Error, ErrorKind, FileError, KeyVaultError, Result, TokenError, TransportError, TransportFault,
+    cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;
@@ -972,14 +973,27 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
             },
         })
         .into(),
-        _ => TransportError::new(
-            "Key Vault",
-            vault_url,
-            false,
-            service_text(&format!("{operation} `{name}`: {}", cause_chain(&e))),
-            Some(Arc::new(e)),
-        )
-        .into(),
+        kind => {
+            // The transport put reqwest's error inside (see `azure::sdk_transport`): the
+            // crate's one classification, which also chose the kind the SDK retried by.
+            // Without one, what the SDK itself retries (`Io`, `Connection`) is transient.
+            let (timeout, fault) = match source_of::<reqwest::Error>(&e) {
+                Some(r) => (r.is_timeout(), classify_transport(r)),
+                None if matches!(kind, AzureErrorKind::Io | AzureErrorKind::Connection) => {
+                    (false, TransportFault::Passing)
+                }
+                None => (false, TransportFault::Protocol),
+            };
+            TransportError::new(
+                "Key Vault",
+                vault_url,
+                timeout,
+                fault,
+                service_text(&format!("{operation} `{name}`: {}", cause_chain(&e))),
+                Some(Arc::new(e)),
+            )
+            .into()
+        }
     }
 }
 

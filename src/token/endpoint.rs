@@ -93,14 +93,7 @@ pub(crate) async fn send(
     timeout: Duration,
 ) -> Result<RawResponse> {
     let transport = |e: reqwest::Error| -> Error {
-        TransportError::new(
-            "token",
-            req.url.as_str(),
-            e.is_timeout(),
-            cause_chain(&e),
-            Some(std::sync::Arc::new(e)),
-        )
-        .into()
+        TransportError::from_reqwest("token", req.url.as_str(), cause_chain(&e), e).into()
     };
     let form = [
         ("grant_type", "client_credentials"),

@@ -10,16 +10,17 @@ Exit codes:
   0  success: inspect found no problem, token got a token, watch was stopped by a signal
   1  inspect found warnings only: the credential works now but needs attention
   2  usage or configuration: invalid command line, an option value that cannot be used
-     (e.g. --ca-file), or a setting the library refused (e.g. a vault URL)
+     (e.g. --ca-file), a setting the library refused (e.g. a vault URL), or a server
+     certificate not trusted (give its CA with --ca-file)
   3  inspect found errors: the credential cannot get a token now (expired, not yet valid,
      unusable authority)
   4  the credential file is unusable: unreadable, not JSON, missing keys, unusable
      certificate bundle, outside its validity (the message names the file and the field)
   5  a service refused: an error answer from the token endpoint or Key Vault, or an
-     answer that cannot be used
+     answer that cannot be used (or that breaks HTTP)
   6  internal failure: the async runtime, a signal handler, or writing the output
-  7  transient failure: connection, TLS or timeout, or HTTP 408, 429, 500, 502, 503, 504
-     (after the retries); trying again later may succeed
+  7  transient failure: a connection refused, reset or closed early, a timeout, or HTTP
+     408, 429, 500, 502, 503, 504 (after the retries); trying again later may succeed
 
 Environment:
   MSI_CREDENTIAL_LOG  the --log filter";

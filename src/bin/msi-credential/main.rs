@@ -33,11 +33,12 @@
 //! |---|---|
 //! | 0 | success: inspect found no problem (info notes allowed), token got a token, watch was stopped by a signal |
 //! | 1 | inspect found warnings only: the credential works now but needs attention (rotation due, ends within `--warn-days`, file times disagreeing with the certificate, ...) |
-//! | 2 | usage: invalid command line, or an option value that cannot be used (e.g. an unreadable `--ca-file`) |
+//! | 2 | usage or configuration: invalid command line, an option value that cannot be used (e.g. an unreadable `--ca-file`), a setting the library refused, or a server certificate not trusted (give its CA with `--ca-file`) |
 //! | 3 | inspect found errors: the credential cannot get a token now (expired, not yet valid, unusable authority) |
 //! | 4 | the credential file cannot be loaded: unreadable, not JSON, missing keys, unusable certificate bundle (the message names the file and the field) |
-//! | 5 | token: the token request failed (credential outside its validity, transport or TLS failure, error answer from the token endpoint) |
+//! | 5 | a service refused: an error answer from the token endpoint or Key Vault, or an answer that cannot be used (or that breaks HTTP) |
 //! | 6 | internal failure: the async runtime, a signal handler, or writing the output |
+//! | 7 | transient failure: a connection refused, reset or closed early, a timeout, or HTTP 408, 429, 500, 502, 503, 504 (after the retries) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
