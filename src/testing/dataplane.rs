@@ -203,7 +203,13 @@ impl DataPlaneServer {
     /// Start on 127.0.0.1 (HTTPS with the kit's test CA) for identities in `tenant`,
     /// accepting tokens that `entra` issued for `<audience>/.default` in that tenant.
     pub async fn start(entra: &EntraServer, tenant: &str, audience: &str) -> DataPlaneServer {
-        let bound = serve::bind("DataPlaneServer").await;
+        Self::start_blocking(entra, tenant, audience)
+    }
+
+    /// As [`start`](Self::start), from code without a runtime (a server in a `static`;
+    /// see [`EntraServer::start_blocking`]).
+    pub fn start_blocking(entra: &EntraServer, tenant: &str, audience: &str) -> DataPlaneServer {
+        let bound = serve::bind("DataPlaneServer");
         let state = Arc::new(State {
             addr: bound.addr(),
             entra: entra.clone(),

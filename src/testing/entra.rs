@@ -315,17 +315,46 @@ impl Scripted {
 
 impl EntraServer {
     /// HTTPS on 127.0.0.1 (ephemeral port), with a certificate from the kit's test CA.
+    ///
+    /// Like every kit server, it runs on the kit's own runtime, not the caller's: it
+    /// serves clients on any runtime and outlives the test that started it (it stops when
+    /// its last handle is dropped).
     pub async fn start() -> EntraServer {
-        Self::start_inner(true).await
+        Self::start_inner(true)
+    }
+
+    /// As [`start`](Self::start), from code without a runtime: for a server kept in a
+    /// `static` and shared by many `#[tokio::test]`s (each its own runtime). Nothing
+    /// blocks but binding the socket.
+    ///
+    /// ```
+    /// use std::sync::LazyLock;
+    /// use msi_dataplane::testing::EntraServer;
+    ///
+    /// static ENTRA: LazyLock<EntraServer> = LazyLock::new(EntraServer::start_blocking);
+    ///
+    /// # fn main() {
+    /// for _ in 0..2 {
+    ///     // Two runtimes one after the other, as two `#[tokio::test]`s: the server serves both.
+    ///     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    ///     let status = rt.block_on(async {
+    ///         ENTRA.client().get(ENTRA.base_url()).send().await.unwrap().status()
+    ///     });
+    ///     assert_eq!(status, 404);
+    /// }
+    /// # }
+    /// ```
+    pub fn start_blocking() -> EntraServer {
+        Self::start_inner(true)
     }
 
     /// Plain HTTP on 127.0.0.1 (ephemeral port).
     pub async fn start_http() -> EntraServer {
-        Self::start_inner(false).await
+        Self::start_inner(false)
     }
 
-    async fn start_inner(tls: bool) -> EntraServer {
-        let bound = serve::bind("EntraServer").await;
+    fn start_inner(tls: bool) -> EntraServer {
+        let bound = serve::bind("EntraServer");
         let state = Arc::new(State {
             scheme: if tls { "https" } else { "http" },
             addr: bound.addr(),

@@ -227,7 +227,13 @@ impl KeyVaultServer {
     /// Start a vault for `tenant` on 127.0.0.1 (HTTPS with the kit's test CA), accepting
     /// tokens `entra` issued for [`SCOPE`](Self::SCOPE) in that tenant.
     pub async fn start(entra: &EntraServer, tenant: &str) -> KeyVaultServer {
-        let bound = serve::bind("KeyVaultServer").await;
+        Self::start_blocking(entra, tenant)
+    }
+
+    /// As [`start`](Self::start), from code without a runtime (a server in a `static`;
+    /// see [`EntraServer::start_blocking`]).
+    pub fn start_blocking(entra: &EntraServer, tenant: &str) -> KeyVaultServer {
+        let bound = serve::bind("KeyVaultServer");
         let state = Arc::new(State {
             addr: bound.addr(),
             entra: entra.clone(),

@@ -31,7 +31,12 @@
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
 //!
 //! Servers bind 127.0.0.1 only (one shared accept loop), stop when their last handle is
-//! dropped, and log nothing (no secret can leak through them); their request logs' `Debug`
+//! dropped, and log nothing (no secret can leak through them). They all run on the kit's
+//! own runtime (two threads, `msi-dataplane-test-server`), never on the test's: a server
+//! serves clients on any runtime and keeps serving after the runtime that started it ends.
+//! `start().await` and `start_blocking()` (for code without a runtime, such as a `static`
+//! shared by many `#[tokio::test]`s: see [`EntraServer::start_blocking`]) start the same
+//! server; their request logs' `Debug`
 //! hides tokens and secret values. Each recorded request keeps its `User-Agent`
 //! (`user_agent`: at most 512 characters, control characters escaped), to check what a
 //! client identifies itself as. Misuse panics with a message naming what failed: it

@@ -115,7 +115,13 @@ impl ResourceServer {
     /// Start on 127.0.0.1 (HTTPS with the kit's test CA), accepting tokens that `entra`
     /// issued for `scope` (e.g. [`ARM_SCOPE`](Self::ARM_SCOPE)), in any tenant.
     pub async fn start(entra: &EntraServer, scope: &str) -> ResourceServer {
-        let bound = serve::bind("ResourceServer").await;
+        Self::start_blocking(entra, scope)
+    }
+
+    /// As [`start`](Self::start), from code without a runtime (a server in a `static`;
+    /// see [`EntraServer::start_blocking`]).
+    pub fn start_blocking(entra: &EntraServer, scope: &str) -> ResourceServer {
+        let bound = serve::bind("ResourceServer");
         let state = Arc::new(State {
             addr: bound.addr(),
             entra: entra.clone(),

@@ -1,12 +1,18 @@
 //! The one accept loop the kit's servers share: bind 127.0.0.1 on an ephemeral port,
 //! accept connections, wrap them in the kit's TLS (or not), serve HTTP/1.1 with
 //! keep-alive, and stop when the last handle is dropped (or at `shutdown`).
+//!
+//! Every server runs on the kit's own runtime (two worker threads named
+//! `msi-dataplane-test-server`, started on first use and kept for the process), not on the
+//! runtime of the test that starts it: a server serves clients on any runtime and keeps
+//! serving after the runtime that started it ends, so one server in a `static` can serve
+//! many `#[tokio::test]`s.
 
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,14 +24,32 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::{Builder, Runtime};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 /// A socket bound on 127.0.0.1, not yet serving: its address is known before the server's
 /// state is built (the state often names its own URL).
 pub(crate) struct Bound {
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     addr: SocketAddr,
+}
+
+/// The runtime every kit server runs on (see the module docs).
+///
+/// # Panics
+///
+/// When it cannot be started (no threads left): the tests cannot run.
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("msi-dataplane-test-server")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("testing kit: cannot start the servers' runtime: {e}"))
+    })
 }
 
 /// A serving server's stop switch. Clones share it; the server stops when the last clone
@@ -171,9 +195,9 @@ pub(crate) fn query_pairs(uri: &hyper::Uri) -> Vec<(String, String)> {
 /// # Panics
 ///
 /// When the socket cannot be bound; the message names `server`.
-pub(crate) async fn bind(server: &str) -> Bound {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
+pub(crate) fn bind(server: &str) -> Bound {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .unwrap_or_else(|e| panic!("{server}: bind 127.0.0.1:0: {e}"));
     let addr = listener
         .local_addr()
@@ -188,7 +212,7 @@ impl Bound {
     }
 
     /// Serve every connection with `handler` (HTTPS with the kit's TLS when `tls`, plain
-    /// HTTP otherwise) on a spawned task, until the returned handle's last clone is
+    /// HTTP otherwise) on the kit's runtime, until the returned handle's last clone is
     /// dropped.
     pub(crate) fn serve<F, Fut>(self, tls: bool, handler: F) -> Listening
     where
@@ -198,13 +222,14 @@ impl Bound {
         let acceptor = tls.then(|| TlsAcceptor::from(super::tls::server_tls_config()));
         let (stop, stopped) = watch::channel(false);
         let connections = Arc::new(AtomicU64::new(0));
-        tokio::spawn(accept_loop(
-            self.listener,
-            acceptor,
-            handler,
-            stopped,
-            connections.clone(),
-        ));
+        let (listener, counted) = (self.listener, connections.clone());
+        runtime().spawn(async move {
+            // Registered with the kit runtime's reactor, which polls it.
+            match TcpListener::from_std(listener) {
+                Ok(listener) => accept_loop(listener, acceptor, handler, stopped, counted).await,
+                Err(e) => tracing::error!(error = %e, "testing kit: cannot serve the socket"),
+            }
+        });
         Listening {
             stop: Arc::new(StopOnDrop(stop)),
             connections,
