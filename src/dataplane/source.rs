@@ -18,7 +18,7 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Se
 ///
 /// Implemented by [`ClientCertificateCredential`] (tokens in other tenants as its
 /// `additionally_allowed_tenants` allow), by [`UserAssignedIdentityCredential`] (its own
-/// tenant only) and, with the `azure_core` feature, by [`AzureTokenCredential`] around any
+/// tenant only) and, with the `azure_core` feature, by `AzureTokenCredential` around any
 /// `azure_core` `TokenCredential`. The client keeps the tokens it gets in its own cache
 /// (per tenant) and asks the source again only inside a token's refresh window.
 pub trait TokenSource: Send + Sync + std::fmt::Debug {

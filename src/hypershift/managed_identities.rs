@@ -19,8 +19,8 @@
 //! [`ManagedIdentities::from_slice`] parses and validates it (GUIDs, the Key Vault name,
 //! secret names, encodings; `kms` is optional), naming every problem in one
 //! [`ConfigError::InvalidManagedIdentities`]. With the `k8s` feature,
-//! [`ManagedIdentities::kubernetes_objects`] builds each component's SecretProviderClass,
-//! volume and mount with [`crate::hypershift::k8s`].
+//! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
+//! volume and mount with the `hypershift::k8s` module.
 
 use serde::Deserialize;
 

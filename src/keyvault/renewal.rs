@@ -3,7 +3,7 @@
 //!
 //! A managing service lists its vault on a schedule (the data plane's certificates live
 //! 90 days) and renews what [`needing_renewal`] reports as due. The store
-//! ([`CredentialStore`](crate::keyvault::store::CredentialStore), feature `keyvault`) produces the
+//! (`keyvault::store::CredentialStore`, feature `keyvault`) produces the
 //! [`StoredProperties`]; everything here is independent of it and of any I/O.
 //!
 //! For each stored credential, in this order:
