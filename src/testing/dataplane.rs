@@ -323,7 +323,7 @@ impl DataPlaneServer {
 
     /// Serve a user-assigned identity made at run time, registered with Entra.
     fn serve_generated(&self, identity: TestIdentity) -> TestIdentity {
-        let cert = new_certificate(None);
+        let cert = new_certificate(self.state.entra.now(), None);
         self.state.entra.register(&identity, &cert);
         self.lock().user_assigned.insert(
             identity.resource_id.to_ascii_lowercase(),
@@ -342,7 +342,7 @@ impl DataPlaneServer {
             tenant_id: self.tenant(),
             ..TestIdentity::new()
         };
-        let cert = new_certificate(None);
+        let cert = new_certificate(self.state.entra.now(), None);
         self.state.entra.register(&identity, &cert);
         self.lock().system_assigned = Some(Served::Generated {
             identity: identity.clone(),
@@ -366,7 +366,7 @@ impl DataPlaneServer {
         let Some(Served::Generated { identity, cert }) = current else {
             panic!("DataPlaneServer::rotate: {resource_id} was not made with create_user_assigned");
         };
-        let renewed = new_certificate(Some(&cert));
+        let renewed = new_certificate(self.state.entra.now(), Some(&cert));
         self.state.entra.register(&identity, &renewed);
         self.lock().user_assigned.insert(
             key,
@@ -388,7 +388,7 @@ impl DataPlaneServer {
         let Some(Served::Generated { identity, cert }) = current else {
             panic!("DataPlaneServer::rotate_system_assigned: not made with create_system_assigned");
         };
-        let renewed = new_certificate(Some(&cert));
+        let renewed = new_certificate(self.state.entra.now(), Some(&cert));
         self.state.entra.register(&identity, &renewed);
         self.lock().system_assigned = Some(Served::Generated {
             identity,
@@ -512,12 +512,11 @@ impl fmt::Debug for DataPlaneServer {
     }
 }
 
-/// A certificate for an identity: 90 days from an hour ago, in whole seconds (as X.509
-/// holds them); when renewing `previous`, starting at least one second after it.
-fn new_certificate(previous: Option<&TestCertificate>) -> TestCertificate {
-    let now = OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .unwrap_or_else(|_| OffsetDateTime::now_utc());
+/// A certificate for an identity: 90 days from an hour before `now` (the linked Entra
+/// server's clock), in whole seconds (as X.509 holds them); when renewing `previous`,
+/// starting at least one second after it.
+fn new_certificate(now: OffsetDateTime, previous: Option<&TestCertificate>) -> TestCertificate {
+    let now = now.replace_nanosecond(0).unwrap_or(now);
     let mut not_before = now - time::Duration::hours(1);
     if let Some(previous) = previous {
         not_before = not_before.max(previous.not_before() + time::Duration::seconds(1));

@@ -163,8 +163,9 @@ pub struct RecordedRequest {
     /// Lowercase hex SHA-256 of the registered certificate's DER whose key verified the
     /// assertion's signature (None when verification did not get that far).
     pub matched_cert_sha256: Option<String>,
-    /// Unix time (seconds) the request was received.
-    pub received_at: i64,
+    /// When the request was received, by the server's clock (see
+    /// [`EntraServer::use_clock`]), to the nanosecond.
+    pub received_at: time::OffsetDateTime,
 }
 
 impl RecordedRequest {
@@ -363,6 +364,37 @@ impl EntraServer {
         let handler_state = state.clone();
         let listening = bound.serve(tls, move |req| handle(handler_state.clone(), req));
         EntraServer { state, listening }
+    }
+
+    /// Judge time by `clock` from now on: assertions' `nbf`, `iat` and `exp`, the
+    /// registered certificates' validity, and the time requests are recorded at. Share the
+    /// [`ManualClock`](crate::ManualClock) the credentials under test use, and a test can
+    /// move time across refresh ahead, token expiry, `renew_after` and the certificate's
+    /// end without waiting (a credential on a clock hours ahead is otherwise refused as
+    /// Entra refuses an assertion from the future). The data plane server makes its
+    /// identities' certificates by the same clock.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use std::sync::Arc;
+    /// use msi_dataplane::testing::EntraServer;
+    /// use msi_dataplane::{Clock, ManualClock};
+    ///
+    /// let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    /// let entra = EntraServer::start().await;
+    /// entra.use_clock(clock.clone());
+    /// clock.advance(std::time::Duration::from_secs(3 * 3600));
+    /// assert_eq!(entra.now(), clock.now());
+    /// # }
+    /// ```
+    pub fn use_clock(&self, clock: Arc<dyn crate::clock::Clock>) {
+        self.state.lock().clock = Some(clock);
+    }
+
+    /// Now, by the server's clock ([`use_clock`](Self::use_clock); the system clock
+    /// otherwise).
+    pub fn now(&self) -> time::OffsetDateTime {
+        self.state.now()
     }
 
     /// `https://127.0.0.1:PORT/` (`http://` for [`EntraServer::start_http`]): what a
@@ -604,10 +636,20 @@ impl State {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Now, by the server's clock.
+    fn now(&self) -> time::OffsetDateTime {
+        match &self.lock().clock {
+            Some(clock) => clock.now(),
+            None => time::OffsetDateTime::now_utc(),
+        }
+    }
 }
 
 #[derive(Default)]
 struct Inner {
+    /// Set by [`EntraServer::use_clock`]; the system clock otherwise.
+    clock: Option<Arc<dyn crate::clock::Clock>>,
     /// tenant -> client id -> certificates
     tenants: HashMap<String, HashMap<String, Vec<RegisteredCert>>>,
     script: VecDeque<Scripted>,
@@ -656,10 +698,6 @@ const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
 
 fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
-}
-
-fn now_unix() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
 fn entra_timestamp() -> String {
@@ -724,7 +762,7 @@ async fn handle(
     state: Arc<State>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, DropConnection> {
-    let received_at = now_unix();
+    let received_at = state.now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
     let headers: Vec<(String, String)> = parts
@@ -1237,7 +1275,11 @@ fn verify(
     let cert_sha256_hex = hex(&cert.sha256);
     record.matched_cert_sha256 = Some(cert_sha256_hex.clone());
 
-    let now = now_unix();
+    let now = inner
+        .clock
+        .as_ref()
+        .map_or_else(time::OffsetDateTime::now_utc, |c| c.now())
+        .unix_timestamp();
     if now < cert.not_before || now > cert.not_after {
         return Err(invalid_client(
             700027,
