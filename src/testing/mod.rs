@@ -26,6 +26,9 @@
 //!   token (ARM or your own service), answering only tokens the [`EntraServer`] issued
 //!   for its scope, and logging which certificate signed each
 //!   ([`ResourceServer::requests`]).
+//! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
+//!   [`EntraServer::wait_for_token_requests`]): until a rotation is active or a
+//!   background request arrived, panicking with what was seen instead of hanging.
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
@@ -72,6 +75,7 @@ mod keyvault;
 mod resource;
 mod serve;
 mod tls;
+mod wait;
 
 pub use credentials::{
     DEFAULT_VALIDITY, TestCa, TestCertificate, TestCertificateBuilder, TestIdentity,
@@ -91,6 +95,7 @@ pub use keyvault::{
 };
 pub use resource::{ResourceRequest, ResourceServer};
 pub use tls::server_tls_config;
+pub use wait::{wait_for_certificate, wait_for_status};
 
 /// How many directory watches are alive in this process (one per watched directory,
 /// shared by every credential whose file is in it): for tests that check that

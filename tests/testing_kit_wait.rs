@@ -1,0 +1,94 @@
+//! The kit's waiting helpers, on a real CSI-style mount, the real watcher and the kit's
+//! Entra server. Public API only.
+#![cfg(unix)]
+
+use std::time::{Duration, Instant};
+
+use msi_dataplane::testing::{
+    CsiMount, EntraServer, TestCertificate, TestIdentity, wait_for_certificate, wait_for_status,
+};
+use msi_dataplane::{
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentialOptions,
+};
+
+#[tokio::test]
+async fn wait_for_certificate_returns_once_the_rotation_is_active() {
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let old = TestCertificate::self_signed();
+    let new = TestCertificate::builder().renewing(&old).self_signed();
+    entra.register(&identity, &old);
+    entra.register(&identity, &new);
+    let file = |cert| identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
+    let mut mount = CsiMount::with_credentials(&file(&old));
+    let http = HttpOptions::default().with_http_client(entra.client());
+    let client = ClientCertificateCredentialOptions::default().with_http_options(http);
+    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
+        .await
+        .unwrap();
+    // Already there: at once.
+    let status = wait_for_certificate(&credential, &old, Duration::from_secs(1)).await;
+    assert_eq!(status.reloads, 0);
+
+    mount.rotate_credentials(&file(&new));
+    let started = Instant::now();
+    let status = wait_for_certificate(&credential, &new, Duration::from_secs(10)).await;
+    assert!(
+        status
+            .thumbprint_sha256
+            .eq_ignore_ascii_case(&new.sha256_hex())
+    );
+    assert_eq!(status.reloads, 1);
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // A condition that never holds: `Err` with the last status, at the deadline.
+    let never = wait_for_status(&credential, Duration::from_millis(50), |s| s.reloads > 5).await;
+    assert_eq!(never.unwrap_err().reloads, 1);
+}
+
+#[tokio::test]
+#[should_panic(expected = "still serves certificate")]
+async fn wait_for_certificate_panics_naming_what_it_saw() {
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let (served, never) = (
+        TestCertificate::self_signed(),
+        TestCertificate::self_signed(),
+    );
+    entra.register(&identity, &served);
+    let mount = CsiMount::with_credentials(&identity.credentials(
+        &served,
+        &entra.base_url(),
+        BundleFormat::Pem,
+    ));
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), Default::default())
+        .await
+        .unwrap();
+    wait_for_certificate(&credential, &never, Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn wait_for_token_requests_sees_a_background_request() {
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let cert = TestCertificate::self_signed();
+    entra.register(&identity, &cert);
+    let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+    let http = HttpOptions::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+    let credential = msi_dataplane::ClientCertificateCredential::new(&file, options).unwrap();
+    let task = tokio::spawn(async move {
+        credential
+            .get_token(&["https://management.azure.com/.default"])
+            .await
+    });
+    assert_eq!(
+        entra
+            .wait_for_token_requests(1, Duration::from_secs(10))
+            .await,
+        1
+    );
+    task.await.unwrap().unwrap();
+}
