@@ -68,9 +68,14 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
     .unwrap();
 
     // 1. The data plane issues the identity made at run time.
-    let identity = dp.create_user_assigned(RID);
+    let (identity, made) = dp.create_user_assigned(RID);
     assert_eq!(identity.tenant_id, tenant);
     let first = dp.certificate(RID).expect("a run-time certificate");
+    assert_eq!(
+        made.sha256_hex(),
+        first.sha256_hex(),
+        "the certificate it returned"
+    );
     let issued = client
         .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([RID]))
         .await

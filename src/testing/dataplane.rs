@@ -139,10 +139,11 @@ pub struct IssuedIdentity {
 /// let tenant = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 /// let dp = DataPlaneServer::start(&entra, tenant, DataPlaneServer::AUDIENCE).await;
 /// let resource_id = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/cpo";
-/// let identity = dp.create_user_assigned(resource_id);
+/// let (identity, certificate) = dp.create_user_assigned(resource_id);
 /// // ... a ClientFactory (over a credential registered with `entra`) asks for it:
 /// // factory.client(&dp.identity_url())?.get_user_assigned_identities_credentials(...)
 /// let first = dp.certificate(resource_id).unwrap();
+/// assert_eq!(first.sha256_hex(), certificate.sha256_hex());
 /// dp.rotate(resource_id); // the next request hands out a new key and certificate
 /// assert!(dp.certificate(resource_id).unwrap().not_before() > first.not_before());
 /// assert_eq!(identity.tenant_id, tenant);
@@ -275,7 +276,11 @@ impl DataPlaneServer {
     /// Make the user-assigned identity `resource_id` in `tenant` (as
     /// [`create_user_assigned`](Self::create_user_assigned)), reached through
     /// [`identity_url_in`](Self::identity_url_in).
-    pub fn create_user_assigned_in(&self, tenant: &str, resource_id: &str) -> TestIdentity {
+    pub fn create_user_assigned_in(
+        &self,
+        tenant: &str,
+        resource_id: &str,
+    ) -> (TestIdentity, TestCertificate) {
         let identity = TestIdentity {
             resource_id: resource_id.to_owned(),
             tenant_id: tenant.to_owned(),
@@ -311,8 +316,9 @@ impl DataPlaneServer {
     /// fresh RSA key and a certificate valid from an hour ago for 90 days, registered with
     /// the linked Entra server. `POST` requests naming it get its credentials (a PEM
     /// bundle, `authentication_endpoint` = the Entra server). Replaces what was served for
-    /// it before.
-    pub fn create_user_assigned(&self, resource_id: &str) -> TestIdentity {
+    /// it before. Returns the identity and its certificate (the one handed out until
+    /// [`rotate`](Self::rotate)).
+    pub fn create_user_assigned(&self, resource_id: &str) -> (TestIdentity, TestCertificate) {
         let identity = TestIdentity {
             resource_id: resource_id.to_owned(),
             tenant_id: self.tenant(),
@@ -322,22 +328,22 @@ impl DataPlaneServer {
     }
 
     /// Serve a user-assigned identity made at run time, registered with Entra.
-    fn serve_generated(&self, identity: TestIdentity) -> TestIdentity {
+    fn serve_generated(&self, identity: TestIdentity) -> (TestIdentity, TestCertificate) {
         let cert = new_certificate(self.state.entra.now(), None);
         self.state.entra.register(&identity, &cert);
         self.lock().user_assigned.insert(
             identity.resource_id.to_ascii_lowercase(),
             Served::Generated {
                 identity: identity.clone(),
-                cert,
+                cert: cert.clone(),
             },
         );
-        identity
+        (identity, cert)
     }
 
     /// Make the system-assigned identity (as [`create_user_assigned`](Self::create_user_assigned)),
     /// served on `GET`.
-    pub fn create_system_assigned(&self) -> TestIdentity {
+    pub fn create_system_assigned(&self) -> (TestIdentity, TestCertificate) {
         let identity = TestIdentity {
             tenant_id: self.tenant(),
             ..TestIdentity::new()
@@ -346,9 +352,9 @@ impl DataPlaneServer {
         self.state.entra.register(&identity, &cert);
         self.lock().system_assigned = Some(Served::Generated {
             identity: identity.clone(),
-            cert,
+            cert: cert.clone(),
         });
-        identity
+        (identity, cert)
     }
 
     /// Rotate the user-assigned identity `resource_id`: a new key and certificate whose
