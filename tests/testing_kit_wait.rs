@@ -92,3 +92,25 @@ async fn wait_for_token_requests_sees_a_background_request() {
     );
     task.await.unwrap().unwrap();
 }
+
+/// A mount named as the CSI driver names it, and an in-place write through its symlinks,
+/// which the reloading credential follows (the debounced path, not the `..data` swap).
+#[tokio::test]
+async fn an_in_place_write_through_the_mount_s_symlinks_is_picked_up() {
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let old = TestCertificate::self_signed();
+    let new = TestCertificate::builder().renewing(&old).self_signed();
+    let file = |cert| identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
+    let mount = CsiMount::with_credentials_named("uamsi-cpo", &file(&old));
+    assert!(mount.visible_path().ends_with("uamsi-cpo"));
+    let ts_before = mount.current_ts_dir().to_owned();
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), Default::default())
+        .await
+        .unwrap();
+    mount.write_in_place(&msi_dataplane::testing::credentials_json(&file(&new)));
+    let link = std::fs::symlink_metadata(mount.visible_path()).unwrap();
+    assert!(link.file_type().is_symlink(), "the link stays a link");
+    assert_eq!(mount.current_ts_dir(), ts_before, "no swap");
+    wait_for_certificate(&credential, &new, Duration::from_secs(10)).await;
+}

@@ -113,6 +113,35 @@ impl CsiMount {
         CsiMount::new("credentials.json", &super::credentials_json(creds))
     }
 
+    /// A mount publishing `creds` under `name`, as the CSI driver names the file: the
+    /// SecretProviderClass object's alias or name, which for a HyperShift component is
+    /// the Key Vault secret's name (`uamsi-<id>`), so the component reads
+    /// `/mnt/certs/uamsi-<id>`.
+    ///
+    /// ```
+    /// use msi_dataplane::testing::{CsiMount, TestCertificate, TestIdentity};
+    /// use msi_dataplane::BundleFormat;
+    ///
+    /// let identity = TestIdentity::new();
+    /// let file = identity.credentials(&TestCertificate::self_signed(), "https://login.microsoftonline.com/", BundleFormat::Pem);
+    /// let mount = CsiMount::with_credentials_named("uamsi-cpo", &file);
+    /// assert!(mount.visible_path().ends_with("uamsi-cpo"));
+    /// ```
+    pub fn with_credentials_named(
+        name: &str,
+        creds: &crate::file::model::UserAssignedIdentityCredentials,
+    ) -> CsiMount {
+        CsiMount::new(name, &super::credentials_json(creds))
+    }
+
+    /// Rewrite the visible file in place, through its symlinks (`<name>` → `..data/<name>`
+    /// → the current timestamped directory's file), without the `..data` swap: what a tool
+    /// writing into the mount, not the CSI driver, does. Two real writes, as
+    /// [`write_in_place`].
+    pub fn write_in_place(&self, bytes: &[u8]) {
+        write_in_place(&self.visible_path(), bytes);
+    }
+
     /// Publish `creds` (e.g. a renewed certificate) with the `..data` swap.
     pub fn rotate_credentials(
         &mut self,
@@ -189,7 +218,8 @@ fn new_ts_dir(root: &Path, name: &str, bytes: &[u8]) -> String {
 }
 
 /// Rewrite `path` in place: open with truncate, write the first half, flush, write the
-/// rest (two real writes, so a reader can see the half).
+/// rest (two real writes, so a reader can see the half). A symlink is followed: the file
+/// it points to is rewritten, the link stays.
 pub fn write_in_place(path: &Path, bytes: &[u8]) {
     let half = bytes.len() / 2;
     let w = InPlaceWrite::begin(path, &bytes[..half]);
