@@ -45,6 +45,18 @@
 //! client identifies itself as. Misuse panics with a message naming what failed: it
 //! is test code.
 //!
+//! Types of other crates in the kit's signatures, and the versions to match in your
+//! `[dev-dependencies]` (the crate's own API uses the same):
+//!
+//! | crate | version | where |
+//! |---|---|---|
+//! | `reqwest` | 0.13 | [`EntraServer::client`] (a client trusting the kit's CA), `HttpOptions::with_http_client` |
+//! | `time` | 0.3 | validity and times: [`TestCertificateBuilder::validity`], [`RecordedRequest::received_at`], `ManualClock` |
+//! | `rustls` | 0.23 | [`server_tls_config`] |
+//! | `serde_json` | 1 | [`DataPlaneServer::set_system_assigned`] and other JSON given as is |
+//! | `tokio` | 1 | the servers' `start` (any runtime; see above) and the waiting helpers |
+//! | `azure_core` | 1 | (feature `azure_core`) the credentials' `TokenCredential` |
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use msi_dataplane::testing::{EntraServer, TestCertificate, TestIdentity};
