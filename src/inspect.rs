@@ -126,9 +126,9 @@ pub struct CertificateSummary {
     /// The leaf's `notAfter`.
     #[serde(with = "time::serde::rfc3339")]
     pub not_after: OffsetDateTime,
-    /// Upper-case hex SHA-1 of the leaf DER (`x5t`; what the Azure portal shows).
+    /// Lower-case hex SHA-1 of the leaf DER (`x5t`; the Azure portal shows it upper-case).
     pub thumbprint_sha1: String,
-    /// Upper-case hex SHA-256 of the leaf DER (`x5t#S256`).
+    /// Lower-case hex SHA-256 of the leaf DER (`x5t#S256`).
     pub thumbprint_sha256: String,
     /// Certificates in the bundle, the leaf included.
     pub chain_length: usize,

@@ -363,7 +363,7 @@ async fn child_from_env_loads_fixture() {
     let status = credential.status();
     assert_eq!(
         status.thumbprint_sha256,
-        leaf_sha256_hex("pem-pkcs8").to_uppercase()
+        leaf_sha256_hex("pem-pkcs8")
     );
     let fixture = support::fixtures::load("pem-pkcs8");
     assert_eq!(

@@ -66,9 +66,9 @@ fn nb(name: &str) -> OffsetDateTime {
         .expect("fixture has not_before")
 }
 
-/// Upper-case hex SHA-256 of the fixture's leaf, as `ReloadStatus::thumbprint_sha256`.
+/// Lower-case hex SHA-256 of the fixture's leaf, as `ReloadStatus::thumbprint_sha256`.
 fn thumb(name: &str) -> String {
-    leaf_sha256_hex(name).to_uppercase()
+    leaf_sha256_hex(name)
 }
 
 /// Poll `status()` until `pred` holds, for up to `within`; panic with the last status.

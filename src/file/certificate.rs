@@ -143,14 +143,16 @@ impl ClientCertificate {
         &self.sha256
     }
 
-    /// Upper-case hex of the SHA-1 thumbprint, as the Azure portal shows it.
+    /// Lower-case hex of the SHA-1 thumbprint (the Azure portal shows it in upper case:
+    /// compare ignoring case). Every thumbprint the crate and its testing kit print is
+    /// lower-case hex.
     pub fn thumbprint_sha1_hex(&self) -> String {
-        hex_upper(&self.sha1)
+        hex_lower(&self.sha1)
     }
 
-    /// Upper-case hex of the SHA-256 thumbprint.
+    /// Lower-case hex of the SHA-256 thumbprint (as `sha256sum` prints a digest).
     pub fn thumbprint_sha256_hex(&self) -> String {
-        hex_upper(&self.sha256)
+        hex_lower(&self.sha256)
     }
 
     /// Start of the leaf certificate's validity.
@@ -217,8 +219,8 @@ fn fixed<const N: usize>(d: digest::Digest) -> [u8; N] {
     out
 }
 
-pub(crate) fn hex_upper(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+pub(crate) fn hex_lower(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         s.push(char::from(HEX[usize::from(b >> 4)]));

@@ -118,7 +118,7 @@ pub struct ReloadStatus {
     pub not_before: OffsetDateTime,
     /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
     pub not_after: OffsetDateTime,
-    /// Upper-case hex SHA-256 thumbprint of the active leaf certificate.
+    /// Lower-case hex SHA-256 thumbprint of the active leaf certificate.
     pub thumbprint_sha256: String,
     /// When the active credential became active.
     pub loaded_at: OffsetDateTime,
