@@ -13,22 +13,16 @@
 //! ```
 //!
 //! The component gets a token from the reloading credential (a file the Secrets Store CSI
-//! driver mounts) and calls ARM. The tests serve tokens from the kit's Entra server (it
-//! verifies each assertion as Entra does) and ARM from its `ResourceServer` (it accepts
-//! only tokens that server issued for ARM, and says which certificate signed them),
-//! rotate the mounted file as the CSI driver does, and check which certificate is behind
-//! each call. `main` runs the same scenario, for this repository's
+//! driver mounts) and calls ARM. The tests set up the identity in one call
+//! (`IdentityFixture`: the kit's Entra server, which verifies each assertion as Entra
+//! does, the mounted file and the credential), serve ARM from the kit's `ResourceServer`
+//! (it accepts only tokens that server issued for ARM, and says which certificate signed
+//! them), rotate the mounted file as the CSI driver does, and check which certificate is
+//! behind each call. `main` runs the same scenario, for this repository's
 //! `cargo run --example test_my_component --features test-util`; in `tests/`, it is unused.
 
-use std::time::Duration;
-
-use msi_dataplane::testing::{
-    CsiMount, EntraServer, ResourceServer, TestCa, TestCertificate, TestIdentity,
-};
-use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, ReloadStatus,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::testing::{IdentityFixture, ResourceServer, TestCa, TestCertificate};
+use msi_dataplane::{BundleFormat, UserAssignedIdentityCredential};
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
 
@@ -53,33 +47,18 @@ impl MyComponent {
     }
 }
 
-/// Azure without Azure: the kit's Entra (trusting `certificate` for `identity`) and ARM,
-/// and the component reading the identity's credential file, mounted with `certificate`.
-async fn start(
-    identity: &TestIdentity,
-    certificate: &TestCertificate,
-) -> (EntraServer, ResourceServer, CsiMount, MyComponent) {
-    let entra = EntraServer::start().await;
-    entra.register(identity, certificate);
-    let arm = ResourceServer::start(&entra, ARM_SCOPE).await;
-    let creds = identity.credentials(certificate, &entra.base_url(), BundleFormat::Pem);
-    let mount = CsiMount::with_credentials(&creds);
-    // The kit's servers use a test CA: the component's HTTP clients must trust it.
-    let client = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
-    let options = UserAssignedIdentityCredentialOptions::default()
-        .with_client_options(client)
-        .with_debounce(Duration::from_millis(50));
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
-        .await
-        .expect("a credential from the mounted file");
-    let (http, arm_url) = (entra.client(), arm.url());
+/// Azure without Azure: the kit's Entra and an identity it trusts with `certificate`,
+/// mounted as the CSI driver mounts it (the fixture), ARM, and the component on them.
+async fn start(certificate: TestCertificate) -> (IdentityFixture, ResourceServer, MyComponent) {
+    let fixture = IdentityFixture::start_with(certificate).await;
+    let arm = ResourceServer::start(&fixture.entra, ARM_SCOPE).await;
+    // The kit's servers use a test CA: the component's HTTP client must trust it.
     let component = MyComponent {
-        credential,
-        http,
-        arm_url,
+        credential: fixture.credential.clone(),
+        http: fixture.entra.client(),
+        arm_url: arm.url(),
     };
-    (entra, arm, mount, component)
+    (fixture, arm, component)
 }
 
 /// The certificate whose key signed the assertion behind the last call's token.
@@ -95,39 +74,29 @@ async fn my_component_keeps_working_through_a_certificate_rotation() {
 }
 
 async fn rotation() {
-    let (identity, ca) = (TestIdentity::new(), TestCa::new("my component tests"));
+    let ca = TestCa::new("my component tests");
     let first = TestCertificate::builder().signed_by(&ca);
-    let (entra, arm, mut mount, component) = start(&identity, &first).await;
-    let status = component.list_resource_groups().await.expect("a call");
-    assert_eq!(status, 200);
+    let (mut fixture, arm, component) = start(first.clone()).await;
+    assert_eq!(component.list_resource_groups().await.expect("a call"), 200);
     assert_eq!(signer_of_last_call(&arm), first.sha256_hex());
 
     // The MSI service renews the certificate; Entra trusts only the new one; the CSI
     // driver swaps the new file in (a PKCS#12 bundle this time).
     let second = TestCertificate::builder().renewing(&first).signed_by(&ca);
-    entra.clear_certificates(&identity.client_id, &identity.tenant_id);
-    entra.register(&identity, &second);
-    let mut reloads = component.credential.subscribe();
-    let renewed = identity.credentials(&second, &entra.base_url(), BundleFormat::Pkcs12);
-    mount.rotate_credentials(&renewed);
-    let second_sha256 = second.sha256_hex();
-    let swapped = |s: &ReloadStatus| s.thumbprint_sha256.eq_ignore_ascii_case(&second_sha256);
-    tokio::time::timeout(Duration::from_secs(20), reloads.wait_for(swapped))
-        .await
-        .expect("the rotation is picked up within 20 s")
-        .expect("the credential is alive");
+    fixture.distrust();
+    fixture
+        .rotate_to(second.clone(), BundleFormat::Pkcs12)
+        .await;
 
     // The same component, unchanged: its next call is signed with the new certificate.
-    let status = component.list_resource_groups().await.expect("a call");
-    assert_eq!(status, 200);
-    assert_eq!(signer_of_last_call(&arm), second_sha256);
+    assert_eq!(component.list_resource_groups().await.expect("a call"), 200);
+    assert_eq!(signer_of_last_call(&arm), second.sha256_hex());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn my_component_fails_when_entra_does_not_trust_its_certificate() {
-    let identity = TestIdentity::new();
-    let (entra, arm, _mount, component) = start(&identity, &TestCertificate::self_signed()).await;
-    entra.clear_certificates(&identity.client_id, &identity.tenant_id);
+    let (fixture, arm, component) = start(TestCertificate::self_signed()).await;
+    fixture.distrust();
     let error = component.list_resource_groups().await.expect_err("fails");
     assert!(error.to_string().contains("AADSTS700027"), "{error}");
     assert!(arm.requests().is_empty(), "ARM was not called");

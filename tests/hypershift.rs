@@ -361,10 +361,7 @@ async fn child_from_env_loads_fixture() {
     .expect("credential_from_env");
     assert_eq!(credential.path(), expected);
     let status = credential.status();
-    assert_eq!(
-        status.thumbprint_sha256,
-        leaf_sha256_hex("pem-pkcs8")
-    );
+    assert_eq!(status.thumbprint_sha256, leaf_sha256_hex("pem-pkcs8"));
     let fixture = support::fixtures::load("pem-pkcs8");
     assert_eq!(
         Some(credential.current().client_id()),

@@ -114,3 +114,48 @@ async fn an_in_place_write_through_the_mount_s_symlinks_is_picked_up() {
     assert_eq!(mount.current_ts_dir(), ts_before, "no swap");
     wait_for_certificate(&credential, &new, Duration::from_secs(10)).await;
 }
+
+/// The fixture in one call: a token from the mounted file, its HTTP settings and store
+/// options for the kit's vault, a renewal taken up, and a distrusted certificate refused.
+#[tokio::test]
+async fn the_identity_fixture_wires_everything_to_the_kit() {
+    use msi_dataplane::keyvault::store::CredentialStore;
+    use msi_dataplane::testing::{IdentityFixture, KeyVaultServer};
+
+    let mut fixture = IdentityFixture::start().await;
+    assert!(
+        fixture
+            .mount
+            .visible_path()
+            .ends_with(format!("uamsi-{}", fixture.identity.client_id))
+    );
+    let token = fixture
+        .credential
+        .get_token(&["https://management.azure.com/.default"])
+        .await
+        .unwrap();
+    let issued = fixture.entra.issued(token.token()).unwrap();
+    assert_eq!(issued.cert_sha256_hex, fixture.certificate.sha256_hex());
+
+    let vault = KeyVaultServer::start(&fixture.entra, &fixture.identity.tenant_id).await;
+    let credential = std::sync::Arc::new(fixture.credential.clone());
+    let store = CredentialStore::new(&vault.url(), credential, fixture.store_options()).unwrap();
+    assert!(store.list().await.unwrap().is_empty());
+
+    let renewed = TestCertificate::builder()
+        .renewing(&fixture.certificate)
+        .self_signed();
+    let status = fixture
+        .rotate_to(renewed.clone(), BundleFormat::Pkcs12)
+        .await;
+    assert_eq!(status.thumbprint_sha256, renewed.sha256_hex());
+    assert_eq!(fixture.certificate.sha256_hex(), renewed.sha256_hex());
+
+    fixture.distrust();
+    let e = fixture
+        .credential
+        .get_token(&["https://graph.microsoft.com/.default"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.service_code().as_deref(), Some("AADSTS700027"), "{e}");
+}

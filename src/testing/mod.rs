@@ -26,6 +26,9 @@
 //!   token (ARM or your own service), answering only tokens the [`EntraServer`] issued
 //!   for its scope, and logging which certificate signed each
 //!   ([`ResourceServer::requests`]).
+//! - **One-call setup** ([`IdentityFixture`]): Entra, an identity it trusts, the file
+//!   mounted as the CSI driver mounts it and the reloading credential on it; its
+//!   `http_options()` for every builder, `rotate_to` for a renewal.
 //! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
 //!   [`EntraServer::wait_for_token_requests`]): until a rotation is active or a
 //!   background request arrived, panicking with what was seen instead of hanging.
@@ -83,6 +86,8 @@ mod credentials;
 mod csi;
 mod dataplane;
 mod entra;
+#[cfg(unix)]
+mod fixture;
 mod keyvault;
 mod resource;
 mod serve;
@@ -102,6 +107,8 @@ pub use entra::{
     CLOCK_SKEW_SECS, EntraServer, IssuedToken, JWT_BEARER, MAX_ASSERTION_LIFETIME_SECS, Outcome,
     RecordedRequest, Scripted, TokenShape,
 };
+#[cfg(unix)]
+pub use fixture::IdentityFixture;
 pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
