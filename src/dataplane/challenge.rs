@@ -16,6 +16,7 @@ use url::Url;
 
 use crate::error::{DataPlaneError, Error, ErrorKind, Result};
 use crate::file::model::is_guid;
+use crate::http::is_tchar;
 
 /// One challenge: a scheme with either a token68 or parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -160,11 +161,6 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     field: usize,
-}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// RFC 9110 `token68` characters (before the trailing `=`s).

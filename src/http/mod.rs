@@ -13,3 +13,9 @@ pub(crate) mod retry;
 pub(crate) mod roots;
 pub(crate) mod service_link;
 pub(crate) mod user_agent;
+
+/// RFC 9110 `tchar`: the characters of a token (an auth scheme, a parameter name, an
+/// application id in the `User-Agent`).
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}

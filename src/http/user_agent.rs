@@ -13,6 +13,7 @@ use std::sync::LazyLock;
 use reqwest::header::HeaderValue;
 
 use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::http::is_tchar;
 use crate::untrusted_text::quoted_input;
 
 /// The longest application id accepted (azure_core's limit, from the Azure SDK
@@ -73,7 +74,7 @@ pub(crate) fn check_application_id(id: &str) -> Result<()> {
     if id.is_empty() {
         return Err(refuse("is empty".into()));
     }
-    if !id.chars().all(is_tchar) {
+    if !id.bytes().all(is_tchar) {
         return Err(refuse(format!(
             "`{}` has a character that is not an RFC 9110 token character (letters, \
              digits and !#$%&'*+-.^_`|~; no space or `/`)",
@@ -88,28 +89,6 @@ pub(crate) fn check_application_id(id: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// RFC 9110 `tchar`.
-fn is_tchar(c: char) -> bool {
-    c.is_ascii_alphanumeric()
-        || matches!(
-            c,
-            '!' | '#'
-                | '$'
-                | '%'
-                | '&'
-                | '\''
-                | '*'
-                | '+'
-                | '-'
-                | '.'
-                | '^'
-                | '_'
-                | '`'
-                | '|'
-                | '~'
-        )
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub async fn wait_for_certificate(
         panic!(
             "testing: the credential for {} still serves certificate {} after {timeout:?}, not {want} (last reload error: {})",
             seen.path.display(),
-            seen.thumbprint_sha256.to_ascii_lowercase(),
+            seen.thumbprint_sha256,
             seen.last_error.map_or_else(|| "none".to_owned(), |e| e.to_string()),
         )
     })

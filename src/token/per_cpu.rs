@@ -19,7 +19,9 @@ impl PerCpu {
         PerCpu((0..count()).map(|_| token.detached_copy()).collect())
     }
 
-    /// The token, through the handle of the CPU the calling thread runs on.
+    /// The token, through the handle of the CPU the calling thread runs on (the cache's
+    /// hit path: inlined into it).
+    #[inline]
     pub(crate) fn token(&self) -> Option<AccessToken> {
         #[cfg(target_os = "linux")]
         let cpu = rustix::thread::sched_getcpu();

@@ -82,16 +82,9 @@ pub async fn server_with(name: &str) -> EntraServer {
 
 /// Wait (really, up to 5 s) until the server has seen `n` token requests.
 pub async fn wait_for_token_requests(server: &EntraServer, n: usize) {
-    for _ in 0..500 {
-        if server.token_requests() >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "server saw {} token requests, expected {n}",
-        server.token_requests()
-    );
+    server
+        .wait_for_token_requests(n, Duration::from_secs(5))
+        .await;
 }
 
 /// Hex (lowercase) SHA-256 of the fixture's leaf DER.
