@@ -12,7 +12,7 @@
 //! registered with the linked Entra server so their tokens work, and rotated on demand
 //! ([`DataPlaneServer::rotate`]). Credentials given as JSON are served as given.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +30,7 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
 use super::entra::{EntraServer, Scripted};
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
 use super::serve::{self, Answer, DropConnection, Listening};
 use super::{TestCertificate, TestIdentity};
 use crate::file::bundle::BundleFormat;
@@ -153,12 +154,15 @@ pub struct IssuedIdentity {
 pub struct DataPlaneServer {
     state: Arc<State>,
     listening: Listening,
+    /// Checks the scripts' expectations when the last handle goes.
+    _verify: Arc<VerifyOnDrop>,
 }
 
 struct State {
     addr: SocketAddr,
     entra: EntraServer,
     inner: Mutex<Inner>,
+    scripts: Arc<Scripts>,
 }
 
 /// What the server hands out for one identity.
@@ -188,7 +192,6 @@ struct Inner {
     delete_status: u16,
     /// Replaces the default challenge header values when set.
     challenge: Option<Vec<String>>,
-    script: VecDeque<Scripted>,
     requests: Vec<DataPlaneRequest>,
     issued: Vec<IssuedIdentity>,
 }
@@ -212,8 +215,9 @@ impl DataPlaneServer {
     pub fn start_blocking(entra: &EntraServer, tenant: &str, audience: &str) -> DataPlaneServer {
         let bound = serve::bind("DataPlaneServer");
         let state = Arc::new(State {
+            scripts: Scripts::new("DataPlaneServer"),
             addr: bound.addr(),
-            entra: entra.clone(),
+            entra: entra.linked(),
             inner: Mutex::new(Inner {
                 tenant: tenant.to_owned(),
                 other_tenants: Vec::new(),
@@ -230,14 +234,18 @@ impl DataPlaneServer {
                 user_assigned: HashMap::new(),
                 delete_status: 204,
                 challenge: None,
-                script: VecDeque::new(),
                 requests: Vec::new(),
                 issued: Vec::new(),
             }),
         });
         let handler_state = state.clone();
         let listening = bound.serve(true, move |req| handle(handler_state.clone(), req));
-        DataPlaneServer { state, listening }
+        let _verify = Arc::new(VerifyOnDrop(state.scripts.clone()));
+        DataPlaneServer {
+            state,
+            listening,
+            _verify,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -475,9 +483,64 @@ impl DataPlaneServer {
         self.lock().challenge = Some(values.iter().map(|v| (*v).to_owned()).collect());
     }
 
-    /// Queue a scripted answer for the next authenticated request(s), FIFO.
+    /// Script the answers to the data plane requests `matcher` matches (by the token's client
+    /// id, tenant and scope, or by path and method), and expect a number of them: see
+    /// [`ScriptBuilder`]. Scripts are consulted, in the order they were mounted, after the
+    /// token and the `api-version` are accepted; a request no script answers gets the
+    /// server's normal answer.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+    /// use msi_dataplane::testing::{DataPlaneServer, IdentityFixture, Match, Scripted};
+    ///
+    /// let app = IdentityFixture::start().await; // the managing service's own identity
+    /// let dp = DataPlaneServer::start(&app.entra, &app.identity.tenant_id, DataPlaneServer::AUDIENCE).await;
+    /// let id = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/cpo";
+    /// dp.create_user_assigned(id);
+    /// // The first POST gets a 503 (the client retries it at once, as `Retry-After` says);
+    /// // exactly two POSTs arrive, checked when `dp` is dropped.
+    /// dp.on(Match::any().method("POST"))
+    ///     .respond(Scripted::status(503).retry_after("0"))
+    ///     .expect(2)
+    ///     .mount();
+    /// let options = ClientOptions::default().with_http_options(app.http_options());
+    /// let factory = ClientFactory::new(app.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
+    /// let client = factory.client(&dp.identity_url()).unwrap();
+    /// let issued = client
+    ///     .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([id]))
+    ///     .await
+    ///     .unwrap();
+    /// assert!(issued.user_assigned_identity(id).is_some());
+    /// # }
+    /// ```
+    pub fn on(&self, matcher: Match) -> ScriptBuilder {
+        ScriptBuilder::new(self.state.scripts.clone(), matcher)
+    }
+
+    /// Answer the next data plane request with `answer`: the same as
+    /// `on(Match::any()).respond(answer).mount()` (queued answers are given first in,
+    /// first out).
     pub fn enqueue(&self, answer: Scripted) {
-        self.lock().script.push_back(answer);
+        self.on(Match::any()).respond(answer).mount();
+    }
+
+    /// Scripted answers not yet given, counting those of scripts with a number of answers
+    /// (those mounted `until_cleared` count none).
+    pub fn pending_scripted(&self) -> usize {
+        self.state.scripts.pending()
+    }
+
+    /// Remove every script (their expectations are not checked).
+    pub fn clear_scripts(&self) {
+        self.state.scripts.clear();
+    }
+
+    /// Check every mounted script's expectation now, and panic with the failed ones and
+    /// the requests received if any failed. (The server checks them too when its last
+    /// handle is dropped.)
+    pub fn verify(&self) {
+        self.state.scripts.verify();
     }
 
     /// Every request received, in order.
@@ -738,7 +801,14 @@ fn route(
         }
     }
     // 3. A scripted answer.
-    if let Some(s) = inner.script.pop_front() {
+    let scripted = state.scripts.answer(&Facts {
+        method: &record.method,
+        path: &record.path,
+        client_id: Some(&issued.client_id),
+        tenant: Some(&record.tenant),
+        scope: Some(&issued.scope),
+    });
+    if let Some(s) = scripted {
         return (
             Answer {
                 status: s.status,

@@ -11,7 +11,7 @@
 //! ([`EntraServer::ca_pem`]; [`EntraServer::client`] trusts it and only it). It binds
 //! 127.0.0.1 only, stops when the last handle is dropped, and logs nothing.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,6 +33,7 @@ use serde_json::{Map, Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
 use super::serve::{self, Answer, DropConnection, Listening};
 
 /// The only accepted `client_assertion_type`.
@@ -75,9 +76,14 @@ const MAX_BODY: usize = 1 << 20;
 pub struct EntraServer {
     state: Arc<State>,
     listening: Listening,
+    /// Checks the scripts' expectations when the test's last handle goes (`None` in the
+    /// handles other kit servers keep: see [`EntraServer::linked`]).
+    _verify: Option<Arc<VerifyOnDrop>>,
 }
 
-/// A scripted answer, consumed FIFO by token requests before normal handling.
+/// An answer a script gives instead of the server's own (see [`EntraServer::on`] and
+/// [`ScriptBuilder::respond`]): a status, headers and body, a delay, or a closed
+/// connection.
 #[derive(Debug, Clone)]
 pub struct Scripted {
     /// HTTP status (0 with `close_connection`).
@@ -356,14 +362,32 @@ impl EntraServer {
 
     fn start_inner(tls: bool) -> EntraServer {
         let bound = serve::bind("EntraServer");
+        let scripts = Scripts::new("EntraServer");
         let state = Arc::new(State {
             scheme: if tls { "https" } else { "http" },
             addr: bound.addr(),
             inner: Mutex::new(Inner::default()),
+            scripts: scripts.clone(),
         });
         let handler_state = state.clone();
         let listening = bound.serve(tls, move |req| handle(handler_state.clone(), req));
-        EntraServer { state, listening }
+        EntraServer {
+            state,
+            listening,
+            _verify: Some(Arc::new(VerifyOnDrop(scripts))),
+        }
+    }
+
+    /// A handle for another kit server that uses this one (to look up tokens): it keeps
+    /// the server running but does not check its scripts' expectations when dropped, so
+    /// they are checked when the test's own handles go, not whenever the other server's
+    /// handler happens to be dropped.
+    pub(crate) fn linked(&self) -> EntraServer {
+        EntraServer {
+            state: self.state.clone(),
+            listening: self.listening.clone(),
+            _verify: None,
+        }
     }
 
     /// Judge time by `clock` from now on: assertions' `nbf`, `iat` and `exp`, the
@@ -536,15 +560,69 @@ impl EntraServer {
         }
     }
 
-    /// Queue a scripted answer; consumed FIFO, one per token request, before normal
-    /// handling (before any verification, including the tenant check).
-    pub fn enqueue(&self, r: Scripted) {
-        self.state.lock().script.push_back(r);
+    /// Script the answers to the token requests `matcher` matches (by client id, tenant,
+    /// scope, path or method), and expect a number of them: see [`ScriptBuilder`].
+    /// Scripts are consulted in the order they were mounted, for every request on a token
+    /// path, before any check (the tenant's included); a request no script answers gets
+    /// the server's normal answer.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane::testing::{EntraServer, Match, Scripted, TestCertificate, TestIdentity};
+    /// use msi_dataplane::{
+    ///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    ///     RetryPolicy,
+    /// };
+    ///
+    /// let entra = EntraServer::start().await;
+    /// let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
+    /// entra.register(&identity, &cert);
+    /// // This identity's first Key Vault token request gets a 503, and exactly two arrive:
+    /// // the retry is answered as usual.
+    /// let vault = "https://vault.azure.net/.default";
+    /// let script = entra
+    ///     .on(Match::any().client_id(&identity.client_id).scope(vault))
+    ///     .respond(Scripted::status(503).retry_after("0"))
+    ///     .expect(2)
+    ///     .mount_scoped();
+    /// let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+    /// let http = HttpOptions::default().with_http_client(entra.client());
+    /// let options = ClientCertificateCredentialOptions::default()
+    ///     .with_http_options(http)
+    ///     .with_retry_policy(RetryPolicy::default().with_initial_delay(std::time::Duration::ZERO));
+    /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
+    /// credential.get_token(&[vault]).await.unwrap();
+    /// assert_eq!(script.matched(), 2);
+    /// drop(script); // checks the expectation: panics if it failed, listing the requests
+    /// # }
+    /// ```
+    pub fn on(&self, matcher: Match) -> ScriptBuilder {
+        ScriptBuilder::new(self.state.scripts.clone(), matcher)
     }
 
-    /// Scripted answers not yet consumed.
+    /// Answer the next token request (of any client) with `r`: the same as
+    /// `on(Match::any()).respond(r).mount()`. Scripts answer in the order they were
+    /// mounted, so queued answers are given first in, first out.
+    pub fn enqueue(&self, r: Scripted) {
+        self.on(Match::any()).respond(r).mount();
+    }
+
+    /// Scripted answers not yet given, counting those of scripts with a number of answers
+    /// (those mounted `until_cleared` count none).
     pub fn pending_scripted(&self) -> usize {
-        self.state.lock().script.len()
+        self.state.scripts.pending()
+    }
+
+    /// Remove every script (their expectations are not checked).
+    pub fn clear_scripts(&self) {
+        self.state.scripts.clear();
+    }
+
+    /// Check every mounted script's expectation now, and panic with the failed ones and
+    /// the requests received if any failed. (The server checks them too when the test's
+    /// last handle to it is dropped.)
+    pub fn verify(&self) {
+        self.state.scripts.verify();
     }
 
     /// Delay normal answers (tokens and errors) to requests whose `scope` equals `scope`.
@@ -630,6 +708,7 @@ struct State {
     scheme: &'static str,
     addr: SocketAddr,
     inner: Mutex<Inner>,
+    scripts: Arc<Scripts>,
 }
 
 impl State {
@@ -652,7 +731,6 @@ struct Inner {
     clock: Option<Arc<dyn crate::clock::Clock>>,
     /// tenant -> client id -> certificates
     tenants: HashMap<String, HashMap<String, Vec<RegisteredCert>>>,
-    script: VecDeque<Scripted>,
     scope_delays: HashMap<String, Duration>,
     shape: TokenShape,
     requests: Vec<RecordedRequest>,
@@ -865,15 +943,17 @@ async fn handle(
     };
 
     // Scripted answers come first.
-    let scripted = {
-        let mut inner = state.lock();
-        let scripted = inner.script.pop_front();
-        if let Some(s) = &scripted {
-            record.outcome = Outcome::Scripted(s.status);
-            inner.requests.push(record.clone());
-        }
-        scripted
-    };
+    let scripted = state.scripts.answer(&Facts {
+        method: &record.method,
+        path: &record.path,
+        client_id: record.client_id.as_deref(),
+        tenant: record.tenant.as_deref(),
+        scope: record.scope.as_deref(),
+    });
+    if let Some(s) = &scripted {
+        record.outcome = Outcome::Scripted(s.status);
+        state.lock().requests.push(record.clone());
+    }
     if let Some(s) = scripted {
         let answer = Answer {
             status: s.status,

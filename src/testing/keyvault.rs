@@ -18,7 +18,7 @@
 //! - `PUT` to a name held by a deleted secret gets 409 `Conflict`; an unknown secret 404
 //!   `SecretNotFound`; scripted answers (429 with `Retry-After`, 503) come first.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +31,7 @@ use hyper::{Request, Response};
 use serde_json::{Value, json};
 
 use super::entra::{EntraServer, Scripted};
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
 use super::serve::{self, Answer, DropConnection, Listening};
 
 const RESOURCE: &str = KeyVaultServer::RESOURCE;
@@ -195,12 +196,15 @@ struct Deleted {
 pub struct KeyVaultServer {
     state: Arc<State>,
     listening: Listening,
+    /// Checks the scripts' expectations when the last handle goes.
+    _verify: Arc<VerifyOnDrop>,
 }
 
 struct State {
     addr: SocketAddr,
     entra: EntraServer,
     inner: Mutex<Inner>,
+    scripts: Arc<Scripts>,
 }
 
 struct Inner {
@@ -209,7 +213,6 @@ struct Inner {
     secrets: BTreeMap<String, (String, Vec<Version>)>,
     deleted: BTreeMap<String, (String, Deleted)>,
     page_size: usize,
-    script: VecDeque<Scripted>,
     requests: Vec<KeyVaultRequest>,
     counter: u64,
     /// Record requests (off for benchmarks).
@@ -235,14 +238,14 @@ impl KeyVaultServer {
     pub fn start_blocking(entra: &EntraServer, tenant: &str) -> KeyVaultServer {
         let bound = serve::bind("KeyVaultServer");
         let state = Arc::new(State {
+            scripts: Scripts::new("KeyVaultServer"),
             addr: bound.addr(),
-            entra: entra.clone(),
+            entra: entra.linked(),
             inner: Mutex::new(Inner {
                 tenant: tenant.to_owned(),
                 secrets: BTreeMap::new(),
                 deleted: BTreeMap::new(),
                 page_size: MAX_RESULTS,
-                script: VecDeque::new(),
                 requests: Vec::new(),
                 counter: 0,
                 record: true,
@@ -250,7 +253,12 @@ impl KeyVaultServer {
         });
         let handler_state = state.clone();
         let listening = bound.serve(true, move |req| handle(handler_state.clone(), req));
-        KeyVaultServer { state, listening }
+        let _verify = Arc::new(VerifyOnDrop(state.scripts.clone()));
+        KeyVaultServer {
+            state,
+            listening,
+            _verify,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -277,9 +285,59 @@ impl KeyVaultServer {
         self.lock().record = on;
     }
 
-    /// Queue a scripted answer for the next authorized request(s), FIFO.
+    /// Script the answers to the vault requests `matcher` matches (by the token's client
+    /// id, tenant and scope, or by path and method), and expect a number of them: see
+    /// [`ScriptBuilder`]. Scripts are consulted, in the order they were mounted, after the
+    /// token and the `api-version` are accepted; a request no script answers gets the
+    /// server's normal answer.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use msi_dataplane::keyvault::store::CredentialStore;
+    /// use msi_dataplane::testing::{IdentityFixture, KeyVaultServer, Match, Scripted};
+    ///
+    /// let fx = IdentityFixture::start().await;
+    /// let vault = KeyVaultServer::start(&fx.entra, &fx.identity.tenant_id).await;
+    /// let store = CredentialStore::new(&vault.url(), Arc::new(fx.credential.clone()), fx.store_options()).unwrap();
+    /// // Reading `cpo` is forbidden while the guard lives, and is tried exactly once.
+    /// let forbidden = vault
+    ///     .on(Match::any().method("GET").path_prefix("/secrets/cpo"))
+    ///     .respond(Scripted::status(403).body(r#"{"error":{"code":"Forbidden","message":"denied"}}"#))
+    ///     .until_cleared()
+    ///     .expect(1)
+    ///     .mount_scoped();
+    /// assert!(store.get("cpo", None).await.is_err());
+    /// drop(forbidden); // checks the expectation
+    /// # }
+    /// ```
+    pub fn on(&self, matcher: Match) -> ScriptBuilder {
+        ScriptBuilder::new(self.state.scripts.clone(), matcher)
+    }
+
+    /// Answer the next vault request with `answer`: the same as
+    /// `on(Match::any()).respond(answer).mount()` (queued answers are given first in,
+    /// first out).
     pub fn enqueue(&self, answer: Scripted) {
-        self.lock().script.push_back(answer);
+        self.on(Match::any()).respond(answer).mount();
+    }
+
+    /// Scripted answers not yet given, counting those of scripts with a number of answers
+    /// (those mounted `until_cleared` count none).
+    pub fn pending_scripted(&self) -> usize {
+        self.state.scripts.pending()
+    }
+
+    /// Remove every script (their expectations are not checked).
+    pub fn clear_scripts(&self) {
+        self.state.scripts.clear();
+    }
+
+    /// Check every mounted script's expectation now, and panic with the failed ones and
+    /// the requests received if any failed. (The server checks them too when its last
+    /// handle is dropped.)
+    pub fn verify(&self) {
+        self.state.scripts.verify();
     }
 
     /// Every request received (while recording), in order.
@@ -501,7 +559,14 @@ fn route(
         ));
     }
     // 3. Scripted.
-    if let Some(s) = inner.script.pop_front() {
+    let scripted = state.scripts.answer(&Facts {
+        method: &record.method,
+        path: &record.path,
+        client_id: Some(&issued.client_id),
+        tenant: Some(&issued.tenant),
+        scope: Some(&issued.scope),
+    });
+    if let Some(s) = scripted {
         return (
             Answer {
                 status: s.status,

@@ -26,6 +26,14 @@
 //!   token (ARM or your own service), answering only tokens the [`EntraServer`] issued
 //!   for its scope, and logging which certificate signed each
 //!   ([`ResourceServer::requests`]).
+//! - **Scripted answers and expectations** on the Entra, data plane and Key Vault
+//!   servers, as wiremock's mocks ([`EntraServer::on`], [`DataPlaneServer::on`],
+//!   [`KeyVaultServer::on`]): a [`Match`] by client id, tenant, scope, path or method; an
+//!   answer ([`Scripted`]: a status, an AADSTS error, `Retry-After`, a delay, a closed
+//!   connection) given once, n times or until cleared; and an expected number of matching
+//!   requests, checked when the server's last handle or a [`ScriptGuard`] is dropped,
+//!   failing with the list of requests received. A background refresh or another
+//!   identity takes no answer that was meant for someone else.
 //! - **One-call setup** ([`IdentityFixture`]): Entra, an identity it trusts, the file
 //!   mounted as the CSI driver mounts it and the reloading credential on it; its
 //!   `http_options()` for every builder, `rotate_to` for a renewal.
@@ -79,6 +87,27 @@
 //! assert_eq!(server.issued(token.token()).unwrap().cert_sha256_hex, cert.sha256_hex());
 //! # }
 //! ```
+//!
+//! Scripts: this identity's vault tokens fail once with AADSTS7000215, and the test checks
+//! that the component asked exactly twice (the failure, then its retry):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use msi_dataplane::testing::{IdentityFixture, Match, Scripted};
+//!
+//! let fx = IdentityFixture::start().await;
+//! let vault = "https://vault.azure.net/.default";
+//! let script = fx
+//!     .entra
+//!     .on(Match::any().client_id(&fx.identity.client_id).scope(vault))
+//!     .respond(Scripted::aadsts(401, "invalid_client", 7000215, "Invalid client secret provided."))
+//!     .expect(2)
+//!     .mount_scoped();
+//! assert!(fx.credential.get_token(&[vault]).await.is_err()); // not retried: a 401
+//! fx.credential.get_token(&[vault]).await.unwrap(); // the component's own retry
+//! drop(script); // panics here, listing the requests, unless exactly 2 arrived
+//! # }
+//! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod credentials;
@@ -90,6 +119,7 @@ mod entra;
 mod fixture;
 mod keyvault;
 mod resource;
+mod script;
 mod serve;
 mod tls;
 mod wait;
@@ -113,6 +143,7 @@ pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
 pub use resource::{ResourceRequest, ResourceServer};
+pub use script::{Expected, Match, ScriptBuilder, ScriptGuard};
 pub use tls::server_tls_config;
 pub use wait::{wait_for_certificate, wait_for_status};
 

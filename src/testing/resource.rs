@@ -124,7 +124,7 @@ impl ResourceServer {
         let bound = serve::bind("ResourceServer");
         let state = Arc::new(State {
             addr: bound.addr(),
-            entra: entra.clone(),
+            entra: entra.linked(),
             scope: scope.to_owned(),
             requests: Mutex::new(Vec::new()),
         });
