@@ -8,8 +8,9 @@
 // (`tests/layers.rs` checks it).
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
-// untrusted text, parser messages, bounded file reading, clouds and the HTTP plumbing
-// (client choice, bounded answers, retries, Azure error bodies).
+// untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
+// (client choice, bounded answers, retries, Azure error bodies) and telemetry (metrics
+// and spans).
 mod clock;
 mod cloud;
 mod error;
@@ -17,6 +18,7 @@ mod http;
 mod parser_errors;
 mod regular_file;
 mod secret;
+pub mod telemetry;
 mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),

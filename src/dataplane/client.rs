@@ -26,6 +26,7 @@ use crate::http::azure_error_body::parse_error_body;
 use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange};
+use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
 use crate::token::cache::{Fetch, TokenCache};
 
@@ -347,6 +348,14 @@ impl fmt::Debug for Client {
     }
 }
 
+/// One operation in its `dataplane_request` span, counted by outcome with its duration.
+async fn observed<T>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    telemetry::service_call(Service::DataPlane, operation, call).await
+}
+
 /// A raw answer.
 struct Answer {
     status: u16,
@@ -359,8 +368,11 @@ impl Client {
     pub async fn get_system_assigned_identity_credentials(
         &self,
     ) -> Result<ManagedIdentityCredentials> {
-        let answer = self.execute(Method::GET, "", None).await?;
-        parse_json(&answer)
+        observed("get_system_assigned", async {
+            let answer = self.execute(Method::GET, "", None).await?;
+            parse_json(&answer)
+        })
+        .await
     }
 
     /// Get user-assigned identities' credentials: `POST {identity URL}` with the request
@@ -371,15 +383,21 @@ impl Client {
         &self,
         request: &UserAssignedIdentitiesRequest,
     ) -> Result<ManagedIdentityCredentials> {
-        let body = to_body(request)?;
-        let answer = self.execute(Method::POST, "", Some(body)).await?;
-        parse_json(&answer)
+        observed("get_user_assigned", async {
+            let body = to_body(request)?;
+            let answer = self.execute(Method::POST, "", Some(body)).await?;
+            parse_json(&answer)
+        })
+        .await
     }
 
     /// Delete the system-assigned identity: `DELETE {identity URL}` (200 or 204).
     #[doc(alias = "Deleteidentity")]
     pub async fn delete_system_assigned_identity(&self) -> Result<()> {
-        self.execute(Method::DELETE, "", None).await.map(|_| ())
+        observed("delete_system_assigned", async {
+            self.execute(Method::DELETE, "", None).await.map(|_| ())
+        })
+        .await
     }
 
     /// Move the identity to another resource: `POST {identity URL path}/proxy/move`.
@@ -388,11 +406,14 @@ impl Client {
         &self,
         request: &MoveIdentityRequest,
     ) -> Result<MoveIdentityResponse> {
-        let body = to_body(request)?;
-        let answer = self
-            .execute(Method::POST, "/proxy/move", Some(body))
-            .await?;
-        parse_json(&answer)
+        observed("move_identity", async {
+            let body = to_body(request)?;
+            let answer = self
+                .execute(Method::POST, "/proxy/move", Some(body))
+                .await?;
+            parse_json(&answer)
+        })
+        .await
     }
 
     /// The URL of an operation (`suffix` appended to the identity URL's path), with the

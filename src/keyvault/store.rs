@@ -65,12 +65,13 @@ use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::renew::RenewalOutcome;
-use crate::keyvault::renewal::{StoredKind, StoredProperties, should_store};
+use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
     validate_secret_version,
 };
+use crate::telemetry::{self, Service};
 use crate::untrusted_text::{service_text, service_text_opt};
 
 /// The largest page Key Vault serves (`maxresults` 1..=25).
@@ -350,21 +351,24 @@ impl CredentialStore {
     ///
     /// As [`put_managed_identity`](Self::put_managed_identity).
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
-        let name = secret.name();
-        let body = set_secret_body(secret)?;
-        let response = self
-            .client
-            .set_secret(name, body, None)
-            .await
-            .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
-        let stored: PropertiesAnswer = answer::parse(name, response.body())?;
-        tracing::info!(secret = name, "stored a credential in Key Vault");
-        Ok(properties_of(
-            name,
-            stored.id.as_deref(),
-            stored.attributes.as_ref(),
-            stored.tags,
-        ))
+        observed("put", async {
+            let name = secret.name();
+            let body = set_secret_body(secret)?;
+            let response = self
+                .client
+                .set_secret(name, body, None)
+                .await
+                .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
+            let stored: PropertiesAnswer = answer::parse(name, response.body())?;
+            tracing::info!(secret = name, "stored a credential in Key Vault");
+            Ok(properties_of(
+                name,
+                stored.id.as_deref(),
+                stored.attributes.as_ref(),
+                stored.tags,
+            ))
+        })
+        .await
     }
 
     /// The `ManagedIdentityCredentials` stored as `msi-<identifier>`: the latest version,
@@ -437,28 +441,31 @@ impl CredentialStore {
         name: &str,
         version: Option<&str>,
     ) -> Result<(crate::secret::SecretString, StoredProperties)> {
-        validate_secret_name(name)?;
-        if let Some(version) = version {
-            validate_secret_version(version)?;
-        }
-        let options = SecretClientGetSecretOptions {
-            secret_version: version.map(str::to_owned),
-            ..Default::default()
-        };
-        let response = self
-            .client
-            .get_secret(name, Some(options))
-            .await
-            .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
-        let secret: GetSecretAnswer<'_> = answer::parse(name, response.body())?;
-        let value = secret.value(name)?;
-        let properties = properties_of(
-            name,
-            secret.id.as_deref(),
-            secret.attributes.as_ref(),
-            secret.tags,
-        );
-        Ok((value, properties))
+        observed("get", async {
+            validate_secret_name(name)?;
+            if let Some(version) = version {
+                validate_secret_version(version)?;
+            }
+            let options = SecretClientGetSecretOptions {
+                secret_version: version.map(str::to_owned),
+                ..Default::default()
+            };
+            let response = self
+                .client
+                .get_secret(name, Some(options))
+                .await
+                .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
+            let secret: GetSecretAnswer<'_> = answer::parse(name, response.body())?;
+            let value = secret.value(name)?;
+            let properties = properties_of(
+                name,
+                secret.id.as_deref(),
+                secret.attributes.as_ref(),
+                secret.tags,
+            );
+            Ok((value, properties))
+        })
+        .await
     }
 
     /// Delete a secret (soft: it can be recovered or purged until its scheduled purge
@@ -469,15 +476,19 @@ impl CredentialStore {
     /// [`KeyVaultError::Service`] (404 when there is no such secret),
     /// [`ErrorKind::Transport`].
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
-        validate_secret_name(name)?;
-        let response = self
-            .client
-            .delete_secret(name, None)
-            .await
-            .map_err(|e| map_error(&self.vault_url, "delete", name, e))?;
-        let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
-        tracing::info!(secret = name, "deleted a stored credential (soft)");
-        Ok(deleted_of(name, deleted))
+        observed("delete", async {
+            validate_secret_name(name)?;
+            let response = self
+                .client
+                .delete_secret(name, None)
+                .await
+                .map_err(|e| map_error(&self.vault_url, "delete", name, e))?;
+            let deleted: DeletedSecret =
+                response.into_model().map_err(|e| invalid_answer(name, e))?;
+            tracing::info!(secret = name, "deleted a stored credential (soft)");
+            Ok(deleted_of(name, deleted))
+        })
+        .await
     }
 
     /// A soft-deleted secret.
@@ -486,14 +497,18 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn get_deleted(&self, name: &str) -> Result<DeletedCredential> {
-        validate_secret_name(name)?;
-        let response = self
-            .client
-            .get_deleted_secret(name, None)
-            .await
-            .map_err(|e| map_error(&self.vault_url, "get deleted", name, e))?;
-        let deleted: DeletedSecret = response.into_model().map_err(|e| invalid_answer(name, e))?;
-        Ok(deleted_of(name, deleted))
+        observed("get_deleted", async {
+            validate_secret_name(name)?;
+            let response = self
+                .client
+                .get_deleted_secret(name, None)
+                .await
+                .map_err(|e| map_error(&self.vault_url, "get deleted", name, e))?;
+            let deleted: DeletedSecret =
+                response.into_model().map_err(|e| invalid_answer(name, e))?;
+            Ok(deleted_of(name, deleted))
+        })
+        .await
     }
 
     /// Purge a soft-deleted secret for good, freeing its name.
@@ -502,13 +517,16 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn purge_deleted(&self, name: &str) -> Result<()> {
-        validate_secret_name(name)?;
-        self.client
-            .purge_deleted_secret(name, None)
-            .await
-            .map_err(|e| map_error(&self.vault_url, "purge", name, e))?;
-        tracing::info!(secret = name, "purged a deleted credential");
-        Ok(())
+        observed("purge_deleted", async {
+            validate_secret_name(name)?;
+            self.client
+                .purge_deleted_secret(name, None)
+                .await
+                .map_err(|e| map_error(&self.vault_url, "purge", name, e))?;
+            tracing::info!(secret = name, "purged a deleted credential");
+            Ok(())
+        })
+        .await
     }
 
     /// Recover a soft-deleted secret (its latest version becomes current again).
@@ -517,20 +535,23 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn recover_deleted(&self, name: &str) -> Result<StoredProperties> {
-        validate_secret_name(name)?;
-        let response = self
-            .client
-            .recover_deleted_secret(name, None)
-            .await
-            .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
-        let secret: PropertiesAnswer = answer::parse(name, response.body())?;
-        tracing::info!(secret = name, "recovered a deleted credential");
-        Ok(properties_of(
-            name,
-            secret.id.as_deref(),
-            secret.attributes.as_ref(),
-            secret.tags,
-        ))
+        observed("recover_deleted", async {
+            validate_secret_name(name)?;
+            let response = self
+                .client
+                .recover_deleted_secret(name, None)
+                .await
+                .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
+            let secret: PropertiesAnswer = answer::parse(name, response.body())?;
+            tracing::info!(secret = name, "recovered a deleted credential");
+            Ok(properties_of(
+                name,
+                secret.id.as_deref(),
+                secret.attributes.as_ref(),
+                secret.tags,
+            ))
+        })
+        .await
     }
 
     /// The properties of every stored credential (`msi-` and `uamsi-` secrets), across
@@ -540,40 +561,43 @@ impl CredentialStore {
     ///
     /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
     pub async fn list(&self) -> Result<Vec<StoredProperties>> {
-        const OPERATION: &str = "list";
-        let options = SecretClientListSecretPropertiesOptions {
-            maxresults: Some(self.page_size),
-            ..Default::default()
-        };
-        let mut pages = self
-            .client
-            .list_secret_properties(Some(options))
-            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-            .into_pages();
-        let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
-        let mut listed = Vec::new();
-        while let Some(page) = pages
-            .try_next()
-            .await
-            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-        {
-            let page = page
-                .into_model()
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
-            for item in page.value {
-                let Some(name) = stored_name(item.id.as_deref()) else {
-                    continue;
-                };
-                listed.push(properties_of(
-                    &name,
-                    None,
-                    item.attributes.as_ref(),
-                    item.tags,
-                ));
+        observed("list", async {
+            const OPERATION: &str = "list";
+            let options = SecretClientListSecretPropertiesOptions {
+                maxresults: Some(self.page_size),
+                ..Default::default()
+            };
+            let mut pages = self
+                .client
+                .list_secret_properties(Some(options))
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
+                .into_pages();
+            let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
+            let mut listed = Vec::new();
+            while let Some(page) = pages
+                .try_next()
+                .await
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
+            {
+                let page = page
+                    .into_model()
+                    .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
+                for item in page.value {
+                    let Some(name) = stored_name(item.id.as_deref()) else {
+                        continue;
+                    };
+                    listed.push(properties_of(
+                        &name,
+                        None,
+                        item.attributes.as_ref(),
+                        item.tags,
+                    ));
+                }
+                check_next_link(&mut guard, pages.continuation(), OPERATION)?;
             }
-            check_next_link(&mut guard, pages.continuation(), OPERATION)?;
-        }
-        Ok(listed)
+            Ok(listed)
+        })
+        .await
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
@@ -584,44 +608,47 @@ impl CredentialStore {
     ///
     /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
-        use azure_security_keyvault_secrets::models::{
-            DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
-        };
-        let options = SecretClientListDeletedSecretPropertiesOptions {
-            maxresults: Some(self.page_size),
-            ..Default::default()
-        };
-        const OPERATION: &str = "list deleted";
-        let mut pages = self
-            .client
-            .list_deleted_secret_properties(Some(options))
-            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-            .into_pages();
-        let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
-        let mut listed = Vec::new();
-        while let Some(page) = pages
-            .try_next()
-            .await
-            .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-        {
-            let page = page
-                .into_model()
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
-            for item in page.value {
-                let item: DeletedSecretProperties = item;
-                let Some(name) = stored_name(item.id.as_deref()) else {
-                    continue;
-                };
-                listed.push(DeletedCredential {
-                    properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
-                    recovery_id: item.recovery_id.map(|id| service_text(&id)),
-                    deleted_date: item.deleted_date,
-                    scheduled_purge_date: item.scheduled_purge_date,
-                });
+        observed("list_deleted", async {
+            use azure_security_keyvault_secrets::models::{
+                DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
+            };
+            let options = SecretClientListDeletedSecretPropertiesOptions {
+                maxresults: Some(self.page_size),
+                ..Default::default()
+            };
+            const OPERATION: &str = "list deleted";
+            let mut pages = self
+                .client
+                .list_deleted_secret_properties(Some(options))
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
+                .into_pages();
+            let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
+            let mut listed = Vec::new();
+            while let Some(page) = pages
+                .try_next()
+                .await
+                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
+            {
+                let page = page
+                    .into_model()
+                    .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
+                for item in page.value {
+                    let item: DeletedSecretProperties = item;
+                    let Some(name) = stored_name(item.id.as_deref()) else {
+                        continue;
+                    };
+                    listed.push(DeletedCredential {
+                        properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
+                        recovery_id: item.recovery_id.map(|id| service_text(&id)),
+                        deleted_date: item.deleted_date,
+                        scheduled_purge_date: item.scheduled_purge_date,
+                    });
+                }
+                check_next_link(&mut guard, pages.continuation(), OPERATION)?;
             }
-            check_next_link(&mut guard, pages.continuation(), OPERATION)?;
-        }
-        Ok(listed)
+            Ok(listed)
+        })
+        .await
     }
 
     /// Renew the identity stored as `name` (`msi-<id>` or `uamsi-<id>`): ask `dataplane`
@@ -642,6 +669,58 @@ impl CredentialStore {
     /// [`KeyVaultError::InvalidStoredSecret`] when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
+        let result = observed("renew", self.renew_once(dataplane, name)).await;
+        let outcome = match &result {
+            Ok(RenewalOutcome::Stored { .. }) => "renewed",
+            Ok(RenewalOutcome::NotNewer { .. }) => "not_newer",
+            Err(_) => "failed",
+        };
+        telemetry::renewals(outcome, 1);
+        result
+    }
+
+    /// A renewal pass: list the stored credentials, and [`renew`](Self::renew) each one
+    /// past its `renew_after` at `now` ([`needing_renewal`]), one after the other; a
+    /// failure is recorded and the pass goes on. `dataplane` is the client for the
+    /// identity URL of the resource that owns the vault's identities.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     store: &msi_dataplane::keyvault::store::CredentialStore,
+    /// #     dataplane: &msi_dataplane::dataplane::Client,
+    /// # ) -> msi_dataplane::Result<()> {
+    /// let pass = store.renew_due(dataplane, time::OffsetDateTime::now_utc()).await?;
+    /// for (name, error) in &pass.failed {
+    ///     eprintln!("{name}: {error}");
+    /// }
+    /// println!("{} due, {} renewed", pass.due, pass.renewed.len());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Only the listing's ([`list`](Self::list)); each renewal's error is in
+    /// [`RenewalPass::failed`].
+    pub async fn renew_due(&self, dataplane: &Client, now: OffsetDateTime) -> Result<RenewalPass> {
+        let listed = self.list().await?;
+        let plan = needing_renewal(&listed, now);
+        let mut pass = RenewalPass {
+            due: plan.due.len(),
+            ..RenewalPass::default()
+        };
+        telemetry::renewals("due", pass.due);
+        for properties in plan.due {
+            let name = properties.name.clone();
+            match self.renew(dataplane, &name).await {
+                Ok(RenewalOutcome::Stored { .. }) => pass.renewed.push(name),
+                Ok(RenewalOutcome::NotNewer { .. }) => pass.not_newer.push(name),
+                Err(error) => pass.failed.push((name, error)),
+            }
+        }
+        Ok(pass)
+    }
+
+    async fn renew_once(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
         let Some((kind, identifier)) = StoredKind::of(name) else {
             return Err(invalid(
                 name,
@@ -1031,6 +1110,29 @@ fn invalid(name: &str, reason: &str) -> crate::error::Error {
         reason: reason.to_owned(),
     })
     .into()
+}
+
+/// What a renewal pass ([`CredentialStore::renew_due`]) did: secret names by outcome.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct RenewalPass {
+    /// How many stored credentials were past `renew_after`.
+    pub due: usize,
+    /// Renewed: a newer credential is now stored.
+    pub renewed: Vec<String>,
+    /// The data plane offered nothing newer.
+    pub not_newer: Vec<String>,
+    /// The renewal failed, with why.
+    pub failed: Vec<(String, Error)>,
+}
+
+/// One store operation in its `keyvault_request` span, counted by outcome with its
+/// duration.
+async fn observed<T>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    telemetry::service_call(Service::KeyVault, operation, call).await
 }
 
 #[cfg(test)]

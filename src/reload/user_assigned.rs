@@ -3,18 +3,20 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use time::OffsetDateTime;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, ReloadError, Result, TokenError};
 use crate::reload::rule::{self, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
+use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
 
@@ -336,7 +338,9 @@ impl fmt::Debug for UserAssignedIdentityCredential {
     }
 }
 
+/// The credential in use from now on (its gauges set, with the `metrics` feature).
 fn active_from(loaded: Loaded) -> Active {
+    loaded.credential.record_times();
     Active {
         credential: loaded.credential,
         not_before: loaded.not_before,
@@ -421,6 +425,32 @@ impl Reloader {
     /// network file system) then holds up only its own caller, never `check_now` or the
     /// background task. Under the lock, only CPU work happens (build, decide, swap).
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
+        let client_id = self.active.load().credential.client_id().to_owned();
+        let span = tracing::info_span!(
+            "credential_reload",
+            client_id = %client_id,
+            trigger,
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let (outcome, reason) = self.check_file(trigger).instrument(span.clone()).await;
+        let label = match outcome {
+            ReloadOutcome::Swapped => "swapped",
+            ReloadOutcome::Unchanged => "unchanged",
+            ReloadOutcome::NotNewer | ReloadOutcome::Invalid => "kept_last_good",
+        };
+        span.record("outcome", label);
+        span.record("reason", reason);
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        telemetry::reload(&client_id, label, reason);
+        outcome
+    }
+
+    /// [`check`](Self::check)'s work: the outcome, and why the last good credential was
+    /// kept (`"none"` when it was not: a swap or the same bytes).
+    async fn check_file(&self, trigger: &'static str) -> (ReloadOutcome, &'static str) {
         let path = self.path.clone();
         let bytes = tokio::task::spawn_blocking(move || rule::read(&path))
             .await
@@ -510,6 +540,11 @@ impl Reloader {
                 }
             }
         };
+        let reason = match (&error, outcome) {
+            (Some(e), _) => e.kind().code(),
+            (None, ReloadOutcome::NotNewer) => "not_newer",
+            (None, _) => "none",
+        };
         self.follow_target().await;
         let now = self.client_options.clock.now();
         let active = self.active.load_full();
@@ -530,7 +565,7 @@ impl Reloader {
         if let Some((old, new)) = prefetch {
             self.prefetch(&old, new);
         }
-        outcome
+        (outcome, reason)
     }
 
     /// Watch the directory the visible path resolves to (the real file's directory:

@@ -4,11 +4,12 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Url;
 use time::OffsetDateTime;
 use tokio::sync::Notify;
+use tracing::Instrument as _;
 
 use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
@@ -18,6 +19,7 @@ use crate::http::exchange;
 use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
+use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
@@ -190,6 +192,8 @@ struct Inner {
     signer: AssertionSigner,
     file_not_after: Option<OffsetDateTime>,
     renew_after: Option<OffsetDateTime>,
+    /// The file's `cannot_renew_after`, for the metrics.
+    cannot_renew_after: Option<OffsetDateTime>,
     expiry_warning_margin: time::Duration,
     expiry_warned: AtomicBool,
     http: reqwest::Client,
@@ -275,7 +279,11 @@ impl ClientCertificateCredential {
             tenant_id,
             client_id,
             certificate,
-            (creds.not_after()?, creds.renew_after()?),
+            (
+                creds.not_after()?,
+                creds.renew_after()?,
+                creds.cannot_renew_after()?,
+            ),
             options,
         )
     }
@@ -341,19 +349,24 @@ impl ClientCertificateCredential {
             tenant_id,
             client_id,
             certificate,
-            (None, None),
+            (None, None, None),
             options,
         )
     }
 
     /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts);
-    /// `file_times` is the credential file's `not_after` and `renew_after`.
+    /// `file_times` is the credential file's `not_after`, `renew_after` and
+    /// `cannot_renew_after`.
     fn assemble(
         authority: &str,
         tenant_id: &str,
         client_id: &str,
         certificate: ClientCertificate,
-        file_times: (Option<OffsetDateTime>, Option<OffsetDateTime>),
+        file_times: (
+            Option<OffsetDateTime>,
+            Option<OffsetDateTime>,
+            Option<OffsetDateTime>,
+        ),
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let token_url = endpoint::token_url(
@@ -374,6 +387,7 @@ impl ClientCertificateCredential {
                 signer,
                 file_not_after: file_times.0,
                 renew_after: file_times.1,
+                cannot_renew_after: file_times.2,
                 expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
@@ -542,6 +556,12 @@ impl ClientCertificateCredential {
         &self.inner.certificate
     }
 
+    /// Set the credential's gauges (the `metrics` feature): for a credential that becomes
+    /// the one in use for its client id.
+    pub(crate) fn record_times(&self) {
+        self.inner.record_times();
+    }
+
     /// The assertion algorithm in use.
     pub fn assertion_algorithm(&self) -> AssertionAlgorithm {
         self.inner.signer.algorithm()
@@ -637,10 +657,14 @@ impl Inner {
         scope: &str,
         token_url: &Url,
     ) -> Result<AccessToken> {
+        let mut attempt = 0u32;
         retry::run(
             &self.retry,
             self.clock.as_ref(),
-            || self.request_once(scope, token_url),
+            || {
+                attempt += 1;
+                self.observed_request(scope, token_url, attempt)
+            },
             |attempt, delay, error| {
                 tracing::info!(
                     client_id = %self.client_id,
@@ -653,6 +677,54 @@ impl Inner {
             },
         )
         .await
+    }
+
+    /// One token request in its `token_request` span, counted by outcome with its
+    /// duration; a token obtained updates the credential's gauges.
+    async fn observed_request(
+        self: &Arc<Self>,
+        scope: &str,
+        token_url: &Url,
+        attempt: u32,
+    ) -> Result<AccessToken> {
+        let tenant = token_url
+            .path_segments()
+            .and_then(|mut s| s.find(|s| !s.is_empty()))
+            .unwrap_or_default();
+        let span = tracing::info_span!(
+            "token_request",
+            client_id = %self.client_id,
+            tenant,
+            scope,
+            attempt,
+            outcome = tracing::field::Empty,
+            error_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .request_once(scope, token_url)
+            .instrument(span.clone())
+            .await;
+        let elapsed = started.elapsed();
+        let error = result.as_ref().err();
+        telemetry::end_span(&span, error, elapsed);
+        telemetry::token_request(&self.client_id, error, elapsed);
+        if let Ok(token) = &result {
+            self.record_times();
+            telemetry::token_expiry(&self.client_id, token.expires_on());
+        }
+        result
+    }
+
+    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`.
+    fn record_times(&self) {
+        telemetry::credential_times(
+            &self.client_id,
+            self.end(),
+            self.renew_after,
+            self.cannot_renew_after,
+        );
     }
 
     /// One token request: check validity, sign, POST, parse.

@@ -1,0 +1,116 @@
+//! Metrics and traces for operators: what tells them an identity is about to break before
+//! it does.
+//!
+//! # Metrics (feature `metrics`)
+//!
+//! The crate records through the [`metrics`](https://docs.rs/metrics) facade. Nothing is
+//! recorded until the application installs a recorder (e.g. `metrics-exporter-prometheus`'s
+//! `PrometheusBuilder`); until then each event is a few loads of the facade's no-op
+//! recorder, and a cached token's path records nothing at all. The facade rather than the
+//! OpenTelemetry API: it costs nothing when unused, it needs no meter or provider handed to
+//! the crate, its Prometheus exporter is kept by the same project, and an OpenTelemetry
+//! application can install a recorder that forwards to its meter provider. Call
+//! [`describe`] after installing a recorder for the help texts.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `msi_dataplane_token_requests_total` | counter | `client_id`, `outcome`, `error_code` |
+//! | `msi_dataplane_token_request_duration_seconds` | histogram | `client_id`, `outcome` |
+//! | `msi_dataplane_token_expiry_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_credential_not_after_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_credential_renew_after_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_credential_cannot_renew_after_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_reloads_total` | counter | `client_id`, `outcome`, `reason` |
+//! | `msi_dataplane_data_plane_requests_total` | counter | `operation`, `outcome`, `error_code` |
+//! | `msi_dataplane_data_plane_request_duration_seconds` | histogram | `operation`, `outcome` |
+//! | `msi_dataplane_keyvault_requests_total` | counter | `operation`, `outcome`, `error_code` |
+//! | `msi_dataplane_keyvault_request_duration_seconds` | histogram | `operation`, `outcome` |
+//! | `msi_dataplane_renewals_total` | counter | `outcome` |
+//!
+//! Every label set is bounded; none carries a scope, a token, a URL or a path:
+//!
+//! - `client_id`: a loaded credential's client id (one per credential the process loads).
+//! - `outcome`: `success` or `error`; for reloads `swapped`, `unchanged` or
+//!   `kept_last_good`; for renewals `due`, `renewed`, `not_newer` or `failed`.
+//! - `error_code`: `none` for a success; `AADSTS<n>` when Entra sent an AADSTS code (at
+//!   most 64 distinct codes per process, then `AADSTS_other`: a broken or hostile endpoint
+//!   cannot grow the set); else the HTTP status answered (`503`); else the crate's code
+//!   for the failure ([`ErrorKind::code`](crate::error::ErrorKind::code): `transport`,
+//!   `credential_expired`, ...).
+//! - `reason` (reloads): `none`, `not_newer`, or the file error's code (`malformed_json`,
+//!   `not_found`, ...).
+//! - `operation`: data plane `get_system_assigned`, `get_user_assigned`,
+//!   `delete_system_assigned`, `move_identity`; Key Vault `put`, `get`, `delete`,
+//!   `get_deleted`, `purge_deleted`, `recover_deleted`, `list`, `list_deleted`, `renew`.
+//!
+//! The credential gauges follow the credential in use: set when a credential file is
+//! loaded or a rotation swapped in, and at each token obtained; the token expiry is that
+//! of the newest token obtained for the client id. Token requests count each HTTP
+//! exchange (a retried request counts each attempt); data plane and Key Vault operations
+//! count each call, retries inside it included.
+//!
+//! # Traces
+//!
+//! Spans, at `INFO`, with these fields and never a secret (no token, assertion, key,
+//! secret value or signed URL):
+//!
+//! | span | fields |
+//! |---|---|
+//! | `token_request` | `client_id`, `tenant`, `scope`, `attempt`, `outcome`, `error_code`, `duration_ms` |
+//! | `credential_reload` | `client_id`, `trigger`, `outcome`, `reason`, `duration_ms` |
+//! | `dataplane_request` | `operation`, `outcome`, `error_code`, `duration_ms` |
+//! | `keyvault_request` | `operation`, `outcome`, `error_code`, `duration_ms` |
+//!
+//! `outcome` and `error_code` take the values of the metrics' labels.
+//!
+//! # Alerts
+//!
+//! Prometheus rules for the conditions that break an identity, each with a runbook line
+//! (what it means, what to do):
+//!
+//! ```yaml
+#![doc = include_str!("alerts.yaml")]
+//! ```
+
+mod labels;
+mod names;
+mod record;
+
+pub use names::{
+    CREDENTIAL_CANNOT_RENEW_AFTER, CREDENTIAL_NOT_AFTER, CREDENTIAL_RENEW_AFTER,
+    DATAPLANE_REQUEST_DURATION, DATAPLANE_REQUESTS, KEYVAULT_REQUEST_DURATION, KEYVAULT_REQUESTS,
+    RELOADS, RENEWALS, TOKEN_EXPIRY, TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
+};
+#[cfg_attr(not(feature = "keyvault"), allow(unused_imports))]
+pub(crate) use record::{
+    Service, credential_times, end_span, reload, renewals, service_call, token_expiry,
+    token_request,
+};
+
+/// The Prometheus alerting rules above, as YAML (to write out or check in a test).
+pub const ALERT_RULES: &str = include_str!("alerts.yaml");
+
+/// Give the installed recorder every metric's help text and unit. Call it after
+/// installing the recorder; without one it does nothing.
+///
+/// ```
+/// msi_dataplane::telemetry::describe();
+/// ```
+pub fn describe() {
+    #[cfg(feature = "metrics")]
+    for (name, kind, help) in names::ALL {
+        let unit = if name.ends_with("_seconds") {
+            Some(metrics::Unit::Seconds)
+        } else {
+            None
+        };
+        match (kind, unit) {
+            (names::Kind::Counter, _) => metrics::describe_counter!(*name, *help),
+            (names::Kind::Gauge, _) => metrics::describe_gauge!(*name, *help),
+            (names::Kind::Histogram, Some(unit)) => {
+                metrics::describe_histogram!(*name, unit, *help)
+            }
+            (names::Kind::Histogram, None) => metrics::describe_histogram!(*name, *help),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The metrics' names, and their help texts.
+
+/// Counter: token requests (each HTTP exchange with the token endpoint, retries
+/// included) by `client_id`, `outcome` and `error_code`.
+pub const TOKEN_REQUESTS: &str = "msi_dataplane_token_requests_total";
+/// Histogram: token requests' duration by `client_id` and `outcome`.
+pub const TOKEN_REQUEST_DURATION: &str = "msi_dataplane_token_request_duration_seconds";
+/// Gauge: Unix time the newest token obtained for `client_id` expires.
+pub const TOKEN_EXPIRY: &str = "msi_dataplane_token_expiry_timestamp_seconds";
+/// Gauge: Unix time the credential in use for `client_id` ends (the earlier of the
+/// certificate's `notAfter` and the file's `not_after`).
+pub const CREDENTIAL_NOT_AFTER: &str = "msi_dataplane_credential_not_after_timestamp_seconds";
+/// Gauge: Unix time from which the credential in use for `client_id` should be renewed
+/// (the file's `renew_after`).
+pub const CREDENTIAL_RENEW_AFTER: &str = "msi_dataplane_credential_renew_after_timestamp_seconds";
+/// Gauge: Unix time after which the credential in use for `client_id` can no longer be
+/// renewed (the file's `cannot_renew_after`).
+pub const CREDENTIAL_CANNOT_RENEW_AFTER: &str =
+    "msi_dataplane_credential_cannot_renew_after_timestamp_seconds";
+/// Counter: reloads of a credential file by `client_id`, `outcome` (`swapped`,
+/// `unchanged`, `kept_last_good`) and `reason` (`none`, `not_newer`, or the file error's
+/// code such as `malformed_json`).
+pub const RELOADS: &str = "msi_dataplane_reloads_total";
+/// Counter: MSI data plane operations by `operation`, `outcome` and `error_code`.
+pub const DATAPLANE_REQUESTS: &str = "msi_dataplane_data_plane_requests_total";
+/// Histogram: MSI data plane operations' duration (retries included) by `operation` and
+/// `outcome`.
+pub const DATAPLANE_REQUEST_DURATION: &str = "msi_dataplane_data_plane_request_duration_seconds";
+/// Counter: Key Vault store operations by `operation`, `outcome` and `error_code`.
+pub const KEYVAULT_REQUESTS: &str = "msi_dataplane_keyvault_requests_total";
+/// Histogram: Key Vault store operations' duration by `operation` and `outcome`.
+pub const KEYVAULT_REQUEST_DURATION: &str = "msi_dataplane_keyvault_request_duration_seconds";
+/// Counter: stored credentials of renewal passes by `outcome` (`due`, `renewed`,
+/// `not_newer`, `failed`).
+pub const RENEWALS: &str = "msi_dataplane_renewals_total";
+
+/// Every metric: name, kind and help text.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const ALL: &[(&str, Kind, &str)] = &[
+    (
+        TOKEN_REQUESTS,
+        Kind::Counter,
+        "Token requests to the token endpoint, by outcome and error code.",
+    ),
+    (
+        TOKEN_REQUEST_DURATION,
+        Kind::Histogram,
+        "Duration of token requests, in seconds.",
+    ),
+    (
+        TOKEN_EXPIRY,
+        Kind::Gauge,
+        "Unix time the newest token of the client id expires.",
+    ),
+    (
+        CREDENTIAL_NOT_AFTER,
+        Kind::Gauge,
+        "Unix time the credential in use ends.",
+    ),
+    (
+        CREDENTIAL_RENEW_AFTER,
+        Kind::Gauge,
+        "Unix time from which the credential in use should be renewed.",
+    ),
+    (
+        CREDENTIAL_CANNOT_RENEW_AFTER,
+        Kind::Gauge,
+        "Unix time after which the credential in use can no longer be renewed.",
+    ),
+    (
+        RELOADS,
+        Kind::Counter,
+        "Reloads of a credential file, by outcome and the reason the last good credential was kept.",
+    ),
+    (
+        DATAPLANE_REQUESTS,
+        Kind::Counter,
+        "MSI data plane operations, by operation, outcome and error code.",
+    ),
+    (
+        DATAPLANE_REQUEST_DURATION,
+        Kind::Histogram,
+        "Duration of MSI data plane operations, retries included, in seconds.",
+    ),
+    (
+        KEYVAULT_REQUESTS,
+        Kind::Counter,
+        "Key Vault store operations, by operation, outcome and error code.",
+    ),
+    (
+        KEYVAULT_REQUEST_DURATION,
+        Kind::Histogram,
+        "Duration of Key Vault store operations, in seconds.",
+    ),
+    (
+        RENEWALS,
+        Kind::Counter,
+        "Stored credentials of renewal passes, by outcome: due, renewed, not newer, failed.",
+    ),
+];
+
+/// A metric's kind.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}

@@ -1,0 +1,174 @@
+//! Recording: one function per event, called by the layers where the event happens. With
+//! the `metrics` feature off every function is empty; with it on and no recorder installed
+//! each is a few loads of the `metrics` facade's no-op recorder. None is on a cached
+//! token's path.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use time::OffsetDateTime;
+use tracing::Instrument as _;
+use tracing::field::Empty;
+
+use crate::error::Error;
+
+use super::labels;
+#[cfg(feature = "metrics")]
+use super::names;
+
+/// A service the crate calls, other than the token endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    /// The MSI data plane.
+    DataPlane,
+    /// Key Vault (the credential store).
+    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
+    KeyVault,
+}
+
+/// `"success"` or `"error"`.
+pub(crate) fn outcome(error: Option<&Error>) -> &'static str {
+    match error {
+        None => "success",
+        Some(_) => "error",
+    }
+}
+
+/// Seconds since the Unix epoch, as a gauge holds them.
+#[cfg(feature = "metrics")]
+fn unix(t: OffsetDateTime) -> f64 {
+    t.unix_timestamp() as f64
+}
+
+/// One token request (one HTTP exchange with the token endpoint) ended.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn token_request(client_id: &str, error: Option<&Error>, elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let code = error.map_or(std::borrow::Cow::Borrowed(labels::NONE), labels::error_code);
+        let outcome = outcome(error);
+        metrics::counter!(
+            names::TOKEN_REQUESTS,
+            "client_id" => client_id.to_owned(),
+            "outcome" => outcome,
+            "error_code" => code,
+        )
+        .increment(1);
+        metrics::histogram!(
+            names::TOKEN_REQUEST_DURATION,
+            "client_id" => client_id.to_owned(),
+            "outcome" => outcome,
+        )
+        .record(elapsed.as_secs_f64());
+    }
+}
+
+/// The times of the credential a client id now uses: its end (`not_after`), and the
+/// file's `renew_after` and `cannot_renew_after` when it has them.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn credential_times(
+    client_id: &str,
+    not_after: OffsetDateTime,
+    renew_after: Option<OffsetDateTime>,
+    cannot_renew_after: Option<OffsetDateTime>,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        let label = || ("client_id", client_id.to_owned());
+        let set = |name: &'static str, t: OffsetDateTime| {
+            let (k, v) = label();
+            metrics::gauge!(name, k => v).set(unix(t));
+        };
+        set(names::CREDENTIAL_NOT_AFTER, not_after);
+        if let Some(t) = renew_after {
+            set(names::CREDENTIAL_RENEW_AFTER, t);
+        }
+        if let Some(t) = cannot_renew_after {
+            set(names::CREDENTIAL_CANNOT_RENEW_AFTER, t);
+        }
+    }
+}
+
+/// A token was obtained for a client id: the expiry of its newest token.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn token_expiry(client_id: &str, expires_on: OffsetDateTime) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(names::TOKEN_EXPIRY, "client_id" => client_id.to_owned()).set(unix(expires_on));
+}
+
+/// A reload of a credential file ended: `outcome` is `swapped`, `unchanged` or
+/// `kept_last_good`, `reason` why the last good one was kept (`none` otherwise).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn reload(client_id: &str, outcome: &'static str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        names::RELOADS,
+        "client_id" => client_id.to_owned(),
+        "outcome" => outcome,
+        "reason" => reason,
+    )
+    .increment(1);
+}
+
+/// Secrets of a renewal pass: `outcome` is `due`, `renewed`, `not_newer` or `failed`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+#[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
+pub(crate) fn renewals(outcome: &'static str, count: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::RENEWALS, "outcome" => outcome).increment(count as u64);
+}
+
+/// Run one call to `service` (`operation`: a fixed name such as `get_user_assigned`) in a
+/// span, and count it by outcome with its duration.
+pub(crate) async fn service_call<T>(
+    service: Service,
+    operation: &'static str,
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let span = match service {
+        Service::DataPlane => tracing::info_span!(
+            "dataplane_request",
+            operation,
+            outcome = Empty,
+            error_code = Empty,
+            duration_ms = Empty
+        ),
+        Service::KeyVault => tracing::info_span!(
+            "keyvault_request",
+            operation,
+            outcome = Empty,
+            error_code = Empty,
+            duration_ms = Empty
+        ),
+    };
+    let started = Instant::now();
+    let result = call.instrument(span.clone()).await;
+    let elapsed = started.elapsed();
+    let error = result.as_ref().err();
+    end_span(&span, error, elapsed);
+    #[cfg(feature = "metrics")]
+    {
+        let (count, duration) = match service {
+            Service::DataPlane => (names::DATAPLANE_REQUESTS, names::DATAPLANE_REQUEST_DURATION),
+            Service::KeyVault => (names::KEYVAULT_REQUESTS, names::KEYVAULT_REQUEST_DURATION),
+        };
+        let code = error.map_or(std::borrow::Cow::Borrowed(labels::NONE), labels::error_code);
+        metrics::counter!(count, "operation" => operation, "outcome" => outcome(error), "error_code" => code)
+            .increment(1);
+        metrics::histogram!(duration, "operation" => operation, "outcome" => outcome(error))
+            .record(elapsed.as_secs_f64());
+    }
+    result
+}
+
+/// Fill a span's `outcome`, `error_code` and `duration_ms`.
+pub(crate) fn end_span(span: &tracing::Span, error: Option<&Error>, elapsed: Duration) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome(error));
+    if let Some(e) = error {
+        span.record("error_code", labels::error_code(e).as_ref());
+    }
+    span.record("duration_ms", elapsed.as_millis() as u64);
+}
