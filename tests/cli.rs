@@ -1158,3 +1158,108 @@ fn loopback_token_requests_never_go_through_an_environment_proxy() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(setup.server.tokens_issued(), 1);
 }
+
+/// A free loopback port (bound, then released for the child to bind).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics` over plain HTTP/1.1; the body, once the answer is 200.
+fn scrape(port: u16) -> String {
+    use std::io::Write as _;
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            return body.to_owned();
+        }
+        assert!(Instant::now() < end, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The samples of a scrape as Python's `prometheus_client` parser reads them:
+/// `name{label="value",...} value` lines, sorted. It refuses what Prometheus refuses.
+fn parse_with_prometheus_client(text: &str) -> Vec<String> {
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        print(f"{family.type} {s.name}{{{labels}}} {float(s.value)!r}")
+"#;
+    let mut lines: Vec<String> = support::python::run(script, text.as_bytes())
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
+    let dir = TempDir::new("cli-watch-metrics");
+    let file = dir.join("identity");
+    std::fs::write(&file, fixture_json("rotation-1")).unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut w = Watcher::start(&file, &["--json", "--metrics", &addr]);
+    w.wait_for("loaded", |l| l.contains("\"loaded\""));
+    let client_id = load("rotation-1").client_id.unwrap();
+    let rotation_2 = load("rotation-2");
+
+    // A rejected file, then a swap.
+    let json2 = fixture_json("rotation-2");
+    std::fs::write(&file, &json2[..json2.len() / 2]).unwrap();
+    w.wait_for("invalid", |l| l.contains("\"invalid\""));
+    write_temp_then_rename(&file, json2.as_bytes());
+    w.wait_for("swapped", |l| l.contains("\"swapped\""));
+
+    let text = scrape(port);
+    let samples = parse_with_prometheus_client(&text);
+    let has = |line: &str| samples.iter().any(|s| s == line);
+    let id = &client_id;
+    assert!(
+        has(&format!(
+            "counter msi_dataplane_reloads_total{{client_id=\"{id}\",outcome=\"swapped\",reason=\"none\"}} 1.0"
+        )),
+        "{samples:#?}\n{text}"
+    );
+    assert!(
+        samples.iter().any(|s| s.starts_with(&format!(
+            "counter msi_dataplane_reloads_total{{client_id=\"{id}\",outcome=\"kept_last_good\",reason=\""
+        ))),
+        "{samples:#?}"
+    );
+    let not_after = rotation_2.not_after().unwrap().unwrap().unix_timestamp();
+    let cert_end = certificate("rotation-2").not_after().unix_timestamp();
+    let end = not_after.min(cert_end) as f64;
+    assert!(
+        has(&format!(
+            "gauge msi_dataplane_credential_not_after_timestamp_seconds{{client_id=\"{id}\"}} {end:?}"
+        )),
+        "{samples:#?}"
+    );
+    // The help texts reach the scrape.
+    assert!(text.contains("# HELP msi_dataplane_reloads_total "), "{text}");
+
+    let (code, _, stderr) = w.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{stderr}");
+
+    // An address that cannot be bound: a usage error, at once.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = format!("127.0.0.1:{}", taken.local_addr().unwrap().port());
+    let out = run(&["watch", path_str(&file), "--metrics", &busy], 2);
+    assert!(out.all().contains("cannot serve metrics"), "{}", out.all());
+}

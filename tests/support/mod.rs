@@ -10,5 +10,6 @@ pub mod entra;
 pub mod fixtures;
 pub mod harness;
 pub mod log_capture;
+pub mod python;
 pub mod scanning;
 pub mod secrets;

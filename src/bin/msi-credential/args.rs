@@ -143,6 +143,11 @@ pub struct WatchArgs {
     /// Do not watch the directory: re-read on the backstop only.
     #[arg(long)]
     pub no_watch: bool,
+    /// Serve the metrics (reloads, the credential's times) in Prometheus's text format
+    /// on this address, e.g. `0.0.0.0:9464` for a scrape from another pod, or
+    /// `127.0.0.1:9464`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// A duration: a whole number followed by `ms`, `s`, `m` or `h` (a bare number is seconds).

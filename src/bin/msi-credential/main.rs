@@ -16,8 +16,10 @@
 //! - `token FILE --scope S [--scope S2] [--show-token] [--ca-file PEM]
 //!   [--allow-http-loopback] [--timeout D] [--attempts N]`: get a token and print its
 //!   expiry and scopes; the token only with `--show-token`.
-//! - `watch FILE [--backstop D] [--debounce D] [--no-watch]`: build the reloading
-//!   credential and print one line per reload decision until SIGINT/SIGTERM.
+//! - `watch FILE [--backstop D] [--debounce D] [--no-watch] [--metrics ADDR]`: build the
+//!   reloading credential and print one line per reload decision until SIGINT/SIGTERM;
+//!   with `--metrics`, the reloads and the credential's times in Prometheus's format on
+//!   `http://ADDR/metrics`.
 //! - `--json` (any command): one JSON object on stdout (for `watch`, one per line);
 //!   failures too are one JSON object `{"error": {"kind", "message", "file",
 //!   "transient"}}` on stdout. Without it, results go to stdout and failures to stderr.
@@ -50,6 +52,7 @@ mod args;
 mod exit;
 mod inspect;
 mod logging;
+mod metrics;
 mod output;
 mod render;
 mod signals;

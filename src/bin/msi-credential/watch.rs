@@ -36,6 +36,12 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
             return Exit::Internal;
         }
     };
+    if let Some(addr) = args.metrics
+        && let Err(message) = crate::metrics::install(addr)
+    {
+        output::failure(&render::plain_error("metrics", &message, format), format);
+        return Exit::Usage;
+    }
     let options = UserAssignedIdentityCredentialOptions::default()
         .with_backstop_interval(args.backstop)
         .with_debounce(args.debounce)
