@@ -182,7 +182,36 @@ fn bench_machine(c: &mut Criterion) {
     g.finish();
 }
 
+/// With `MSI_BENCH_RECORDER=prometheus` (and the `metrics` feature), install the
+/// Prometheus recorder `msi-credential` uses before measuring: the cost of recording. Without
+/// it, no recorder: the facade's no-op one, as in an application that installs none.
+fn recorder_if_asked() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let asked = std::env::var("MSI_BENCH_RECORDER").ok();
+        #[cfg(feature = "metrics")]
+        if asked.as_deref() == Some("prometheus") {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("install the Prometheus recorder");
+            msi_dataplane::telemetry::describe();
+            eprintln!("metrics: the Prometheus recorder is installed");
+            return;
+        }
+        if asked.is_some() {
+            eprintln!("metrics: MSI_BENCH_RECORDER needs the `metrics` feature and `prometheus`");
+        }
+        let feature = if cfg!(feature = "metrics") {
+            "on"
+        } else {
+            "off"
+        };
+        eprintln!("metrics: feature {feature}, no recorder");
+    });
+}
+
 fn bench_cached(c: &mut Criterion) {
+    recorder_if_asked();
     let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
     // Finishes calls that are not Ready on the first poll (warm-up misses; every call
@@ -283,6 +312,7 @@ fn bench_cached(c: &mut Criterion) {
 }
 
 fn bench_cold(c: &mut Criterion) {
+    recorder_if_asked();
     let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
     server.set_replay_check(false);

@@ -1252,7 +1252,10 @@ fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
         "{samples:#?}"
     );
     // The help texts reach the scrape.
-    assert!(text.contains("# HELP msi_dataplane_reloads_total "), "{text}");
+    assert!(
+        text.contains("# HELP msi_dataplane_reloads_total "),
+        "{text}"
+    );
 
     let (code, _, stderr) = w.terminate();
     assert_eq!(code, Some(0), "stderr:\n{stderr}");

@@ -114,3 +114,31 @@ pub fn describe() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_alert_rules_are_valid_yaml_on_metrics_that_exist_with_a_runbook_each() {
+        let rules: serde_json::Value = serde_norway::from_str(ALERT_RULES).unwrap();
+        let rules = rules["groups"][0]["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 4);
+        let known: Vec<&str> = names::ALL.iter().map(|(name, _, _)| *name).collect();
+        for rule in rules {
+            let name = rule["alert"].as_str().unwrap();
+            let expr = rule["expr"].as_str().unwrap();
+            let used: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("msi_dataplane_"))
+                .collect();
+            assert!(!used.is_empty(), "{name}: {expr}");
+            for metric in used {
+                assert!(known.contains(&metric), "{name} uses unknown {metric}");
+            }
+            let runbook = rule["annotations"]["runbook"].as_str().unwrap();
+            assert!(runbook.len() > 40, "{name}: {runbook}");
+            assert!(rule["annotations"]["summary"].is_string(), "{name}");
+        }
+    }
+}

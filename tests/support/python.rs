@@ -51,7 +51,14 @@ fn provision() -> PathBuf {
     status(
         "install .ci/python-requirements.txt",
         Command::new(building.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
             .arg(root.join(".ci/python-requirements.txt")),
     );
     // A virtual environment names its own path in its scripts, not in `bin/python`'s

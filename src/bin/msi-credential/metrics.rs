@@ -15,7 +15,10 @@ const DURATION_BUCKETS: &[f64] = &[
 pub fn install(addr: SocketAddr) -> Result<(), String> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
-        .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".into()), DURATION_BUCKETS)
+        .set_buckets_for_metric(
+            Matcher::Suffix("_duration_seconds".into()),
+            DURATION_BUCKETS,
+        )
         .and_then(|builder| builder.install())
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     msi_dataplane::telemetry::describe();
