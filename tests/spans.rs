@@ -3,8 +3,9 @@
 //! holding a token. Public API only, on the testing kit; one subscriber for the process.
 #![cfg(all(unix, feature = "keyvault", feature = "test-util"))]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+mod support;
+
+use std::sync::{Arc, Mutex};
 
 use msi_dataplane::BundleFormat;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
@@ -14,42 +15,30 @@ use msi_dataplane::testing::{
 };
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Every span's close, as text.
+/// Every event and span close of the process, as text.
 fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_span_events(FmtSpan::CLOSE)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        log
-    })
+    support::log_capture::captured_with(FmtSpan::CLOSE)
 }
 
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
+/// The closing lines of spans named `name` that mention `needle`, waiting (5 s at most)
+/// for at least one: a span closes when its task lets go of it, which may be just after
+/// the caller got its answer.
+async fn closed(name: &str, needle: &str) -> Vec<String> {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = String::from_utf8_lossy(&captured().lock().unwrap()).into_owned();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("{name}{{")) && l.contains(": close") && l.contains(needle)
+            })
+            .map(str::to_owned)
+            .collect();
+        if !lines.is_empty() || std::time::Instant::now() > end {
+            return lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The closing lines of spans named `name` that mention `needle`.
-fn closed(name: &str, needle: &str) -> Vec<String> {
-    let text = String::from_utf8_lossy(&captured().lock().unwrap()).into_owned();
-    text.lines()
-        .filter(|l| l.contains(&format!("{name}{{")) && l.contains(": close") && l.contains(needle))
-        .map(str::to_owned)
-        .collect()
 }
 
 const UA: &str = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/spans";
@@ -75,8 +64,11 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
         .mount_scoped();
     assert!(fx.credential.get_token(&[VAULT]).await.is_err());
     drop(refusal);
-    let ok = closed("token_request", "outcome=\"success\"");
-    let ok: Vec<&String> = ok.iter().filter(|l| l.contains(&cid)).collect();
+    let ok = closed("token_request", &cid).await;
+    let ok: Vec<&String> = ok
+        .iter()
+        .filter(|l| l.contains("outcome=\"success\""))
+        .collect();
     assert!(!ok.is_empty(), "{ok:?}");
     for field in [
         format!("client_id={cid}"),
@@ -87,7 +79,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     ] {
         assert!(ok[0].contains(&field), "{field} in {}", ok[0]);
     }
-    let refused = closed("token_request", "error_code=\"AADSTS700027\"");
+    let refused = closed("token_request", "error_code=\"AADSTS700027\"").await;
     assert!(
         refused
             .iter()
@@ -100,7 +92,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
         .renewing(&fx.certificate)
         .self_signed();
     fx.rotate_to(next, BundleFormat::Pem).await;
-    let reloads = closed("credential_reload", "outcome=\"swapped\"");
+    let reloads = closed("credential_reload", "outcome=\"swapped\"").await;
     assert!(
         reloads
             .iter()
@@ -128,12 +120,12 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     )
     .unwrap();
     assert!(store.get("absent-secret", None).await.is_err());
-    let dp_spans = closed("dataplane_request", "operation=\"get_user_assigned\"");
+    let dp_spans = closed("dataplane_request", "operation=\"get_user_assigned\"").await;
     assert!(
         dp_spans.iter().any(|l| l.contains("outcome=\"success\"")),
         "{dp_spans:?}"
     );
-    let kv_spans = closed("keyvault_request", "operation=\"get\"");
+    let kv_spans = closed("keyvault_request", "operation=\"get\"").await;
     assert!(
         kv_spans
             .iter()

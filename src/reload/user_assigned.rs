@@ -338,6 +338,15 @@ impl fmt::Debug for UserAssignedIdentityCredential {
     }
 }
 
+/// The `outcome` of a reload in the metrics and spans.
+fn outcome_label(outcome: ReloadOutcome) -> &'static str {
+    match outcome {
+        ReloadOutcome::Swapped => "swapped",
+        ReloadOutcome::Unchanged => "unchanged",
+        ReloadOutcome::NotNewer | ReloadOutcome::Invalid => "kept_last_good",
+    }
+}
+
 /// The credential in use from now on (its gauges set, with the `metrics` feature).
 fn active_from(loaded: Loaded) -> Active {
     loaded.credential.record_times();
@@ -435,22 +444,25 @@ impl Reloader {
             duration_ms = tracing::field::Empty,
         );
         let started = Instant::now();
-        let (outcome, reason) = self.check_file(trigger).instrument(span.clone()).await;
-        let label = match outcome {
-            ReloadOutcome::Swapped => "swapped",
-            ReloadOutcome::Unchanged => "unchanged",
-            ReloadOutcome::NotNewer | ReloadOutcome::Invalid => "kept_last_good",
-        };
-        span.record("outcome", label);
+        let (outcome, reason) = self
+            .check_file(trigger, &client_id)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", outcome_label(outcome));
         span.record("reason", reason);
         span.record("duration_ms", started.elapsed().as_millis() as u64);
-        telemetry::reload(&client_id, label, reason);
         outcome
     }
 
     /// [`check`](Self::check)'s work: the outcome, and why the last good credential was
-    /// kept (`"none"` when it was not: a swap or the same bytes).
-    async fn check_file(&self, trigger: &'static str) -> (ReloadOutcome, &'static str) {
+    /// kept (`"none"` when it was not: a swap or the same bytes). Counted (the `metrics`
+    /// feature) before the status changes, so that whoever waits for the status sees the
+    /// count.
+    async fn check_file(
+        &self,
+        trigger: &'static str,
+        client_id: &str,
+    ) -> (ReloadOutcome, &'static str) {
         let path = self.path.clone();
         let bytes = tokio::task::spawn_blocking(move || rule::read(&path))
             .await
@@ -545,6 +557,7 @@ impl Reloader {
             (None, ReloadOutcome::NotNewer) => "not_newer",
             (None, _) => "none",
         };
+        telemetry::reload(client_id, outcome_label(outcome), reason);
         self.follow_target().await;
         let now = self.client_options.clock.now();
         let active = self.active.load_full();
