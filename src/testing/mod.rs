@@ -85,9 +85,11 @@ mod credentials;
 #[cfg(unix)]
 mod csi;
 mod dataplane;
+mod discovery;
 mod entra;
 #[cfg(unix)]
 mod fixture;
+mod jwt;
 mod keyvault;
 mod resource;
 mod serve;
@@ -109,6 +111,7 @@ pub use entra::{
 };
 #[cfg(unix)]
 pub use fixture::IdentityFixture;
+pub use jwt::{TOKEN_CLOCK_SKEW_SECS, TokenClaims, TokenRejection};
 pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
