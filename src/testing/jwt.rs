@@ -629,7 +629,7 @@ pub(crate) fn validate(
         .and_then(|bytes| rsa::pkcs1v15::Signature::try_from(bytes.as_slice()).ok())
         .is_some_and(|signature| {
             rsa::pkcs1v15::VerifyingKey::<Sha256>::new(key.public.clone())
-                .verify(token[..signing_input_len].as_bytes(), &signature)
+                .verify(&token.as_bytes()[..signing_input_len], &signature)
                 .is_ok()
         });
     if !verified {
@@ -658,7 +658,7 @@ pub(crate) fn validate(
         }
     }
     if let Some(audiences) = rules.audiences
-        && !audiences.iter().any(|a| *a == claims.aud)
+        && !audiences.contains(&claims.aud)
     {
         return Err(TokenRejection::Audience {
             actual: quoted(&claims.aud),

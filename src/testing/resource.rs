@@ -75,7 +75,7 @@ impl fmt::Debug for ResourceRequest {
 /// the method and path. Any other request gets `401` with an Azure error body whose
 /// `code` is ARM's (`InvalidAuthenticationTokenAudience`, `ExpiredAuthenticationToken`,
 /// ...; `AuthenticationFailed` without a token) and whose `message` says what was wrong
-/// ("The audience 'https://vault.azure.net' is invalid: this resource accepts ..."), and
+/// (`The audience 'https://vault.azure.net' is invalid: this resource accepts ...`), and
 /// `WWW-Authenticate: Bearer authorization_uri="...", error="invalid_token",
 /// error_description="..."` (no `error` when no token was sent, as RFC 6750 asks).
 /// Every request is logged ([`ResourceServer::requests`]) with the token's claims or
