@@ -5,7 +5,7 @@
 //! [`UserAssignedIdentityCredential`] as its `Arc<dyn TokenCredential>`, and calls a
 //! resource service. Everything runs on loopback with the testing kit (feature
 //! `test-util`): its Entra-compatible server (which verifies each assertion as Entra does)
-//! and its `ResourceServer`, an HTTPS service that accepts only tokens that server issued
+//! and its `ResourceServer`, an HTTPS service that accepts only tokens that server signed
 //! for ARM. No network is needed.
 //!
 //! With a real SDK client, the credential goes where the client asks for one, e.g.

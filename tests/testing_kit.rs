@@ -126,7 +126,7 @@ async fn the_server_rejects_an_unregistered_certificate_and_stops_on_drop() {
 }
 
 #[tokio::test]
-async fn the_resource_server_answers_only_tokens_entra_issued_for_its_scope() {
+async fn the_resource_server_answers_only_valid_tokens_for_its_audience() {
     let entra = EntraServer::start().await;
     let arm = ResourceServer::start(&entra, ResourceServer::ARM_SCOPE).await;
     assert!(arm.addr().ip().is_loopback());
@@ -155,20 +155,43 @@ async fn the_resource_server_answers_only_tokens_entra_issued_for_its_scope() {
     let ok = call(Some(arm_token.token())).await;
     assert_eq!(ok.status(), 200);
     assert_eq!(ok.text().await.unwrap(), r#"{"value":[]}"#);
-    for (token, reason) in [
-        (None, "a bearer token is required"),
-        (Some("forged.token"), "not issued by the test Entra server"),
+    for (token, code, reason) in [
+        (
+            None,
+            "AuthenticationFailed",
+            "The 'Authorization' header is missing",
+        ),
+        (
+            Some("forged.token"),
+            "InvalidAuthenticationToken",
+            "The token is malformed: a JWT is three non-empty base64url parts",
+        ),
         (
             Some(vault_token.token()),
-            "issued for `https://vault.azure.net/.default`",
+            "InvalidAuthenticationTokenAudience",
+            "The audience 'https://vault.azure.net' is invalid",
         ),
     ] {
         let refused = call(token).await;
         assert_eq!(refused.status(), 401, "{token:?}");
-        assert_eq!(refused.headers()["www-authenticate"], "Bearer");
-        let body = refused.text().await.unwrap();
-        assert!(body.contains("InvalidAuthenticationToken"), "{body}");
-        assert!(body.contains(reason), "{body}");
+        let challenge = refused.headers()["www-authenticate"].to_str().unwrap();
+        assert!(
+            challenge.starts_with(&format!(
+                "Bearer authorization_uri=\"{}common\"",
+                entra.base_url()
+            )),
+            "{challenge}"
+        );
+        // RFC 6750: an error code only when a token was sent.
+        assert_eq!(
+            challenge.contains("error=\"invalid_token\""),
+            token.is_some(),
+            "{challenge}"
+        );
+        let body: serde_json::Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+        assert_eq!(body["error"]["code"], code, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{message}");
     }
 
     let seen = arm.requests();
@@ -183,10 +206,19 @@ async fn the_resource_server_answers_only_tokens_entra_issued_for_its_scope() {
     assert_eq!(issued.cert_sha256_hex, cert.sha256_hex());
     assert_eq!(issued.client_id, identity.client_id);
     assert_eq!(seen[0].bearer_token.as_deref(), Some(arm_token.token()));
+    assert_eq!(
+        seen[0].claims.as_ref().map(|c| c.aud.as_str()),
+        Some("https://management.azure.com")
+    );
     assert!(seen[1].issued.is_none() && seen[1].bearer_token.is_none());
+    assert!(seen[1].rejection.is_none(), "no token, nothing to reject");
     assert_eq!(seen[2].bearer_token.as_deref(), Some("forged.token"));
     assert!(seen[2].issued.is_none());
     assert!(seen[3].issued.is_some(), "a real token, for another scope");
+    assert_eq!(
+        seen[3].rejection.as_ref().map(|r| r.code()),
+        Some("InvalidAuthenticationTokenAudience")
+    );
     // The log's Debug never shows a token.
     let debug = format!("{seen:?}");
     assert!(!debug.contains(arm_token.token()) && !debug.contains("forged.token"));

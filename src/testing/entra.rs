@@ -7,6 +7,10 @@
 //! `iss`, `sub`, `nbf`, `iat`, `exp`, `jti` with replay detection). Failures are answered
 //! with Entra-shaped JSON errors (`AADSTSnnnnn`).
 //!
+//! Access tokens are RS256 JWTs with the claims of an Entra app-only token, signed by the
+//! server's own key, which it publishes as Entra does: an OpenID configuration per tenant
+//! and a JWKS (`discovery/v2.0/keys`).
+//!
 //! Its TLS certificate is issued at run time by the kit's own test CA
 //! ([`EntraServer::ca_pem`]; [`EntraServer::client`] trusts it and only it). It binds
 //! 127.0.0.1 only, stops when the last handle is dropped, and logs nothing.
@@ -368,6 +372,7 @@ impl EntraServer {
             addr: bound.addr(),
             inner: Mutex::new(Inner::default()),
             scripts: scripts.clone(),
+            issuer: super::jwt::Issuer::new(),
         });
         let handler_state = state.clone();
         let listening = bound.serve(tls, move |req| handle(handler_state.clone(), req));
@@ -475,8 +480,14 @@ impl EntraServer {
         super::tls::client()
     }
 
-    /// Register `cert` for `identity` (its client id in its tenant).
+    /// Register `cert` for `identity` (its client id in its tenant). Its tokens carry the
+    /// identity's `object_id` as `oid` and `sub`.
     pub fn register(&self, identity: &super::TestIdentity, cert: &super::TestCertificate) {
+        self.state.issuer.set_object_id(
+            &identity.tenant_id,
+            &identity.client_id,
+            &identity.object_id,
+        );
         self.register_certificate_der(
             &identity.client_id,
             &identity.tenant_id,
@@ -648,9 +659,11 @@ impl EntraServer {
         self.state.lock().shape = s;
     }
 
-    /// Issue access tokens of `len` bytes (padded with `x`) instead of the short default
-    /// (`test-at.` and 32 hex digits), e.g. Entra-sized ones for memory measurements.
-    /// Tokens stay unique; lengths below the default's are ignored.
+    /// Issue access tokens of exactly `len` bytes, e.g. Entra-sized ones (1–2 KB) for
+    /// memory measurements: the JWT's claims (and, when base64's lengths need it, its
+    /// header) are padded with JSON whitespace, so tokens stay valid, signed JWTs with the
+    /// same claims. Lengths below a token's own are ignored; one 1 to 3 bytes above it may
+    /// give a token up to 2 bytes longer (base64 grows in steps).
     pub fn set_access_token_length(&self, len: usize) {
         self.state.lock().access_token_length = len;
     }
@@ -678,6 +691,143 @@ impl EntraServer {
     /// Which request/certificate produced an access token.
     pub fn issued(&self, access_token: &str) -> Option<IssuedToken> {
         self.state.lock().issued.get(access_token).cloned()
+    }
+
+    /// The issuer of the tokens of `tenant`: `{base_url}{tenant}/v2.0`, the `iss` of its
+    /// tokens and the `issuer` of its OpenID configuration.
+    pub fn issuer(&self, tenant: &str) -> String {
+        super::jwt::issuer_url(&self.base_url(), tenant)
+    }
+
+    /// `{base_url}{tenant}/v2.0/.well-known/openid-configuration`: the tenant's OpenID
+    /// Provider configuration (`issuer`, `token_endpoint`, `jwks_uri`, ...), as Entra
+    /// serves it. An unknown tenant gets Entra's `400` (AADSTS90002); `common`,
+    /// `organizations` and `consumers` get the `{tenantid}` issuer template.
+    pub fn openid_configuration_url(&self, tenant: &str) -> String {
+        super::discovery::openid_configuration_url(&self.base_url(), tenant)
+    }
+
+    /// `{base_url}common/discovery/v2.0/keys`: the signing keys (JWKS). Every
+    /// `{tenant}/discovery/v2.0/keys` (the `jwks_uri` of a tenant's configuration) serves
+    /// the same keys.
+    pub fn jwks_url(&self) -> String {
+        super::discovery::keys_url(&self.base_url(), "common")
+    }
+
+    /// The JWKS the server publishes: each key `kty` `RSA`, `use` `sig`, `kid` (= `x5t`,
+    /// the base64url SHA-1 of its certificate, as Entra's), `n`, `e`, `x5c`; the key that
+    /// signs new tokens first.
+    pub fn jwks(&self) -> Value {
+        self.state
+            .issuer
+            .jwks(&super::jwt::issuer_url(&self.base_url(), "{tenantid}"))
+    }
+
+    /// The `kid` of the key that signs new tokens.
+    pub fn signing_key_id(&self) -> String {
+        self.state.issuer.active_key().kid().to_owned()
+    }
+
+    /// The self-signed certificate of the key that signs new tokens, PEM (for a
+    /// validator configured with a certificate rather than the JWKS).
+    pub fn signing_certificate_pem(&self) -> String {
+        let der = self.state.issuer.active_key().certificate_der().to_vec();
+        let body = STANDARD.encode(der);
+        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+        pem
+    }
+
+    /// Roll the signing key over, as Entra does: a new key signs the tokens from now on,
+    /// and the JWKS lists it first while keeping the previous keys (tokens they signed
+    /// stay valid). Returns the new key's `kid`.
+    pub fn rotate_signing_key(&self) -> String {
+        self.state.issuer.rotate().kid().to_owned()
+    }
+
+    /// Put these claims in every access token issued from now on (e.g. `roles`),
+    /// replacing standard claims of the same name (a wrong `tid`, a `ver` of `1.0`, ...).
+    /// An empty map removes them. Claims set for one client
+    /// ([`set_extra_claims_for`](Self::set_extra_claims_for)) come after these.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane::testing::EntraServer;
+    ///
+    /// let entra = EntraServer::start().await;
+    /// let serde_json::Value::Object(claims) = serde_json::json!({"roles": ["Reader"]}) else {
+    ///     unreachable!()
+    /// };
+    /// entra.set_extra_claims(claims);
+    /// # }
+    /// ```
+    pub fn set_extra_claims(&self, claims: Map<String, Value>) {
+        self.state.issuer.set_extra_claims(None, claims);
+    }
+
+    /// Put these claims in the access tokens issued to `client_id` from now on, after the
+    /// claims for every client; an empty map removes them.
+    pub fn set_extra_claims_for(&self, client_id: &str, claims: Map<String, Value>) {
+        self.state.issuer.set_extra_claims(Some(client_id), claims);
+    }
+
+    /// The `oid` (and `sub`) of the tokens of `client_id` in `tenant`: the
+    /// [`TestIdentity::object_id`](super::TestIdentity::object_id) of an identity
+    /// registered with [`register`](Self::register), else a UUID made from the tenant and
+    /// client id (the same in every run).
+    pub fn object_id(&self, client_id: &str, tenant: &str) -> String {
+        self.state.issuer.object_id(tenant, client_id)
+    }
+
+    /// Validate an access token as a resource accepting `audience` does: the signature
+    /// (the server's keys), `iss` (this server's issuer for the token's `tid`), `aud`,
+    /// and `nbf`/`exp` by the server's clock ([`now`](Self::now), with
+    /// [`TOKEN_CLOCK_SKEW_SECS`](super::TOKEN_CLOCK_SKEW_SECS) of skew). Any tenant.
+    /// Garbage gets a [`TokenRejection`](super::TokenRejection), never a panic.
+    pub fn validate(
+        &self,
+        token: &str,
+        audience: &str,
+    ) -> Result<super::TokenClaims, super::TokenRejection> {
+        self.validate_with(token, &[audience.to_owned()], None)
+    }
+
+    /// An access token's claims, its signature and issuer checked, whatever its audience
+    /// and times (an expired token's claims too).
+    pub fn claims(&self, token: &str) -> Result<super::TokenClaims, super::TokenRejection> {
+        let base_url = self.base_url();
+        let rules = super::jwt::Rules {
+            base_url: &base_url,
+            audiences: None,
+            tenants: None,
+            lifetime: false,
+        };
+        self.state
+            .issuer
+            .validate(token, &rules, self.now().unix_timestamp())
+    }
+
+    /// Validate a token by the rules a [`ResourceServer`](super::ResourceServer) sets.
+    pub(crate) fn validate_with(
+        &self,
+        token: &str,
+        audiences: &[String],
+        tenants: Option<&[String]>,
+    ) -> Result<super::TokenClaims, super::TokenRejection> {
+        let base_url = self.base_url();
+        let rules = super::jwt::Rules {
+            base_url: &base_url,
+            audiences: Some(audiences),
+            tenants,
+            lifetime: true,
+        };
+        self.state
+            .issuer
+            .validate(token, &rules, self.now().unix_timestamp())
     }
 
     /// How many connections clients opened to the server so far: over HTTPS, each one a
@@ -709,6 +859,8 @@ struct State {
     addr: SocketAddr,
     inner: Mutex<Inner>,
     scripts: Arc<Scripts>,
+    /// The token issuer: signing keys, extra claims, object ids.
+    issuer: super::jwt::Issuer,
 }
 
 impl State {
@@ -866,6 +1018,11 @@ async fn handle(
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
         .then_some(correlation.as_str());
 
+    if let Some(document) = super::discovery::document(&path) {
+        let answer = discovery_answer(&state, parts.method.as_str(), &document, &correlation);
+        return Ok(build_response(answer, echo));
+    }
+
     let Some(tenant) = tenant_from_path(&path) else {
         let body =
             json!({"error": "not_found", "error_description": format!("no such path: {path}")});
@@ -964,7 +1121,10 @@ async fn handle(
     }
 
     let content_type = header("content-type").unwrap_or_default();
+    let base_url = format!("{}://{}/", state.scheme, state.addr);
     let ctx = RequestContext {
+        issuer: &state.issuer,
+        base_url: &base_url,
         method: parts.method.as_str(),
         content_type: &content_type,
         tenant: &tenant,
@@ -1022,6 +1182,10 @@ fn peek_assertion(assertion: &str) -> (Option<JsonObject>, Option<JsonObject>) {
 }
 
 struct RequestContext<'a> {
+    /// Signs the access token.
+    issuer: &'a super::jwt::Issuer,
+    /// The server's base URL (the tokens' issuer is under it).
+    base_url: &'a str,
     method: &'a str,
     content_type: &'a str,
     tenant: &'a str,
@@ -1450,9 +1614,16 @@ fn verify(
 
     // Issue.
     let shape = inner.shape.clone();
-    let mut access_token = format!("test-at.{}", uuid::Uuid::new_v4().simple());
-    let pad = inner.access_token_length.saturating_sub(access_token.len());
-    access_token.extend(std::iter::repeat_n('x', pad));
+    let issuer = super::jwt::issuer_url(ctx.base_url, ctx.tenant);
+    let grant = super::jwt::Grant {
+        issuer: &issuer,
+        tenant: ctx.tenant,
+        client_id,
+        scope,
+        now,
+        expires_in: shape.expires_in,
+    };
+    let access_token = ctx.issuer.mint(&grant, inner.access_token_length);
     let mut body = Map::new();
     if let Some(token_type) = &shape.token_type {
         body.insert("token_type".to_owned(), json!(token_type));
@@ -1487,4 +1658,50 @@ fn verify(
         access_token,
         body: Value::Object(body).to_string(),
     })
+}
+
+/// The answer to a discovery document's path: the document (GET or HEAD), Entra's `400`
+/// for an unknown tenant, `405` for another method.
+fn discovery_answer(
+    state: &State,
+    method: &str,
+    document: &super::discovery::Document<'_>,
+    correlation: &str,
+) -> Answer {
+    if method != "GET" && method != "HEAD" {
+        let body = entra_error_body(
+            "invalid_request",
+            900561,
+            &format!("The endpoint only accepts GET requests. Received a {method} request."),
+            correlation,
+        );
+        return json_answer(405, body);
+    }
+    let tenant = document.tenant();
+    let known = document.is_multi_tenant() || state.lock().tenants.contains_key(tenant);
+    if !known {
+        let body = entra_error_body(
+            "invalid_tenant",
+            90002,
+            &format!(
+                "Tenant '{tenant}' not found. Check to make sure you have the correct tenant ID and are signing into the correct cloud."
+            ),
+            correlation,
+        );
+        return json_answer(400, body);
+    }
+    let base_url = format!("{}://{}/", state.scheme, state.addr);
+    let template = super::jwt::issuer_url(&base_url, "{tenantid}");
+    let body = match document {
+        super::discovery::Document::OpenIdConfiguration { .. } => {
+            let issuer = if document.is_multi_tenant() {
+                template
+            } else {
+                super::jwt::issuer_url(&base_url, tenant)
+            };
+            super::discovery::openid_configuration(&base_url, tenant, &issuer)
+        }
+        super::discovery::Document::Keys { .. } => state.issuer.jwks(&template),
+    };
+    json_answer(200, body.to_string())
 }

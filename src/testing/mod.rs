@@ -11,7 +11,8 @@
 //!   own test CA made at run time ([`EntraServer::client`] trusts it), verifying every
 //!   client assertion as Entra ID does (signature, thumbprints, `x5c`, `aud`, `iss`/`sub`,
 //!   times, `jti` replay) independently of this crate (the `rsa` crate checks signatures),
-//!   scripting failures and recording which certificate signed each request.
+//!   scripting failures and recording which certificate signed each request. Its access
+//!   tokens are signed JWTs (see [Access tokens](#access-tokens)).
 //! - **The MSI data plane test server** ([`DataPlaneServer`]): the 401 challenge, bearer
 //!   tokens from the [`EntraServer`] checked for audience and tenant, `api-version` and
 //!   the identity URL's query checked, the four operations; identities made at run time
@@ -23,9 +24,10 @@
 //!   ([`KeyVaultServer::secrets`], [`KeyVaultServer::deleted_secrets`],
 //!   [`KeyVaultServer::secret_value`]).
 //! - **A protected resource** ([`ResourceServer`]): the API your component calls with its
-//!   token (ARM or your own service), answering only tokens the [`EntraServer`] issued
-//!   for its scope, and logging which certificate signed each
-//!   ([`ResourceServer::requests`]).
+//!   token (ARM or your own service), validating it as an Azure resource does (signature
+//!   by the [`EntraServer`]'s keys, issuer, audience, tenant, lifetime) and answering a
+//!   refusal with Azure's 401 saying what was wrong; it logs each token's claims or
+//!   [`TokenRejection`] and which certificate signed it ([`ResourceServer::requests`]).
 //! - **Scripted answers and expectations** on the Entra, data plane and Key Vault
 //!   servers, as wiremock's mocks ([`EntraServer::on`], [`DataPlaneServer::on`],
 //!   [`KeyVaultServer::on`]): a [`Match`] by client id, tenant, scope, path or method; an
@@ -64,7 +66,7 @@
 //! | `reqwest` | 0.13 | [`EntraServer::client`] (a client trusting the kit's CA), `HttpOptions::with_http_client` |
 //! | `time` | 0.3 | validity and times: [`TestCertificateBuilder::validity`], [`RecordedRequest::received_at`], `ManualClock` |
 //! | `rustls` | 0.23 | [`server_tls_config`] |
-//! | `serde_json` | 1 | [`DataPlaneServer::set_system_assigned`] and other JSON given as is |
+//! | `serde_json` | 1 | [`DataPlaneServer::set_system_assigned`], [`EntraServer::set_extra_claims`], [`TokenClaims::extra`] and other JSON given as is |
 //! | `tokio` | 1 | the servers' `start` (any runtime; see above) and the waiting helpers |
 //! | `azure_core` | 1 | (feature `azure_core`) the credentials' `TokenCredential` |
 //!
@@ -108,15 +110,84 @@
 //! drop(script); // panics here, listing the requests, unless exactly 2 arrived
 //! # }
 //! ```
+//!
+//! ## Access tokens
+//!
+//! The [`EntraServer`]'s access tokens are RS256 JWTs signed by a key the server makes on
+//! first use (one per server; [`EntraServer::rotate_signing_key`] rolls it over), with the
+//! claims Entra puts in an app-only token from the client-credentials grant: `aud`, `iss`
+//! (`{base_url}{tenant}/v2.0`, [`EntraServer::issuer`]), `tid`, `oid` and `sub` (the
+//! [`TestIdentity::object_id`], or a stable UUID per tenant and client id), `appid` and
+//! `azp` (the client id), `appidacr`/`azpacr` (`2`: a certificate), `idtyp` (`app`), `ver`
+//! (`2.0`), `iat` = `nbf` (now, by the server's clock) and `exp` (`iat` + `expires_in`),
+//! `uti`, `aio`, `idp`; extra claims such as `roles` per test
+//! ([`EntraServer::set_extra_claims`], [`EntraServer::set_extra_claims_for`]). The server
+//! publishes its keys as Entra does: `GET {base}{tenant}/v2.0/.well-known/openid-configuration`
+//! ([`EntraServer::openid_configuration_url`]) names the issuer and the `jwks_uri`
+//! ([`EntraServer::jwks_url`], [`EntraServer::jwks`]), so any JWT library can verify a
+//! token on its own; [`EntraServer::validate`] and [`EntraServer::claims`] give the
+//! [`TokenClaims`] or a typed [`TokenRejection`].
+//!
+//! `aud` is the scope without `/.default` (`https://management.azure.com` for
+//! `https://management.azure.com/.default`; the first scope when several are asked), as
+//! Entra sets it for Azure's own resources (ARM, Key Vault, Graph). Those resources take
+//! v1.0 tokens from Entra (`iss` `https://sts.windows.net/{tenant}/`, `ver` `1.0`); the
+//! kit issues every token in the v2.0 form, whose issuer its OpenID configuration names,
+//! so that one discovery document verifies all of them. An application of your own whose
+//! tokens are v2.0 gets its client id as `aud` from Entra: have the resource accept it with
+//! [`ResourceServer::accept_audience`].
+//!
+//! A component tested against the kit's resource passes only with a token for the right
+//! audience, and learns why otherwise:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use msi_dataplane::testing::{EntraServer, ResourceServer, TestCertificate, TestIdentity};
+//! use msi_dataplane::{
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//! };
+//!
+//! let entra = EntraServer::start().await;
+//! let arm = ResourceServer::start(&entra, ResourceServer::ARM_SCOPE).await;
+//! let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
+//! entra.register(&identity, &cert);
+//! let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+//! let http = HttpOptions::default().with_http_client(entra.client());
+//! let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+//! let credential = ClientCertificateCredential::new(&creds, options).unwrap();
+//!
+//! // The token is a JWT with an app-only token's claims.
+//! let token = credential.get_token(&[ResourceServer::ARM_SCOPE]).await.unwrap();
+//! let claims = entra.validate(token.token(), "https://management.azure.com").unwrap();
+//! assert_eq!(claims.iss, entra.issuer(&identity.tenant_id));
+//! assert_eq!(claims.tid, identity.tenant_id);
+//! assert_eq!(claims.appid.as_deref(), Some(identity.client_id.as_str()));
+//! assert_eq!(claims.oid.as_deref(), Some(identity.object_id.as_str()));
+//! assert_eq!(claims.idtyp.as_deref(), Some("app"));
+//!
+//! // A token for Key Vault is refused by the ARM stand-in, which says why.
+//! let wrong = credential.get_token(&["https://vault.azure.net/.default"]).await.unwrap();
+//! let url = format!("{}subscriptions", arm.url());
+//! let answer = entra.client().get(&url).bearer_auth(wrong.token()).send().await.unwrap();
+//! assert_eq!(answer.status(), 401);
+//! let challenge = answer.headers()["www-authenticate"].to_str().unwrap().to_owned();
+//! assert!(challenge.contains(r#"error="invalid_token""#), "{challenge}");
+//! let body = answer.text().await.unwrap();
+//! assert!(body.contains("InvalidAuthenticationTokenAudience"), "{body}");
+//! assert!(body.contains("The audience 'https://vault.azure.net' is invalid"), "{body}");
+//! # }
+//! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod credentials;
 #[cfg(unix)]
 mod csi;
 mod dataplane;
+mod discovery;
 mod entra;
 #[cfg(unix)]
 mod fixture;
+mod jwt;
 mod keyvault;
 mod resource;
 mod script;
@@ -139,6 +210,7 @@ pub use entra::{
 };
 #[cfg(unix)]
 pub use fixture::IdentityFixture;
+pub use jwt::{TOKEN_CLOCK_SKEW_SECS, TokenClaims, TokenRejection};
 pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };

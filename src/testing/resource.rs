@@ -1,6 +1,6 @@
 //! A protected resource for tests: the API a component calls with its token (ARM,
-//! Microsoft Graph, a service of your own), answering only bearer tokens that the linked
-//! [`EntraServer`] issued for the resource's scope.
+//! Microsoft Graph, a service of your own), validating bearer tokens as an Azure resource
+//! does: the linked [`EntraServer`]'s signature, issuer, audience, tenant and lifetime.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -12,7 +12,11 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 
 use super::entra::{EntraServer, IssuedToken};
+use super::jwt::{TokenClaims, TokenRejection};
 use super::serve::{self, Answer, DropConnection, Listening};
+
+/// The most characters of a rejection's message put in `WWW-Authenticate`.
+const MAX_CHALLENGE_DESCRIPTION_CHARS: usize = 1024;
 
 /// One request the resource server answered.
 ///
@@ -30,7 +34,11 @@ pub struct ResourceRequest {
     /// What produced the token, when the linked [`EntraServer`] issued it: client id,
     /// tenant, scope and the certificate that signed the assertion.
     pub issued: Option<IssuedToken>,
-    /// The status answered: 200 when `issued` is for the server's scope, else 401.
+    /// The token's claims, when it was accepted.
+    pub claims: Option<TokenClaims>,
+    /// Why the token was refused (`None` when it was accepted or there was none).
+    pub rejection: Option<TokenRejection>,
+    /// The status answered: 200 when the token was accepted, else 401.
     pub status: u16,
 }
 
@@ -44,6 +52,8 @@ impl fmt::Debug for ResourceRequest {
                 &self.bearer_token.as_ref().map(|_| "** redacted **"),
             )
             .field("issued", &self.issued)
+            .field("claims", &self.claims)
+            .field("rejection", &self.rejection)
             .field("status", &self.status)
             .finish()
     }
@@ -52,12 +62,25 @@ impl fmt::Debug for ResourceRequest {
 /// A protected resource on 127.0.0.1 (HTTPS with the kit's test CA): the service your
 /// component calls with its token, standing in for ARM or any API behind Entra ID.
 ///
-/// Every request with a bearer token that the linked [`EntraServer`] issued for the
-/// server's scope gets `200` and an empty list in Azure's shape (`{"value":[]}`), whatever
-/// the method and path; any other request gets `401` with `WWW-Authenticate: Bearer` and
-/// an Azure error body (`InvalidAuthenticationToken`) saying what was wrong. Every request
-/// is logged ([`ResourceServer::requests`]), with the [`IssuedToken`] that tells which
-/// certificate signed the assertion behind the token.
+/// It validates a bearer token as an Azure resource does, by the token alone (no lookup
+/// in the Entra server's log): the RS256 signature by a key of the linked
+/// [`EntraServer`]'s JWKS, `iss` (that server's issuer for the token's `tid`), `aud` (the
+/// scope without `/.default`, with or without a trailing `/`, and any audience added by
+/// [`accept_audience`](Self::accept_audience)), the tenant (any, unless restricted by
+/// [`allow_tenants`](Self::allow_tenants)), and `nbf`/`exp` by the Entra server's clock
+/// ([`EntraServer::use_clock`]) with [`TOKEN_CLOCK_SKEW_SECS`](super::TOKEN_CLOCK_SKEW_SECS)
+/// of skew.
+///
+/// A valid token gets `200` and an empty list in Azure's shape (`{"value":[]}`), whatever
+/// the method and path. Any other request gets `401` with an Azure error body whose
+/// `code` is ARM's (`InvalidAuthenticationTokenAudience`, `ExpiredAuthenticationToken`,
+/// ...; `AuthenticationFailed` without a token) and whose `message` says what was wrong
+/// (`The audience 'https://vault.azure.net' is invalid: this resource accepts ...`), and
+/// `WWW-Authenticate: Bearer authorization_uri="...", error="invalid_token",
+/// error_description="..."` (no `error` when no token was sent, as RFC 6750 asks).
+/// Every request is logged ([`ResourceServer::requests`]) with the token's claims or
+/// [`TokenRejection`], and the [`IssuedToken`] that tells which certificate signed the
+/// assertion behind the token.
 ///
 /// Cheap to clone; clones control the same server, which stops when the last clone is
 /// dropped (or at [`ResourceServer::shutdown`]).
@@ -86,7 +109,15 @@ impl fmt::Debug for ResourceRequest {
 ///
 /// let seen = arm.requests().pop().unwrap();
 /// assert_eq!(seen.path, "/subscriptions");
+/// assert_eq!(seen.claims.unwrap().aud, "https://management.azure.com");
 /// assert_eq!(seen.issued.unwrap().cert_sha256_hex, cert.sha256_hex());
+///
+/// // A token for another resource is refused, saying why.
+/// let vault = credential.get_token(&["https://vault.azure.net/.default"]).await.unwrap();
+/// let answer = entra.client().get(&url).bearer_auth(vault.token()).send().await.unwrap();
+/// assert_eq!(answer.status(), 401);
+/// let body = answer.text().await.unwrap();
+/// assert!(body.contains("The audience 'https://vault.azure.net' is invalid"), "{body}");
 /// # }
 /// ```
 #[derive(Clone)]
@@ -99,13 +130,40 @@ struct State {
     addr: SocketAddr,
     entra: EntraServer,
     scope: String,
+    accepting: Mutex<Accepting>,
     requests: Mutex<Vec<ResourceRequest>>,
+}
+
+/// What the server accepts.
+struct Accepting {
+    audiences: Vec<String>,
+    /// `None`: any tenant.
+    tenants: Option<Vec<String>>,
 }
 
 impl State {
     fn requests(&self) -> MutexGuard<'_, Vec<ResourceRequest>> {
         self.requests.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn accepting(&self) -> MutexGuard<'_, Accepting> {
+        self.accepting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The audiences a resource for `scope` accepts: the scope without `/.default`, and for a
+/// URI the same with the trailing `/` added or removed (ARM accepts both).
+fn audiences_of_scope(scope: &str) -> Vec<String> {
+    let audience = super::jwt::audience_of_scope(scope);
+    let mut audiences = vec![audience.to_owned()];
+    if audience.contains("://") {
+        let other = match audience.strip_suffix('/') {
+            Some(bare) => bare.to_owned(),
+            None => format!("{audience}/"),
+        };
+        audiences.push(other);
+    }
+    audiences
 }
 
 impl ResourceServer {
@@ -113,7 +171,8 @@ impl ResourceServer {
     pub const ARM_SCOPE: &'static str = "https://management.azure.com/.default";
 
     /// Start on 127.0.0.1 (HTTPS with the kit's test CA), accepting tokens that `entra`
-    /// issued for `scope` (e.g. [`ARM_SCOPE`](Self::ARM_SCOPE)), in any tenant.
+    /// signed for `scope`'s resource (e.g. [`ARM_SCOPE`](Self::ARM_SCOPE): audience
+    /// `https://management.azure.com`), in any tenant.
     pub async fn start(entra: &EntraServer, scope: &str) -> ResourceServer {
         Self::start_blocking(entra, scope)
     }
@@ -126,6 +185,10 @@ impl ResourceServer {
             addr: bound.addr(),
             entra: entra.linked(),
             scope: scope.to_owned(),
+            accepting: Mutex::new(Accepting {
+                audiences: audiences_of_scope(scope),
+                tenants: None,
+            }),
             requests: Mutex::new(Vec::new()),
         });
         let handler_state = state.clone();
@@ -149,6 +212,38 @@ impl ResourceServer {
     /// The scope a token must be issued for.
     pub fn scope(&self) -> &str {
         &self.state.scope
+    }
+
+    /// The audiences (`aud`) accepted: the scope without `/.default` (with and without a
+    /// trailing `/` for a URI), and those added by
+    /// [`accept_audience`](Self::accept_audience).
+    pub fn audiences(&self) -> Vec<String> {
+        self.state.accepting().audiences.clone()
+    }
+
+    /// Accept tokens for `audience` too: e.g. the resource application's client id, the
+    /// `aud` of the v2.0 tokens Entra issues for an application of your own.
+    pub fn accept_audience(&self, audience: &str) {
+        let mut accepting = self.state.accepting();
+        if !accepting.audiences.iter().any(|a| a == audience) {
+            accepting.audiences.push(audience.to_owned());
+        }
+    }
+
+    /// Accept tokens from these tenants only (`tid`, compared case-insensitively), as a
+    /// single-tenant service does; any other gets `401` with
+    /// `InvalidAuthenticationTokenTenant`. An empty list refuses every token.
+    pub fn allow_tenants<I, S>(&self, tenants: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.state.accepting().tenants = Some(tenants.into_iter().map(Into::into).collect());
+    }
+
+    /// Accept tokens from any tenant again (the default).
+    pub fn allow_any_tenant(&self) {
+        self.state.accepting().tenants = None;
     }
 
     /// Every request answered, in order of arrival.
@@ -176,46 +271,147 @@ impl fmt::Debug for ResourceServer {
     }
 }
 
+/// Why a request was refused before any token was validated.
+enum Refusal {
+    /// No `Authorization` header.
+    Missing,
+    /// An `Authorization` header that is not `Bearer <token>`.
+    NotBearer,
+    /// A token, refused.
+    Token(TokenRejection),
+}
+
+impl Refusal {
+    fn code(&self) -> &'static str {
+        match self {
+            Refusal::Missing | Refusal::NotBearer => "AuthenticationFailed",
+            Refusal::Token(rejection) => rejection.code(),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Refusal::Missing => {
+                "Authentication failed. The 'Authorization' header is missing.".to_owned()
+            }
+            Refusal::NotBearer => "Authentication failed. The 'Authorization' header is provided in an invalid format: expected 'Bearer <token>'.".to_owned(),
+            Refusal::Token(rejection) => rejection.to_string(),
+        }
+    }
+}
+
+/// `text` as the inside of a quoted string of an HTTP header: printable ASCII only
+/// (`"` and `\` replaced, anything else `?`), bounded.
+fn header_quoted(text: &str) -> String {
+    text.chars()
+        .take(MAX_CHALLENGE_DESCRIPTION_CHARS)
+        .map(|c| match c {
+            '"' => '\'',
+            '\\' => '/',
+            ' '..='~' => c,
+            _ => '?',
+        })
+        .collect()
+}
+
 fn handle(state: &State, req: &Request<Incoming>) -> Result<Response<Full<Bytes>>, DropConnection> {
-    let bearer_token = req
+    let authorization = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    // The scheme is case-insensitive (RFC 9110).
+    let bearer_token = authorization.as_deref().and_then(|v| {
+        let (scheme, token) = v.split_once(' ')?;
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("Bearer") && !token.is_empty()).then(|| token.to_owned())
+    });
     let issued = bearer_token
         .as_deref()
         .and_then(|token| state.entra.issued(token));
-    let refusal = match (&bearer_token, &issued) {
-        (None, _) => Some("a bearer token is required".to_owned()),
-        (Some(_), None) => Some("the token was not issued by the test Entra server".to_owned()),
-        (Some(_), Some(issued)) if issued.scope != state.scope => Some(format!(
-            "the token was issued for `{}`, not `{}`",
-            issued.scope, state.scope
-        )),
-        _ => None,
+    let (authorization_uri, verdict) = {
+        let accepting = state.accepting();
+        let tenant = accepting
+            .tenants
+            .as_ref()
+            .and_then(|t| t.first())
+            .map_or("common", String::as_str);
+        let authorization_uri = format!("{}{tenant}", state.entra.base_url());
+        let verdict = match (&authorization, &bearer_token) {
+            (None, _) => Err(Refusal::Missing),
+            (Some(_), None) => Err(Refusal::NotBearer),
+            (Some(_), Some(token)) => state
+                .entra
+                .validate_with(token, &accepting.audiences, accepting.tenants.as_deref())
+                .map_err(Refusal::Token),
+        };
+        (authorization_uri, verdict)
     };
-    let answer = match &refusal {
-        None => Answer::json(200, "application/json", &serde_json::json!({"value": []})),
-        Some(reason) => {
-            let mut answer = Answer::azure_error(
-                401,
-                "application/json",
-                "InvalidAuthenticationToken",
-                reason,
-            );
+    let answer = match &verdict {
+        Ok(_) => Answer::json(200, "application/json", &serde_json::json!({"value": []})),
+        Err(refusal) => {
+            let message = refusal.message();
+            let mut answer = Answer::azure_error(401, "application/json", refusal.code(), &message);
+            let mut challenge = format!("Bearer authorization_uri=\"{authorization_uri}\"");
+            if !matches!(refusal, Refusal::Missing) {
+                challenge.push_str(&format!(
+                    ", error=\"invalid_token\", error_description=\"{}\"",
+                    header_quoted(&message)
+                ));
+            }
             answer
                 .headers
-                .push(("www-authenticate".to_owned(), "Bearer".to_owned()));
+                .push(("www-authenticate".to_owned(), challenge));
             answer
         }
+    };
+    let (claims, rejection) = match verdict {
+        Ok(claims) => (Some(claims), None),
+        Err(Refusal::Token(rejection)) => (None, Some(rejection)),
+        Err(_) => (None, None),
     };
     state.requests().push(ResourceRequest {
         method: req.method().as_str().to_owned(),
         path: req.uri().path().to_owned(),
         bearer_token,
         issued,
+        claims,
+        rejection,
         status: answer.status,
     });
     Ok(answer.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_s_audiences_are_its_resource_with_and_without_the_slash() {
+        assert_eq!(
+            audiences_of_scope("https://management.azure.com/.default"),
+            [
+                "https://management.azure.com",
+                "https://management.azure.com/"
+            ]
+        );
+        assert_eq!(
+            audiences_of_scope("https://management.azure.com//.default"),
+            [
+                "https://management.azure.com/",
+                "https://management.azure.com"
+            ]
+        );
+        assert_eq!(audiences_of_scope("my-app-id/.default"), ["my-app-id"]);
+    }
+
+    #[test]
+    fn challenge_descriptions_are_printable_ascii_without_quotes() {
+        let text = header_quoted("The audience 'a\"b\\c\u{202e}\n\u{e9}' is invalid");
+        assert_eq!(text, "The audience 'a'b/c???' is invalid");
+        assert!(hyper::header::HeaderValue::from_str(&text).is_ok());
+        assert_eq!(
+            header_quoted(&"x".repeat(5000)).len(),
+            MAX_CHALLENGE_DESCRIPTION_CHARS
+        );
+    }
 }
