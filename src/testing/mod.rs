@@ -177,6 +177,58 @@
 //! assert!(body.contains("The audience 'https://vault.azure.net' is invalid"), "{body}");
 //! # }
 //! ```
+//!
+//! Time moved by the test, with no wait: the server reads the credential's `ManualClock`,
+//! so two hours on, the expired token is replaced by a new request the server accepts:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::sync::Arc;
+//! use msi_dataplane::testing::{EntraServer, TestCertificate, TestIdentity};
+//! use msi_dataplane::{
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//!     ManualClock,
+//! };
+//!
+//! let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+//! let entra = EntraServer::start().await;
+//! entra.use_clock(clock.clone());
+//! let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
+//! entra.register(&identity, &cert);
+//! let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+//! let options = ClientCertificateCredentialOptions::default()
+//!     .with_http_options(HttpOptions::default().with_http_client(entra.client()))
+//!     .with_clock(clock.clone());
+//! let credential = ClientCertificateCredential::new(&file, options).unwrap();
+//! let first = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
+//! clock.advance(std::time::Duration::from_secs(2 * 3600));
+//! let later = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
+//! assert_ne!(first.token(), later.token());
+//! assert_eq!(entra.token_requests(), 2);
+//! # }
+//! ```
+//!
+//! One identity in one call, its renewal, and a wait with a deadline ([`IdentityFixture`],
+//! [`wait_for_certificate`]); and a server in a `static` that outlives each test's runtime
+//! ([`EntraServer::start_blocking`]):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::sync::LazyLock;
+//! use std::time::Duration;
+//! use msi_dataplane::BundleFormat;
+//! use msi_dataplane::testing::{EntraServer, IdentityFixture, TestCertificate, wait_for_certificate};
+//!
+//! static SHARED: LazyLock<EntraServer> = LazyLock::new(EntraServer::start_blocking);
+//! assert!(SHARED.base_url().starts_with("https://127.0.0.1:"));
+//!
+//! let mut fx = IdentityFixture::start().await;
+//! let next = TestCertificate::builder().renewing(&fx.certificate).self_signed();
+//! let status = fx.rotate_to(next.clone(), BundleFormat::Pkcs12).await; // waits for the swap
+//! assert_eq!(status.thumbprint_sha256, next.sha256_hex());
+//! wait_for_certificate(&fx.credential, &next, Duration::from_secs(5)).await;
+//! # }
+//! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod credentials;
