@@ -147,7 +147,16 @@ impl ServeOptions {
         self
     }
 
-    fn check(&self) -> Result<()> {
+    /// Check the options as [`TokenServer::start`] does (a loopback address, a usable
+    /// path and limits), without binding: to refuse a bad setup before loading anything.
+    ///
+    /// ```
+    /// use msi_dataplane::serve::ServeOptions;
+    ///
+    /// let err = ServeOptions::default().with_listen("0.0.0.0:50342".parse().unwrap()).validate();
+    /// assert_eq!(err.unwrap_err().kind().code(), "non_loopback_address");
+    /// ```
+    pub fn validate(&self) -> Result<()> {
         if !self.listen.ip().is_loopback() {
             return Err(
                 ErrorKind::Serve(ServeError::NonLoopbackAddress { addr: self.listen }).into(),
@@ -247,7 +256,7 @@ impl TokenServer {
         secret: IdentityHeaderSecret,
         options: ServeOptions,
     ) -> Result<TokenServer> {
-        options.check()?;
+        options.validate()?;
         let identities = Identities::new(identities)?;
         let listener = TcpListener::bind(options.listen).await.map_err(|e| {
             crate::error::Error::from(ErrorKind::Serve(ServeError::Bind {

@@ -18,6 +18,10 @@
 //!   expiry and scopes; the token only with `--show-token`.
 //! - `watch FILE [--backstop D] [--debounce D] [--no-watch]`: build the reloading
 //!   credential and print one line per reload decision until SIGINT/SIGTERM.
+//! - `serve FILE... (--secret-file F | --secret-env NAME) [--listen ADDR] [--path P]`:
+//!   serve the files' tokens to the pod's other containers over the App Service managed
+//!   identity protocol on loopback (feature `serve`), until SIGINT/SIGTERM; `probe
+//!   [--url URL]` checks its `/healthz` for a Kubernetes `exec` probe.
 //! - `--json` (any command): one JSON object on stdout (for `watch`, one per line);
 //!   failures too are one JSON object `{"error": {"kind", "message", "file",
 //!   "transient"}}` on stdout. Without it, results go to stdout and failures to stderr.
@@ -52,6 +56,8 @@ mod inspect;
 mod logging;
 mod output;
 mod render;
+#[cfg(feature = "serve")]
+mod serve;
 mod signals;
 mod token;
 #[cfg(feature = "keyvault")]
@@ -78,6 +84,8 @@ fn main() -> ExitCode {
     let format = if cli.json { Format::Json } else { Format::Text };
     let default_filter = match cli.command {
         Command::Watch(_) => "error",
+        #[cfg(feature = "serve")]
+        Command::Serve(_) => "info",
         _ => "warn",
     };
     if let Err(message) = logging::init(cli.log.as_deref().unwrap_or(default_filter)) {
@@ -88,6 +96,10 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args, format),
         Command::Token(args) => token::run(args, format),
         Command::Watch(args) => watch::run(args, format),
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => serve::run(args, format),
+        #[cfg(feature = "serve")]
+        Command::Probe(args) => serve::probe(args, format),
         #[cfg(feature = "keyvault")]
         Command::Vault(args::VaultCommand::List(args)) => vault::list(args, format),
     };
