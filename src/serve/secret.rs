@@ -48,7 +48,10 @@ pub struct IdentityHeaderSecret {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Origin {
     Value,
-    File(PathBuf),
+    File {
+        path: PathBuf,
+        previous: Option<PathBuf>,
+    },
     Environment(String),
 }
 
@@ -56,7 +59,7 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::Value => f.write_str("the value given"),
-            Origin::File(path) => write!(f, "file {}", path.display()),
+            Origin::File { path, .. } => write!(f, "file {}", path.display()),
             Origin::Environment(name) => write!(f, "environment variable {name}"),
         }
     }
@@ -91,14 +94,35 @@ impl IdentityHeaderSecret {
     /// previous one on the second (a mounted Kubernetes Secret key, say). A regular file
     /// of at most 1 MiB; the error names the file, never its content.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let origin = Origin::File(path.to_path_buf());
-        let bytes = read_limited_as(path, "identity header secret file")?;
-        let text = match std::str::from_utf8(&bytes) {
-            Ok(text) => text,
-            Err(_) => return Err(invalid(&origin, "it is not UTF-8 text".to_owned())),
+        Self::from_files(path.as_ref(), None)
+    }
+
+    /// Read the secret from `path` (as [`from_file`](Self::from_file)) and the previous
+    /// one from the first line of `previous` when that file exists (a Secret's optional
+    /// key, mounted as a file only while the key is there). Both are read again by the
+    /// server to follow a rotation.
+    pub fn from_files(path: &Path, previous: Option<&Path>) -> Result<Self> {
+        let origin = Origin::File {
+            path: path.to_path_buf(),
+            previous: previous.map(Path::to_path_buf),
         };
-        Self::from_text(text, origin)
+        let mut secret = Self::from_text(&read_text(path, &origin)?, origin.clone())?;
+        if let Some(previous) = previous
+            && previous.exists()
+        {
+            let text = read_text(previous, &origin)?;
+            let line = text.lines().next().unwrap_or_default();
+            secret.previous = Some(checked_digest(line.as_bytes(), &origin, "previous")?);
+        }
+        Ok(secret)
+    }
+
+    /// Read the file(s) it came from again (`None`: it did not come from a file).
+    pub(crate) fn reread(&self) -> Option<Result<Self>> {
+        match &self.origin {
+            Origin::File { path, previous } => Some(Self::from_files(path, previous.as_deref())),
+            _ => None,
+        }
     }
 
     /// Read the secret from the environment variable `name`, and the previous one from
@@ -141,7 +165,7 @@ impl IdentityHeaderSecret {
     /// rotation of the secret).
     pub fn path(&self) -> Option<&Path> {
         match &self.origin {
-            Origin::File(path) => Some(path),
+            Origin::File { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -174,6 +198,18 @@ impl IdentityHeaderSecret {
             previous,
             origin,
         })
+    }
+}
+
+/// A secret file's text (a regular file of at most 1 MiB, UTF-8), zeroized on drop.
+fn read_text(path: &Path, origin: &Origin) -> Result<Zeroizing<String>> {
+    let bytes = read_limited_as(path, "identity header secret file")?;
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => Ok(Zeroizing::new(text.to_owned())),
+        Err(_) => Err(invalid(
+            origin,
+            format!("{} is not UTF-8 text", path.display()),
+        )),
     }
 }
 
@@ -252,6 +288,13 @@ mod tests {
         let one = IdentityHeaderSecret::from_file(&path).unwrap();
         assert!(one.matches(A.as_bytes()) && !one.matches(B.as_bytes()));
         assert!(!one.same_secrets(&secret));
+        // The previous secret in a file of its own, there only during the rotation.
+        let previous = dir.join("secret-previous");
+        let both = IdentityHeaderSecret::from_files(&path, Some(&previous)).unwrap();
+        assert!(both.matches(A.as_bytes()) && !both.has_previous());
+        std::fs::write(&previous, format!("{B}\n")).unwrap();
+        let both = both.reread().unwrap().unwrap();
+        assert!(both.matches(A.as_bytes()) && both.matches(B.as_bytes()));
         std::fs::write(&path, format!("{A}\n{B}\n{A}\n")).unwrap();
         let err = IdentityHeaderSecret::from_file(&path).unwrap_err();
         assert!(err.to_string().contains("more than two lines"), "{err}");

@@ -398,14 +398,15 @@ async fn follow_secret(state: Arc<State>, every: Duration, stop: CancellationTok
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let Some(path) = state.secret.load().path().map(ToOwned::to_owned) else {
+        let current = state.secret.load_full();
+        let Some(path) = current.path().map(ToOwned::to_owned) else {
             return;
         };
-        let read = tokio::task::spawn_blocking({
-            let path = path.clone();
-            move || IdentityHeaderSecret::from_file(&path)
-        })
-        .await;
+        let read = tokio::task::spawn_blocking(move || current.reread()).await;
+        let read = match read {
+            Ok(Some(read)) => Ok(read),
+            _ => Err(()),
+        };
         match read {
             Ok(Ok(next)) => {
                 if !next.same_secrets(&state.secret.load()) {

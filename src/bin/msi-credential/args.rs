@@ -123,6 +123,10 @@ pub struct ServeArgs {
     /// during a rotation (second line).
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// A file holding the previous identity header secret, read while it exists (during
+    /// a rotation of the secret: a Secret's optional key).
+    #[arg(long, value_name = "FILE", requires = "secret_file")]
+    pub previous_secret_file: Option<PathBuf>,
     /// An environment variable holding the identity header secret (and NAME_PREVIOUS the
     /// previous one).
     #[arg(long, value_name = "NAME")]

@@ -71,7 +71,9 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
         return fail(&err);
     }
     let secret = match (&args.secret_file, &args.secret_env) {
-        (Some(path), _) => IdentityHeaderSecret::from_file(path),
+        (Some(path), _) => {
+            IdentityHeaderSecret::from_files(path, args.previous_secret_file.as_deref())
+        }
         (None, Some(name)) => IdentityHeaderSecret::from_env(name),
         (None, None) => unreachable_secret(),
     };
