@@ -5,7 +5,7 @@
 //! answer is read, for `SECONDS`; every latency is kept for the percentiles.
 //!
 //! `cargo bench --features serve,test-util --bench serve` (10 s per server, alternated
-//! three times); under `cargo test --benches` each runs for a moment only. Results in
+//! five times); under `cargo test --benches` each runs for a moment only. Results in
 //! BENCHMARKS.md.
 
 use std::convert::Infallible;
@@ -123,7 +123,7 @@ async fn fixed_body_server(body: Bytes) -> SocketAddr {
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
-    let (seconds, rounds) = if bench { (10, 3) } else { (0, 1) };
+    let (seconds, rounds) = if bench { (10, 5) } else { (0, 1) };
     let duration = Duration::from_secs(seconds).max(Duration::from_millis(200));
     // Servers on a runtime of two workers, the load generator on another.
     let servers = tokio::runtime::Builder::new_multi_thread()
