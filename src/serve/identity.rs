@@ -131,9 +131,9 @@ impl ServedIdentity {
         let same =
             |ours: Option<&str>| ours.is_some_and(|o| o.eq_ignore_ascii_case(selector.value()));
         match selector {
-            Selector::ClientId(_) => same(Some(&self.client_id)),
-            Selector::ObjectId(_) => same(self.object_id()),
-            Selector::ResourceId(_) => same(self.resource_id()),
+            Selector::Client(_) => same(Some(&self.client_id)),
+            Selector::Object(_) => same(self.object_id()),
+            Selector::Resource(_) => same(self.resource_id()),
         }
     }
 

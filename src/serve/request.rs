@@ -43,27 +43,27 @@ pub(crate) enum Route {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Selector {
     /// `client_id`.
-    ClientId(String),
+    Client(String),
     /// `object_id` (or its alias `principal_id`).
-    ObjectId(String),
+    Object(String),
     /// `mi_res_id`.
-    ResourceId(String),
+    Resource(String),
 }
 
 impl Selector {
     /// The query parameter as the protocol names it.
     pub(crate) fn field(&self) -> &'static str {
         match self {
-            Selector::ClientId(_) => "client_id",
-            Selector::ObjectId(_) => "object_id",
-            Selector::ResourceId(_) => "mi_res_id",
+            Selector::Client(_) => "client_id",
+            Selector::Object(_) => "object_id",
+            Selector::Resource(_) => "mi_res_id",
         }
     }
 
     /// The value asked for.
     pub(crate) fn value(&self) -> &str {
         match self {
-            Selector::ClientId(v) | Selector::ObjectId(v) | Selector::ResourceId(v) => v,
+            Selector::Client(v) | Selector::Object(v) | Selector::Resource(v) => v,
         }
     }
 }
@@ -234,9 +234,9 @@ pub(crate) fn token_query(query: &str) -> Result<TokenQuery, Refusal> {
                 };
                 let value = checked_value(field, &value)?;
                 let selector = match field {
-                    "client_id" => Selector::ClientId(value),
-                    "mi_res_id" => Selector::ResourceId(value),
-                    _ => Selector::ObjectId(value),
+                    "client_id" => Selector::Client(value),
+                    "mi_res_id" => Selector::Resource(value),
+                    _ => Selector::Object(value),
                 };
                 selectors.push((field, selector));
                 continue;
@@ -427,17 +427,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(q.resource, "https://management.azure.com/");
-        assert_eq!(q.selector, Some(Selector::ClientId("abc".into())));
+        assert_eq!(q.selector, Some(Selector::Client("abc".into())));
         // Unencoded, any order, among others; principal_id is object_id.
         let q =
             token_query("x=1&principal_id=P&resource=api://app&api-version=2019-08-01").unwrap();
         assert_eq!(q.resource, "api://app");
-        assert_eq!(q.selector, Some(Selector::ObjectId("P".into())));
+        assert_eq!(q.selector, Some(Selector::Object("P".into())));
         let q = token_query("api-version=2019-08-01&resource=r&mi_res_id=%2Fsubscriptions%2Fs")
             .unwrap();
         assert_eq!(
             q.selector,
-            Some(Selector::ResourceId("/subscriptions/s".into()))
+            Some(Selector::Resource("/subscriptions/s".into()))
         );
         assert_eq!(
             token_query("api-version=2019-08-01&resource=r")
