@@ -323,8 +323,8 @@ impl TokenServer {
         self.stop.cancel();
     }
 
-    /// Wait until the server is stopped (by [`shutdown`](Self::shutdown) from another
-    /// handle of the task, or a signal the caller turns into it).
+    /// Wait until the server is told to stop: [`shutdown`](Self::shutdown), or the
+    /// [`stop_token`](Self::stop_token) cancelled (by a signal handler, say).
     pub async fn stopped(&self) {
         self.stop.cancelled().await;
     }
@@ -452,7 +452,7 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
         parts.uri.path(),
         headers,
         &state.token_path,
-        crate::serve::server::HEALTH_PATH,
+        HEALTH_PATH,
     );
     let route = match route {
         Ok(route) => route,
