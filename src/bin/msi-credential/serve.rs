@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use msi_dataplane::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
 use msi_dataplane::{
-    ClientCertificateCredentialOptions, Error, HttpOptions, RetryPolicy,
-    UserAssignedIdentityCredentialOptions,
+    ClientCertificateCredentialOptions, Error, RetryPolicy, UserAssignedIdentityCredentialOptions,
 };
 use serde::Serialize;
 
@@ -145,14 +144,11 @@ fn unreachable_secret() -> msi_dataplane::Result<IdentityHeaderSecret> {
 
 /// The credentials' options from the command line; an error names the option.
 fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions, String> {
-    let mut http = HttpOptions::default()
-        .allow_http_loopback(args.allow_http_loopback)
-        .with_request_timeout(args.timeout);
-    if let Some(path) = &args.ca_file {
-        http = http
-            .with_extra_root_certificates_file(path)
-            .map_err(|e| format!("--ca-file {}: {}", path.display(), e.kind()))?;
-    }
+    let http = crate::token::http_options(
+        args.ca_file.as_deref(),
+        args.allow_http_loopback,
+        args.timeout,
+    )?;
     // The clients retry what is worth retrying themselves: few retries here, so a
     // failure reaches them quickly.
     let retry = RetryPolicy::default()
