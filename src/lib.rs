@@ -23,14 +23,17 @@ mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
 // `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
-// `dataplane` (the MSI data plane), `keyvault` (Key Vault storage), `hypershift`
-// (HyperShift and Kubernetes).
+// `dataplane` (the MSI data plane), `keyvault` (Key Vault storage), `serve` (the token
+// server for other processes), `hypershift` (HyperShift and Kubernetes).
 mod azure;
 pub mod dataplane;
 mod file;
 pub mod hypershift;
 pub mod keyvault;
 mod reload;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
 mod token;
 
 // Across the layers: the health report of a credential file, the fixed limits, and the
@@ -46,7 +49,8 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
-    KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
+    KeyVaultError, LinkFault, ReloadError, Result, ServeError, TokenEndpointError, TokenError,
+    TransportError,
 };
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;

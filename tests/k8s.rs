@@ -543,3 +543,148 @@ fn every_component_with_a_volume_gets_a_valid_volume_and_spc() {
         }
     }
 }
+
+/// The pod of an application that uses a stock Azure SDK: the token server as a native
+/// sidecar over the CSI-mounted credential, and the application's environment.
+fn pod_with_token_server() -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let sidecar =
+        k8s::TokenServerSidecar::new("quay.io/example/msi-credential:1", "app-identity-header")
+            .credential_file("/mnt/certs/uamsi-app")
+            .volume_mount(k8s::certs_volume_mount("app-cert").unwrap());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("app".to_owned()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: Some(vec![sidecar.container().unwrap()]),
+            containers: vec![Container {
+                name: "app".to_owned(),
+                image: Some("quay.io/example/app:1".to_owned()),
+                env: Some(sidecar.application_env().unwrap()),
+                ..Default::default()
+            }],
+            volumes: Some(vec![
+                k8s::csi_volume("app-cert", "managed-azure-app").unwrap(),
+                sidecar.secret_volume().unwrap(),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_token_server_sidecar_is_a_native_sidecar_with_exec_probes_and_the_app_env() {
+    let pod = pod_with_token_server();
+    let (back, yaml, text) = yaml_round_trip(&pod);
+    assert_eq!(back, pod);
+    let spec = &yaml["spec"];
+    let init = &spec["initContainers"][0];
+    assert_eq!(init["name"].as_str(), Some("msi-token-server"));
+    assert_eq!(init["restartPolicy"].as_str(), Some("Always"), "{text}");
+    let args: Vec<&str> = init["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[..2], ["serve", "/mnt/certs/uamsi-app"]);
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--listen", "127.0.0.1:50342"])
+    );
+    assert!(
+        args.windows(2)
+            .any(|w| w == ["--secret-file", "/var/run/msi-token-server/identity-header"])
+    );
+    assert!(
+        !text.contains("--secret-env")
+            && !args
+                .iter()
+                .any(|a| a.contains("secret") && !a.starts_with("--") && !a.starts_with('/'))
+    );
+    for probe in ["startupProbe", "readinessProbe"] {
+        let command = &init[probe]["exec"]["command"];
+        assert_eq!(command[1].as_str(), Some("probe"), "{probe}");
+        assert_eq!(
+            command[3].as_str(),
+            Some("http://127.0.0.1:50342/healthz"),
+            "{probe}"
+        );
+        assert!(
+            init[probe]["httpGet"].is_null(),
+            "kubelet's httpGet cannot reach loopback"
+        );
+    }
+    let mounts = init["volumeMounts"].as_sequence().unwrap();
+    assert_eq!(mounts[0]["mountPath"].as_str(), Some("/mnt/certs"));
+    assert_eq!(
+        mounts[1]["mountPath"].as_str(),
+        Some("/var/run/msi-token-server")
+    );
+    assert_eq!(
+        init["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+    let env = &spec["containers"][0]["env"];
+    assert_eq!(env[0]["name"].as_str(), Some("IDENTITY_ENDPOINT"));
+    assert_eq!(
+        env[0]["value"].as_str(),
+        Some("http://127.0.0.1:50342/msi/token")
+    );
+    assert_eq!(env[1]["name"].as_str(), Some("IDENTITY_HEADER"));
+    assert!(
+        env[1]["value"].is_null(),
+        "the secret is never written into the pod spec"
+    );
+    let secret = &env[1]["valueFrom"]["secretKeyRef"];
+    assert_eq!(secret["name"].as_str(), Some("app-identity-header"));
+    assert_eq!(secret["key"].as_str(), Some("identity-header"));
+    assert!(env[2]["value"].as_str().unwrap().contains("127.0.0.1"));
+    let volumes = spec["volumes"].as_sequence().unwrap();
+    assert_eq!(
+        volumes[1]["secret"]["secretName"].as_str(),
+        Some("app-identity-header")
+    );
+    assert_eq!(json_round_trip(&pod), pod);
+}
+
+#[test]
+fn a_token_server_sidecar_with_bad_input_is_refused_naming_the_field() {
+    let mount = || k8s::certs_volume_mount("app-cert").unwrap();
+    let ok = || k8s::TokenServerSidecar::new("image:1", "secret").volume_mount(mount());
+    let cases = [
+        (ok(), "credential_file"),
+        (
+            ok().credential_file("/elsewhere/uamsi-app"),
+            "credential_file",
+        ),
+        (ok().credential_file("relative"), "credential_file"),
+        (
+            k8s::TokenServerSidecar::new("image:1", "Bad_Name")
+                .volume_mount(mount())
+                .credential_file("/mnt/certs/a"),
+            "Secret name",
+        ),
+        (
+            k8s::TokenServerSidecar::new(" ", "secret")
+                .volume_mount(mount())
+                .credential_file("/mnt/certs/a"),
+            "Container.image",
+        ),
+        (ok().credential_file("/mnt/certs/a").port(0), "port"),
+    ];
+    for (sidecar, field) in cases {
+        let err = sidecar.container().unwrap_err();
+        assert_eq!(invalid_field(&err), field, "{err}");
+        assert_eq!(
+            invalid_field(&sidecar.application_env().unwrap_err()),
+            field
+        );
+    }
+    let custom = ok().credential_file("/mnt/certs/a").port(8099);
+    assert_eq!(custom.endpoint(), "http://127.0.0.1:8099/msi/token");
+}

@@ -28,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["azure"],
     &["dataplane"],
     &["keyvault"],
+    &["serve"],
     &["hypershift"],
     // Across the layers: the health report, the fixed limits, the testing kit.
     &["inspect", "limits"],

@@ -29,6 +29,7 @@ use crate::http::{body, exchange};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
 use crate::token::cache::{Fetch, TokenCache};
+use crate::token::refresh::REFRESH_WINDOW;
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -255,7 +256,7 @@ impl ClientFactory {
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
                 fetch: Arc::new(SourceFetch(source.clone())),
-                tokens: TokenCache::new(options.clock.clone()),
+                tokens: TokenCache::new(options.clock.clone(), REFRESH_WINDOW),
                 source,
                 audience: audience.to_owned(),
                 scope: scope_for_audience(audience),

@@ -15,6 +15,7 @@ mod dataplane;
 mod file;
 mod keyvault;
 mod reload;
+mod serve;
 mod token;
 mod transport;
 
@@ -23,6 +24,7 @@ pub use dataplane::{DataPlaneError, DataPlaneServiceError};
 pub use file::FileError;
 pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
+pub use serve::ServeError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
 pub(crate) use transport::TransportFault;
@@ -245,6 +247,9 @@ pub enum ErrorKind {
     /// The Key Vault store.
     #[error(transparent)]
     KeyVault(KeyVaultError),
+    /// Setting up the token server (feature `serve`).
+    #[error(transparent)]
+    Serve(ServeError),
 }
 
 /// What a caller should do about an [`Error`]: the one decision most callers need.
@@ -308,6 +313,7 @@ impl ErrorKind {
             ErrorKind::Reload(e) => e.code(),
             ErrorKind::DataPlane(e) => e.code(),
             ErrorKind::KeyVault(e) => e.code(),
+            ErrorKind::Serve(e) => e.code(),
         }
     }
 
@@ -357,6 +363,8 @@ impl ErrorKind {
             // A stopped watch leaves the credential serving; the runtime that ran it is
             // gone, which is the program's doing.
             ErrorKind::Reload(_) => ErrorCategory::Configuration,
+            // Where to listen, the secret, the identities: the program's setup.
+            ErrorKind::Serve(_) => ErrorCategory::Configuration,
             // Which roots to trust is this side's configuration (a missing CA file, a
             // distroless image without roots, a proxy's own CA); so is a request that
             // cannot be built. A malformed answer is the service's.
@@ -414,6 +422,7 @@ layer_into_error!(
     Reload(ReloadError),
     DataPlane(DataPlaneError),
     KeyVault(KeyVaultError),
+    Serve(ServeError),
 );
 
 /// An error's message followed by each of its causes' (`a: b: c`), skipping a cause whose

@@ -13,6 +13,9 @@
 //! | `ReconcileManagedAzureSecretProviderClass(spc, hcp, identity)` | [`SecretProviderClass::builder`] |
 //! | `formatSecretProviderClassObject(name, encoding)` | [`objects_parameter`] |
 //!
+//! And, with no HyperShift counterpart, [`TokenServerSidecar`]: `msi-credential serve` as
+//! a native sidecar, so that containers using a stock Azure SDK get the identity.
+//!
 //! Names and values are checked before anything is built (DNS-1123 names, Key Vault
 //! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`] naming the
 //! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
@@ -62,6 +65,11 @@ use crate::error::{ConfigError, ErrorKind, Result};
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
     SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER, bare_name_problem,
+};
+
+pub use crate::hypershift::sidecar::{
+    IDENTITY_HEADER_KEY, PREVIOUS_IDENTITY_HEADER_KEY, SECRET_MOUNT_PATH, SIDECAR_NAME,
+    TOKEN_SERVER_PATH, TOKEN_SERVER_PORT, TokenServerSidecar,
 };
 
 /// The `k8s-openapi` this module's types come from.
@@ -531,7 +539,7 @@ fn invalid(field: &'static str, reason: String) -> crate::error::Error {
     ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, reason }).into()
 }
 
-fn check(field: &'static str, problem: Option<String>) -> Result<()> {
+pub(super) fn check(field: &'static str, problem: Option<String>) -> Result<()> {
     match problem {
         Some(reason) => Err(invalid(field, reason)),
         None => Ok(()),
@@ -544,7 +552,7 @@ fn required(field: &'static str, value: Option<String>) -> Result<String> {
 
 /// Kubernetes' DNS-1123 label (volume names, namespaces): 1 to 63 of `a-z`, `0-9`, `-`,
 /// starting and ending with a letter or digit.
-fn dns1123_label_problem(value: &str) -> Option<String> {
+pub(super) fn dns1123_label_problem(value: &str) -> Option<String> {
     if value.len() > 63 {
         return Some(format!(
             "{value:?} is {} characters; at most 63 are allowed",
@@ -556,7 +564,7 @@ fn dns1123_label_problem(value: &str) -> Option<String> {
 
 /// Kubernetes' DNS-1123 subdomain (object names): at most 253 characters, dot-separated
 /// parts of `a-z`, `0-9`, `-`, each starting and ending with a letter or digit.
-fn dns1123_subdomain_problem(value: &str) -> Option<String> {
+pub(super) fn dns1123_subdomain_problem(value: &str) -> Option<String> {
     if value.len() > 253 {
         return Some(format!(
             "{value:?} is {} characters; at most 253 are allowed",

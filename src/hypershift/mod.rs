@@ -45,6 +45,8 @@
 pub mod k8s;
 #[doc(hidden)]
 pub mod managed_identities;
+#[cfg(feature = "k8s")]
+mod sidecar;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

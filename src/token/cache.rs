@@ -20,6 +20,7 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use hashbrown::HashTable;
@@ -41,6 +42,8 @@ struct Shared {
     writer: Mutex<()>, // serializes the table's replacements
     hasher: foldhash::fast::RandomState,
     clock: Arc<dyn Clock>,
+    /// How long before expiry the refresh window opens at least ([`refresh_at`]).
+    window: Duration,
 }
 
 /// A key's place in the table: its entry and, once fetched, its token.
@@ -91,8 +94,9 @@ pub(crate) trait Fetch: Send + Sync + 'static {
 }
 
 impl TokenCache {
-    /// An empty cache whose times come from `clock`.
-    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+    /// An empty cache whose times come from `clock`, refreshing tokens at least `window`
+    /// before they expire.
+    pub(crate) fn new(clock: Arc<dyn Clock>, window: Duration) -> Self {
         let (table, writer) = (ArcSwap::from_pointee(HashTable::new()), Mutex::new(()));
         let hasher = Default::default();
         TokenCache(Arc::new(Shared {
@@ -100,6 +104,7 @@ impl TokenCache {
             writer,
             hasher,
             clock,
+            window,
         }))
     }
 
@@ -353,7 +358,8 @@ impl Flight {
         let jitter = crate::http::retry::jitter();
         let quiet_until = match result {
             Ok(token) => {
-                let at = refresh_at(started, token.expires_on(), token.refresh_on(), jitter);
+                let (expires, asked) = (token.expires_on(), token.refresh_on());
+                let at = refresh_at(started, expires, asked, shared.window, jitter);
                 let (refresh_at, expires_on) = (unix_millis(at), unix_millis(token.expires_on()));
                 let handles = PerCpu::new(token);
                 let cached = Arc::new(Cached {

@@ -24,6 +24,7 @@ use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
+use crate::token::refresh::REFRESH_WINDOW;
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
@@ -72,6 +73,13 @@ pub struct ClientCertificateCredentialOptions {
     /// second; building a credential does not sign at all. Each is sent at most once and
     /// is discarded unused once older than half its lifetime. Default `true`.
     pub ready_assertion: bool,
+    /// How long before a cached token expires its background refresh starts, at least
+    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
+    /// tokens over 2 hours may start it earlier). Default and minimum
+    /// [`REFRESH_WINDOW`](crate::limits::REFRESH_WINDOW), 5 minutes: what `azure_core`'s
+    /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
+    /// that treat a token with 5 minutes left as stale, as the token server does.
+    pub refresh_window: Duration,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -84,6 +92,7 @@ impl Default for ClientCertificateCredentialOptions {
             clock: Arc::new(SystemClock),
             additionally_allowed_tenants: Vec::new(),
             ready_assertion: true,
+            refresh_window: REFRESH_WINDOW,
         }
     }
 }
@@ -131,6 +140,13 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
+    /// Start refreshing cached tokens at least this long before they expire (see
+    /// [`refresh_window`](Self::refresh_window); less than 5 minutes is taken as 5).
+    pub fn with_refresh_window(mut self, window: Duration) -> Self {
+        self.refresh_window = window.max(REFRESH_WINDOW);
+        self
+    }
+
     /// Allow tokens in these tenants too (`"*"` for any), through
     /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
     pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
@@ -156,6 +172,7 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
                 &self.additionally_allowed_tenants,
             )
             .field("ready_assertion", &self.ready_assertion)
+            .field("refresh_window", &self.refresh_window)
             .finish()
     }
 }
@@ -394,7 +411,7 @@ impl ClientCertificateCredential {
                 user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
-                cache: TokenCache::new(options.clock.clone()),
+                cache: TokenCache::new(options.clock.clone(), options.refresh_window),
                 clock: options.clock,
                 authority: authority.trim().to_owned(),
                 allow_http_loopback: options.http.allow_http_loopback,

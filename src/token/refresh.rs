@@ -7,7 +7,9 @@ use time::OffsetDateTime;
 
 use crate::clock::to_time;
 
-/// The refresh window opens at least this long before expiry.
+/// The refresh window opens at least this long before expiry (the default, and the least
+/// [`ClientCertificateCredentialOptions::refresh_window`](crate::ClientCertificateCredentialOptions::refresh_window)
+/// takes).
 pub const REFRESH_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// Tokens this close to expiry are not handed out: a caller would get a token that may
@@ -55,20 +57,21 @@ pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness
 ///   `refresh_in` advises), so an outage of hours is ridden out on the cached token.
 /// - Else: at expiry − 5 min.
 ///
-/// Whatever the rule gives, the window opens at least 5 minutes before expiry (half the
-/// lifetime for tokens shorter than 10 minutes), because `azure_core`'s
-/// `BearerTokenAuthorizationPolicy` asks for a new token on every request in the last 5
-/// minutes. `jitter` in `[0, 1)` moves the time earlier by up to 10% of the time until
+/// Whatever the rule gives, the window opens at least `window` (never less than
+/// [`REFRESH_WINDOW`], 5 minutes) before expiry (half the lifetime for tokens shorter
+/// than twice that), because `azure_core`'s `BearerTokenAuthorizationPolicy` asks for a
+/// new token on every request in the last 5 minutes. `jitter` in `[0, 1)` moves the time earlier by up to 10% of the time until
 /// it, at most 60 s, so replicas started together do not refresh together.
 pub(crate) fn refresh_at(
     issued: OffsetDateTime,
     expires_on: OffsetDateTime,
     refresh_on: Option<OffsetDateTime>,
+    window: Duration,
     jitter: f64,
 ) -> OffsetDateTime {
     let lifetime = expires_on - issued;
     let half: time::Duration = lifetime / 2i32;
-    let latest = expires_on - to_time(REFRESH_WINDOW).min(half);
+    let latest = expires_on - to_time(window.max(REFRESH_WINDOW)).min(half);
     let planned = match refresh_on {
         Some(at) => at.min(latest),
         None if lifetime > LONG_LIVED => issued + half,
@@ -105,6 +108,7 @@ mod tests {
 
     const T0: OffsetDateTime = datetime!(2026-01-01 00:00 UTC);
     const MIN: time::Duration = time::Duration::MINUTE;
+    const W: Duration = REFRESH_WINDOW;
 
     #[test]
     fn freshness_boundaries() {
@@ -121,29 +125,46 @@ mod tests {
     #[test]
     fn refresh_times() {
         let hour = T0 + time::Duration::seconds(3599);
-        assert_eq!(refresh_at(T0, hour, None, 0.0), hour - 5 * MIN);
+        assert_eq!(refresh_at(T0, hour, None, W, 0.0), hour - 5 * MIN);
         // Jitter moves it earlier, by at most 60 s.
-        let jittered = refresh_at(T0, hour, None, 0.999);
+        let jittered = refresh_at(T0, hour, None, W, 0.999);
         assert!(jittered < hour - 5 * MIN && jittered >= hour - 6 * MIN);
         // Long tokens at half-life; short ones (under 10 min) too.
         let day = T0 + time::Duration::hours(24);
-        assert_eq!(refresh_at(T0, day, None, 0.0), T0 + 12 * 60 * MIN);
-        assert_eq!(refresh_at(T0, T0 + 4 * MIN, None, 0.0), T0 + 2 * MIN);
+        assert_eq!(refresh_at(T0, day, None, W, 0.0), T0 + 12 * 60 * MIN);
+        assert_eq!(refresh_at(T0, T0 + 4 * MIN, None, W, 0.0), T0 + 2 * MIN);
         // `refresh_in` is honoured, but the window opens 5 minutes before expiry.
         let (expires, asked) = (T0 + 60 * MIN, T0 + 30 * MIN);
-        assert_eq!(refresh_at(T0, expires, Some(asked), 0.0), asked);
+        assert_eq!(refresh_at(T0, expires, Some(asked), W, 0.0), asked);
         let late = Some(T0 + 58 * MIN);
-        assert_eq!(refresh_at(T0, expires, late, 0.0), expires - 5 * MIN);
+        assert_eq!(refresh_at(T0, expires, late, W, 0.0), expires - 5 * MIN);
         for secs in [600i64, 3599, 7200, 7201, 86399] {
             let expires = T0 + time::Duration::seconds(secs);
             for jitter in [0.0, 0.5, 0.999] {
-                let at = refresh_at(T0, expires, None, jitter);
+                let at = refresh_at(T0, expires, None, W, jitter);
                 assert!(
                     at <= expires - to_time(REFRESH_WINDOW) && at >= T0,
                     "{secs}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_wider_window_opens_earlier_and_never_narrower_than_five_minutes() {
+        let hour = T0 + 60 * MIN;
+        let wide = Duration::from_secs(15 * 60);
+        assert_eq!(refresh_at(T0, hour, None, wide, 0.0), hour - 15 * MIN);
+        // A server's later `refresh_in` does not close it.
+        let late = Some(T0 + 50 * MIN);
+        assert_eq!(refresh_at(T0, hour, late, wide, 0.0), hour - 15 * MIN);
+        // Narrower than 5 minutes is taken as 5; half the lifetime still caps it.
+        assert_eq!(
+            refresh_at(T0, hour, None, Duration::from_secs(60), 0.0),
+            hour - 5 * MIN
+        );
+        let short = T0 + 20 * MIN;
+        assert_eq!(refresh_at(T0, short, None, wide, 0.0), T0 + 10 * MIN);
     }
 
     #[test]

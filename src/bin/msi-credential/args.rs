@@ -56,6 +56,23 @@ pub enum Command {
     /// when the file cannot be loaded at start. Send the output outside the watched
     /// directory: every write there is a file event, and so a re-read.
     Watch(WatchArgs),
+    /// Serve tokens of the credential files to the other containers of the pod: the App
+    /// Service managed identity protocol (`IDENTITY_ENDPOINT`, `IDENTITY_HEADER`) that
+    /// every Azure SDK's managed identity credential speaks, on loopback, until Ctrl-C or
+    /// SIGTERM (feature `serve`).
+    ///
+    /// The secret the applications send in X-IDENTITY-HEADER is read from a file
+    /// (--secret-file: the current secret, and the previous one on a second line during a
+    /// rotation; re-read every 10 s) or an environment variable (--secret-env NAME, and
+    /// NAME_PREVIOUS); never from the command line. Exit code 0 when stopped by a signal;
+    /// 2 for a bad option, a non-loopback address or an unusable secret; 4 when a file
+    /// cannot be loaded.
+    #[cfg(feature = "serve")]
+    Serve(ServeArgs),
+    /// Check the token server's health (for a Kubernetes `exec` probe): exit 0 when
+    /// /healthz answers 200, 7 otherwise (feature `serve`).
+    #[cfg(feature = "serve")]
+    Probe(ProbeArgs),
     /// Key Vault: the stored credentials (`msi-`, `uamsi-`) and their renewal state
     /// (feature `keyvault`). No secret value is read or printed.
     #[cfg(feature = "keyvault")]
@@ -92,6 +109,71 @@ pub struct VaultListArgs {
     /// transient failure.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub attempts: u32,
+}
+
+/// `serve FILE...`.
+#[cfg(feature = "serve")]
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("secret").required(true).args(["secret_file", "secret_env"])))]
+pub struct ServeArgs {
+    /// The credential files, one per identity (each is followed through rotations).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// A file holding the identity header secret (first line), and the previous one
+    /// during a rotation (second line).
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// A file holding the previous identity header secret, read while it exists (during
+    /// a rotation of the secret: a Secret's optional key).
+    #[arg(long, value_name = "FILE", requires = "secret_file")]
+    pub previous_secret_file: Option<PathBuf>,
+    /// An environment variable holding the identity header secret (and NAME_PREVIOUS the
+    /// previous one).
+    #[arg(long, value_name = "NAME")]
+    pub secret_env: Option<String>,
+    /// The loopback address and port to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:50342")]
+    pub listen: std::net::SocketAddr,
+    /// The path tokens are served on (IDENTITY_ENDPOINT's path).
+    #[arg(long, value_name = "PATH", default_value = "/msi/token")]
+    pub path: String,
+    /// Most connections open at once.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Most requests a second (bursts of twice that); 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub max_requests_per_second: u32,
+    /// Re-read each credential file this often even without a file event.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "6h")]
+    pub backstop: Duration,
+    /// Trust the root CAs in this PEM file too (for an authority behind a private CA).
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// Accept an `http://` authority on a loopback host (local test servers only).
+    #[arg(long)]
+    pub allow_http_loopback: bool,
+    /// Time allowed for each token request, e.g. `10s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Token requests to make at most for one answer (the clients retry a 503 themselves).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempts: u32,
+}
+
+/// `probe [--url URL]`.
+#[cfg(feature = "serve")]
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The health URL (http:// on a loopback address).
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:50342/healthz"
+    )]
+    pub url: String,
+    /// Time allowed for the answer.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "3s")]
+    pub timeout: Duration,
 }
 
 /// `inspect FILE`.

@@ -7,7 +7,8 @@ use msi_dataplane::{ConfigError, Error, ErrorCategory, ErrorKind};
 /// The `--help` section listing the exit codes (also in the crate docs of `main.rs`).
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0  success: inspect found no problem, token got a token, watch was stopped by a signal
+  0  success: inspect found no problem, token got a token, watch or serve was stopped
+     by a signal, probe found the token server ready
   1  inspect found warnings only: the credential works now but needs attention
   2  usage or configuration: invalid command line, an option value that cannot be used
      (e.g. --ca-file), a setting the library refused (e.g. a vault URL), or a server
@@ -20,7 +21,8 @@ Exit codes:
      answer that cannot be used (or that breaks HTTP)
   6  internal failure: the async runtime, a signal handler, or writing the output
   7  transient failure: a connection refused, reset or closed early, a timeout, or HTTP
-     408, 429, 500, 502, 503, 504 (after the retries); trying again later may succeed
+     408, 429, 500, 502, 503, 504 (after the retries); trying again later may succeed;
+     probe: the token server is not ready or not answering
 
 Environment:
   MSI_CREDENTIAL_LOG  the --log filter";

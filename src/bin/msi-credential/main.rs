@@ -20,6 +20,10 @@
 //!   reloading credential and print one line per reload decision until SIGINT/SIGTERM;
 //!   with `--metrics`, the reloads and the credential's times in Prometheus's format on
 //!   `http://ADDR/metrics`.
+//! - `serve FILE... (--secret-file F | --secret-env NAME) [--listen ADDR] [--path P]`:
+//!   serve the files' tokens to the pod's other containers over the App Service managed
+//!   identity protocol on loopback (feature `serve`), until SIGINT/SIGTERM; `probe
+//!   [--url URL]` checks its `/healthz` for a Kubernetes `exec` probe.
 //! - `--json` (any command): one JSON object on stdout (for `watch`, one per line);
 //!   failures too are one JSON object `{"error": {"kind", "message", "file",
 //!   "transient"}}` on stdout. Without it, results go to stdout and failures to stderr.
@@ -33,21 +37,22 @@
 //!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success: inspect found no problem (info notes allowed), token got a token, watch was stopped by a signal |
+//! | 0 | success: inspect found no problem (info notes allowed), token got a token, watch or serve was stopped by a signal, probe found the token server ready |
 //! | 1 | inspect found warnings only: the credential works now but needs attention (rotation due, ends within `--warn-days`, file times disagreeing with the certificate, ...) |
 //! | 2 | usage or configuration: invalid command line, an option value that cannot be used (e.g. an unreadable `--ca-file`), a setting the library refused, or a server certificate not trusted (give its CA with `--ca-file`) |
 //! | 3 | inspect found errors: the credential cannot get a token now (expired, not yet valid, unusable authority) |
 //! | 4 | the credential file cannot be loaded: unreadable, not JSON, missing keys, unusable certificate bundle (the message names the file and the field) |
 //! | 5 | a service refused: an error answer from the token endpoint or Key Vault, or an answer that cannot be used (or that breaks HTTP) |
 //! | 6 | internal failure: the async runtime, a signal handler, or writing the output |
-//! | 7 | transient failure: a connection refused, reset or closed early, a timeout, or HTTP 408, 429, 500, 502, 503, 504 (after the retries) |
+//! | 7 | transient failure: a connection refused, reset or closed early, a timeout, or HTTP 408, 429, 500, 502, 503, 504 (after the retries); probe: the token server not ready or not answering |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Uses point one way, bottom to top: `args`, `exit`, `signals`, `logging` (no crate
 // imports but `exit`); `output` (the `Format` and writing); `render` (the printed shapes
-// and their text or JSON, pure); the commands `inspect`, `token`, `watch`, `vault`; main.
+// and their text or JSON, pure); the commands `inspect`, `token`, `watch`, `vault`, `serve` (with `probe`;
+// it uses `token`'s HTTP options); main.
 mod args;
 mod exit;
 mod inspect;
@@ -55,6 +60,8 @@ mod logging;
 mod metrics;
 mod output;
 mod render;
+#[cfg(feature = "serve")]
+mod serve;
 mod signals;
 mod token;
 #[cfg(feature = "keyvault")]
@@ -81,6 +88,8 @@ fn main() -> ExitCode {
     let format = if cli.json { Format::Json } else { Format::Text };
     let default_filter = match cli.command {
         Command::Watch(_) => "error",
+        #[cfg(feature = "serve")]
+        Command::Serve(_) => "info",
         _ => "warn",
     };
     if let Err(message) = logging::init(cli.log.as_deref().unwrap_or(default_filter)) {
@@ -91,6 +100,10 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args, format),
         Command::Token(args) => token::run(args, format),
         Command::Watch(args) => watch::run(args, format),
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => serve::run(args, format),
+        #[cfg(feature = "serve")]
+        Command::Probe(args) => serve::probe(args, format),
         #[cfg(feature = "keyvault")]
         Command::Vault(args::VaultCommand::List(args)) => vault::list(args, format),
     };

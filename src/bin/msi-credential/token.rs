@@ -64,17 +64,32 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
 
 /// The credential's options from the command line; an error names the option.
 fn client_options(args: &TokenArgs) -> Result<ClientCertificateCredentialOptions, String> {
+    let http = http_options(
+        args.ca_file.as_deref(),
+        args.allow_http_loopback,
+        args.timeout,
+    )?;
+    Ok(ClientCertificateCredentialOptions::default()
+        .with_http_options(http)
+        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts)))
+}
+
+/// The HTTP options of `--ca-file`, `--allow-http-loopback` and `--timeout` (`token` and
+/// `serve`); an error names the option.
+pub fn http_options(
+    ca_file: Option<&std::path::Path>,
+    allow_http_loopback: bool,
+    timeout: std::time::Duration,
+) -> Result<HttpOptions, String> {
     let mut http = HttpOptions::default()
-        .allow_http_loopback(args.allow_http_loopback)
-        .with_request_timeout(args.timeout);
-    if let Some(path) = &args.ca_file {
+        .allow_http_loopback(allow_http_loopback)
+        .with_request_timeout(timeout);
+    if let Some(path) = ca_file {
         // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
         // is refused, not read).
         http = http
             .with_extra_root_certificates_file(path)
             .map_err(|e| format!("--ca-file {}: {}", path.display(), e.kind()))?;
     }
-    Ok(ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts)))
+    Ok(http)
 }

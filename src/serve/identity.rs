@@ -1,0 +1,230 @@
+//! The identities a token server serves, and which one a request names.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use crate::error::{ErrorKind, Result, ServeError};
+use crate::file::model::UserAssignedIdentityCredentials;
+use crate::reload::user_assigned::{
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+};
+use crate::serve::answer::{IdentityHealth, Refusal};
+use crate::serve::request::Selector;
+use crate::untrusted_text::bounded;
+
+/// How long before expiry a served identity's tokens are refreshed, at least (see
+/// [`ServedIdentity::load`]): its clients treat a token with 5 minutes left as stale and
+/// ask again on every call, so the server keeps a margin of three times that.
+pub const REFRESH_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// One identity the token server serves: a reloading credential (so CSI rotations, the
+/// backstop and keep-last-good apply) and the ids a request may name it by: its client
+/// id (always), and its object id and resource id when known (read from the credential
+/// file by [`from_credential`](Self::from_credential), or given).
+#[derive(Clone)]
+pub struct ServedIdentity {
+    credential: UserAssignedIdentityCredential,
+    client_id: String,
+    object_id: Option<String>,
+    resource_id: Option<String>,
+}
+
+impl fmt::Debug for ServedIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServedIdentity")
+            .field("client_id", &self.client_id)
+            .field("object_id", &self.object_id)
+            .field("resource_id", &self.resource_id)
+            .field("path", &self.credential.path())
+            .finish()
+    }
+}
+
+impl ServedIdentity {
+    /// Serve `credential`, named by its client id only.
+    pub fn new(credential: UserAssignedIdentityCredential) -> Self {
+        let client_id = credential.current().client_id().to_owned();
+        ServedIdentity {
+            credential,
+            client_id,
+            object_id: None,
+            resource_id: None,
+        }
+    }
+
+    /// Load the credential file at `path` as a reloading credential for serving (its
+    /// refresh window widened to at least [`REFRESH_WINDOW`], so that a served token has
+    /// comfortably more than the clients' 5-minute staleness margin left), named by its
+    /// client id and by the object and resource ids its file holds.
+    pub async fn load(
+        path: impl Into<PathBuf>,
+        mut options: UserAssignedIdentityCredentialOptions,
+    ) -> Result<Self> {
+        let window = options.client.refresh_window.max(REFRESH_WINDOW);
+        options.client = options.client.with_refresh_window(window);
+        let credential = UserAssignedIdentityCredential::new(path, options).await?;
+        Self::from_credential(credential).await
+    }
+
+    /// Serve `credential`, named by its client id and by the `object_id` and
+    /// `resource_id` its credential file holds (read once, off the async threads; the
+    /// ids of an identity do not change when its certificate rotates).
+    pub async fn from_credential(credential: UserAssignedIdentityCredential) -> Result<Self> {
+        let path = credential.path().to_path_buf();
+        let read =
+            tokio::task::spawn_blocking(move || UserAssignedIdentityCredentials::from_path(&path));
+        let file = match read.await {
+            Ok(file) => file?,
+            Err(_) => {
+                let reason = "reading the credential file's ids was abandoned".to_owned();
+                return Err(ErrorKind::Serve(ServeError::InvalidOption {
+                    option: "identity",
+                    reason,
+                })
+                .into());
+            }
+        };
+        let clean = |id: Option<String>| id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        Ok(ServedIdentity {
+            object_id: clean(file.object_id),
+            resource_id: clean(file.resource_id),
+            ..ServedIdentity::new(credential)
+        })
+    }
+
+    /// Also answer requests naming this object (principal) id.
+    pub fn with_object_id(mut self, object_id: impl Into<String>) -> Self {
+        self.object_id = Some(object_id.into());
+        self
+    }
+
+    /// Also answer requests naming this resource id (`mi_res_id`).
+    pub fn with_resource_id(mut self, resource_id: impl Into<String>) -> Self {
+        self.resource_id = Some(resource_id.into());
+        self
+    }
+
+    /// The client id.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// The object id, when known.
+    pub fn object_id(&self) -> Option<&str> {
+        self.object_id.as_deref()
+    }
+
+    /// The resource id, when known.
+    pub fn resource_id(&self) -> Option<&str> {
+        self.resource_id.as_deref()
+    }
+
+    /// The reloading credential.
+    pub fn credential(&self) -> &UserAssignedIdentityCredential {
+        &self.credential
+    }
+
+    fn answers_to(&self, selector: &Selector) -> bool {
+        let same =
+            |ours: Option<&str>| ours.is_some_and(|o| o.eq_ignore_ascii_case(selector.value()));
+        match selector {
+            Selector::Client(_) => same(Some(&self.client_id)),
+            Selector::Object(_) => same(self.object_id()),
+            Selector::Resource(_) => same(self.resource_id()),
+        }
+    }
+
+    /// Pure: how this identity's credential stands at `now`.
+    pub(crate) fn health(&self, now: OffsetDateTime) -> IdentityHealth {
+        let status = self.credential.status();
+        let problem = if now < status.not_before {
+            Some("credential_not_yet_valid")
+        } else if now >= status.not_after {
+            Some("credential_expired")
+        } else {
+            None
+        };
+        IdentityHealth {
+            client_id: self.client_id.clone(),
+            ready: problem.is_none(),
+            not_after: crate::clock::rfc3339(status.not_after).to_string(),
+            thumbprint_sha256: status.thumbprint_sha256,
+            reloads: status.reloads,
+            problem,
+        }
+    }
+}
+
+/// The served identities, checked: at least one, no id shared by two.
+#[derive(Clone, Debug)]
+pub(crate) struct Identities(Vec<ServedIdentity>);
+
+impl Identities {
+    pub(crate) fn new(identities: Vec<ServedIdentity>) -> Result<Self> {
+        if identities.is_empty() {
+            return Err(ErrorKind::Serve(ServeError::NoIdentity).into());
+        }
+        for (i, a) in identities.iter().enumerate() {
+            for b in &identities[i + 1..] {
+                let pairs = [
+                    ("client_id", Some(a.client_id()), Some(b.client_id())),
+                    ("object_id", a.object_id(), b.object_id()),
+                    ("mi_res_id", a.resource_id(), b.resource_id()),
+                ];
+                for (field, x, y) in pairs {
+                    if let (Some(x), Some(y)) = (x, y)
+                        && x.eq_ignore_ascii_case(y)
+                    {
+                        return Err(ErrorKind::Serve(ServeError::DuplicateIdentity {
+                            field,
+                            value: x.to_owned(),
+                        })
+                        .into());
+                    }
+                }
+            }
+        }
+        Ok(Identities(identities))
+    }
+
+    pub(crate) fn all(&self) -> &[ServedIdentity] {
+        &self.0
+    }
+
+    /// Pure: the identity a request names; with no selector, the only one when there is
+    /// one. A refusal (400) names what was asked.
+    pub(crate) fn select(&self, selector: Option<&Selector>) -> Result<&ServedIdentity, Refusal> {
+        match selector {
+            Some(selector) => self
+                .0
+                .iter()
+                .find(|i| i.answers_to(selector))
+                .ok_or_else(|| {
+                    Refusal::new(
+                        400,
+                        "identity_not_found",
+                        format!(
+                            "no identity with {} {} is served here",
+                            selector.field(),
+                            bounded(selector.value(), 256)
+                        ),
+                    )
+                }),
+            None => match self.0.as_slice() {
+                [only] => Ok(only),
+                all => Err(Refusal::new(
+                    400,
+                    "identity_not_specified",
+                    format!(
+                        "{} identities are served here: name one with client_id, object_id \
+                         or mi_res_id",
+                        all.len()
+                    ),
+                )),
+            },
+        }
+    }
+}

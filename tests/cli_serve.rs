@@ -1,0 +1,109 @@
+//! `msi-credential serve` and `probe` as subprocesses: the serving line, a token over the
+//! protocol, the health probe, a clean stop on SIGTERM; a non-loopback address and a
+//! missing secret refused with exit code 2 (and no secret on the command line at all).
+#![cfg(all(feature = "cli", feature = "serve", feature = "test-util", unix))]
+
+mod serving;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+
+use msi_dataplane::testing::{EntraServer, TempDir};
+use serving::{ARM, Mounted, SECRET};
+
+const BIN: &str = env!("CARGO_BIN_EXE_msi-credential");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_tokens_and_probes_until_sigterm() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("cli-serve");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let mut child = Command::new(BIN)
+        .arg("--json")
+        .arg("serve")
+        .arg(a.mount.visible_path())
+        .args([
+            "--secret-env",
+            "MY_IDENTITY_HEADER",
+            "--listen",
+            "127.0.0.1:0",
+            "--ca-file",
+        ])
+        .arg(&ca)
+        .env("MY_IDENTITY_HEADER", SECRET)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let serving: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(serving["event"], "serving");
+    assert_eq!(serving["identities"][0], a.identity.client_id.as_str());
+    let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
+    let health = serving["health"].as_str().unwrap().to_owned();
+    assert!(endpoint.starts_with("http://127.0.0.1:") && endpoint.ends_with("/msi/token"));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let answer = client
+        .get(format!("{endpoint}?api-version=2019-08-01&resource={ARM}"))
+        .header("X-IDENTITY-HEADER", SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    let issued = entra
+        .issued(body["access_token"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(issued.cert_sha256_hex, a.certificate.sha256_hex());
+    let probe = Command::new(BIN)
+        .args(["probe", "--url", &health])
+        .output()
+        .unwrap();
+    assert_eq!(probe.status.code(), Some(0), "{probe:?}");
+    assert!(String::from_utf8_lossy(&probe.stdout).contains("\"ready\""));
+    // SIGTERM, as Kubernetes stops a container.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    // Nothing listens now: the probe says so.
+    let probe = Command::new(BIN)
+        .args(["probe", "--url", &health])
+        .output()
+        .unwrap();
+    assert_eq!(probe.status.code(), Some(7), "{probe:?}");
+}
+
+#[test]
+fn serve_refuses_a_non_loopback_address_and_a_missing_secret() {
+    let dir = TempDir::new("cli-serve-refusals");
+    let file = dir.join("identity");
+    std::fs::write(&file, "{}").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--secret-env", "S", "--listen", "0.0.0.0:50342"])
+        .arg(&file)
+        .env("S", SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = Command::new(BIN).arg("serve").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--secret-file"));
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--secret-env",
+            "UNSET_SECRET_VARIABLE_FOR_THIS_TEST",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not set"));
+}
