@@ -4,6 +4,7 @@
 #![cfg(all(feature = "cli", feature = "serve", feature = "test-util", unix))]
 
 mod serving;
+mod support;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
@@ -106,4 +107,101 @@ fn serve_refuses_a_non_loopback_address_and_a_missing_secret() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not set"));
+}
+
+/// `serve --metrics ADDR`: a scrape of its own listener, after a token answered and a
+/// request refused, that Python's `prometheus_client` parser accepts, with the answers by
+/// status and the token request by outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("cli-serve-metrics");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(BIN)
+        .arg("--json")
+        .arg("serve")
+        .arg(a.mount.visible_path())
+        .args([
+            "--secret-env",
+            "MY_IDENTITY_HEADER",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--metrics",
+            &format!("127.0.0.1:{metrics_port}"),
+            "--ca-file",
+        ])
+        .arg(&ca)
+        .env("MY_IDENTITY_HEADER", SECRET)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let serving: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let token_url = format!("{endpoint}?api-version=2019-08-01&resource={ARM}");
+    let ok = client
+        .get(&token_url)
+        .header("X-IDENTITY-HEADER", SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let refused = client.get(&token_url).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+
+    let text = client
+        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        print(f"{family.type} {s.name}{{{labels}}} {float(s.value)!r}")
+"#;
+    let samples = support::python::run(script, text.as_bytes());
+    let id = &a.identity.client_id;
+    for want in [
+        "counter msi_dataplane_serve_requests_total{status=\"200\"} 1.0".to_owned(),
+        "counter msi_dataplane_serve_requests_total{status=\"401\"} 1.0".to_owned(),
+        format!(
+            "counter msi_dataplane_token_requests_total{{client_id=\"{id}\",error_code=\"none\",outcome=\"success\"}} 1.0"
+        ),
+    ] {
+        assert!(
+            samples.lines().any(|l| l == want),
+            "{want} not in:\n{samples}\n{text}"
+        );
+    }
+    // Histograms come with buckets, as Prometheus reads them.
+    assert!(
+        samples.contains("histogram msi_dataplane_token_request_duration_seconds_bucket{"),
+        "{samples}"
+    );
+    assert!(!text.contains(SECRET), "the secret in a scrape");
+
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

@@ -1,6 +1,6 @@
 //! Real clients, not written here, against the token server (`serve`) backed by the kit's
-//! verifying Entra server: Python `azure-identity`'s `ManagedIdentityCredential` (run with
-//! the interpreter in `MSI_DATAPLANE_PYTHON`, else `python3`; `pip install azure-identity`)
+//! verifying Entra server: Python `azure-identity`'s `ManagedIdentityCredential` (in the
+//! tests' Python environment: `tests/support/python.rs`, `.ci/python-requirements.txt`)
 //! and the Azure SDK for Rust's `azure_identity` 1.x `ManagedIdentityCredential` (this
 //! test binary run again as a child process). Each runs as an application in the pod
 //! does: a process of its own with only `IDENTITY_ENDPOINT`, `IDENTITY_HEADER` and
@@ -14,6 +14,7 @@
 #![cfg(all(feature = "serve", feature = "test-util", unix))]
 
 mod serving;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
@@ -85,8 +86,7 @@ fn parse_result(line: &str) -> ClientResult {
 
 /// Python `azure-identity`, in a process of its own.
 async fn python(server: &TokenServer, selector: Option<(&str, &str)>) -> ClientResult {
-    let interpreter =
-        std::env::var("MSI_DATAPLANE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let interpreter = support::python::interpreter();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/serving/mi_client.py");
     let mut command = Command::new(&interpreter);
     command.arg(script).arg(SCOPE);
@@ -97,13 +97,14 @@ async fn python(server: &TokenServer, selector: Option<(&str, &str)>) -> ClientR
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
-        .unwrap_or_else(|e| panic!("cannot run {interpreter}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", interpreter.display()));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !stderr.contains("No module named 'azure"),
-        "Python azure-identity is not installed for {interpreter}: `python3 -m venv V && \
-         V/bin/pip install azure-identity`, then MSI_DATAPLANE_PYTHON=V/bin/python3 ({stderr})"
+        "Python azure-identity is not installed for {}: see .ci/python-requirements.txt \
+         and MSI_TEST_PYTHON ({stderr})",
+        interpreter.display()
     );
     let line = stdout
         .lines()

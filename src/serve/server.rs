@@ -27,6 +27,7 @@ use crate::serve::identity::{Identities, ServedIdentity};
 use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, RateLimiter};
 use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
+use crate::telemetry;
 
 /// The port [`ServeOptions::default`] listens on.
 pub const DEFAULT_PORT: u16 = 50342;
@@ -426,8 +427,15 @@ async fn follow_secret(state: Arc<State>, every: Duration, stop: CancellationTok
     }
 }
 
-/// Answer one request.
+/// Answer one request, counted by status (the `metrics` feature).
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let response = answer_request(state, req).await;
+    telemetry::served(response.status().as_u16());
+    response
+}
+
+/// [`handle`]'s work.
+async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, _body) = req.into_parts();
     let headers = &parts.headers;
     let request_id = headers

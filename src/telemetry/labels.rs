@@ -34,6 +34,28 @@ pub(crate) fn error_code(error: &Error) -> Cow<'static, str> {
     Cow::Borrowed(error.kind().code())
 }
 
+/// A status the token server answers with, as a label: one of the statuses it sends, or
+/// `other` (the set stays fixed whatever arrives).
+#[cfg(feature = "metrics")]
+pub(crate) fn status(status: u16) -> &'static str {
+    match status {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        413 => "413",
+        414 => "414",
+        421 => "421",
+        429 => "429",
+        431 => "431",
+        500 => "500",
+        503 => "503",
+        _ => "other",
+    }
+}
+
 /// `AADSTS<code>`, or [`OTHER_AADSTS`] once the process has reported
 /// [`MAX_AADSTS_CODES`] others.
 fn aadsts(code: i64) -> Cow<'static, str> {

@@ -26,6 +26,7 @@
 //! | `msi_dataplane_keyvault_requests_total` | counter | `operation`, `outcome`, `error_code` |
 //! | `msi_dataplane_keyvault_request_duration_seconds` | histogram | `operation`, `outcome` |
 //! | `msi_dataplane_renewals_total` | counter | `outcome` |
+//! | `msi_dataplane_serve_requests_total` | counter | `status` |
 //!
 //! Every label set is bounded; none carries a scope, a token, a URL or a path:
 //!
@@ -39,6 +40,8 @@
 //!   `credential_expired`, ...).
 //! - `reason` (reloads): `none`, `not_newer`, or the file error's code (`malformed_json`,
 //!   `not_found`, ...).
+//! - `status` (the token server, feature `serve`): the HTTP status answered, one of the
+//!   statuses it sends (`200`, `400`, `401`, `403`, `429`, `503`, ...) or `other`.
 //! - `operation`: data plane `get_system_assigned`, `get_user_assigned`,
 //!   `delete_system_assigned`, `move_identity`; Key Vault `put`, `get`, `delete`,
 //!   `get_deleted`, `purge_deleted`, `recover_deleted`, `list`, `list_deleted`, `renew`.
@@ -79,11 +82,14 @@ mod record;
 pub use names::{
     CREDENTIAL_CANNOT_RENEW_AFTER, CREDENTIAL_NOT_AFTER, CREDENTIAL_RENEW_AFTER,
     DATAPLANE_REQUEST_DURATION, DATAPLANE_REQUESTS, KEYVAULT_REQUEST_DURATION, KEYVAULT_REQUESTS,
-    RELOADS, RENEWALS, TOKEN_EXPIRY, TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
+    RELOADS, RENEWALS, SERVE_REQUESTS, TOKEN_EXPIRY, TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
 };
-#[cfg_attr(not(feature = "keyvault"), allow(unused_imports))]
+#[cfg_attr(
+    not(all(feature = "keyvault", feature = "serve")),
+    allow(unused_imports)
+)]
 pub(crate) use record::{
-    Service, credential_times, end_span, reload, renewals, service_call, token_expiry,
+    Service, credential_times, end_span, reload, renewals, served, service_call, token_expiry,
     token_request,
 };
 

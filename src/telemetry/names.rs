@@ -34,6 +34,9 @@ pub const KEYVAULT_REQUEST_DURATION: &str = "msi_dataplane_keyvault_request_dura
 /// `not_newer`, `failed`).
 pub const RENEWALS: &str = "msi_dataplane_renewals_total";
 
+/// Counter: requests the token server (`serve`) answered, by `status`.
+pub const SERVE_REQUESTS: &str = "msi_dataplane_serve_requests_total";
+
 /// Every metric: name, kind and help text.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const ALL: &[(&str, Kind, &str)] = &[
@@ -96,6 +99,11 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
         RENEWALS,
         Kind::Counter,
         "Stored credentials of renewal passes, by outcome: due, renewed, not newer, failed.",
+    ),
+    (
+        SERVE_REQUESTS,
+        Kind::Counter,
+        "Requests the token server answered, by HTTP status.",
     ),
 ];
 

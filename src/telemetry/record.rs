@@ -118,6 +118,14 @@ pub(crate) fn renewals(outcome: &'static str, count: usize) {
     metrics::counter!(names::RENEWALS, "outcome" => outcome).increment(count as u64);
 }
 
+/// The token server answered a request with `status`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
+pub(crate) fn served(status: u16) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::SERVE_REQUESTS, "status" => labels::status(status)).increment(1);
+}
+
 /// Run one call to `service` (`operation`: a fixed name such as `get_user_assigned`) in a
 /// span, and count it by outcome with its duration.
 pub(crate) async fn service_call<T>(

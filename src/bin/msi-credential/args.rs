@@ -158,6 +158,11 @@ pub struct ServeArgs {
     /// Token requests to make at most for one answer (the clients retry a 503 themselves).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub attempts: u32,
+    /// Serve the metrics (answers by status, token requests, reloads, the credentials'
+    /// times) in Prometheus's text format on this address, e.g. `0.0.0.0:9464` for a
+    /// scrape from another pod. Its own listener: the token listener stays loopback only.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// `probe [--url URL]`.

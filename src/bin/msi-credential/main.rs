@@ -20,7 +20,8 @@
 //!   reloading credential and print one line per reload decision until SIGINT/SIGTERM;
 //!   with `--metrics`, the reloads and the credential's times in Prometheus's format on
 //!   `http://ADDR/metrics`.
-//! - `serve FILE... (--secret-file F | --secret-env NAME) [--listen ADDR] [--path P]`:
+//! - `serve FILE... (--secret-file F | --secret-env NAME) [--listen ADDR] [--path P]
+//!   [--metrics ADDR]`:
 //!   serve the files' tokens to the pod's other containers over the App Service managed
 //!   identity protocol on loopback (feature `serve`), until SIGINT/SIGTERM; `probe
 //!   [--url URL]` checks its `/healthz` for a Kubernetes `exec` probe.

@@ -69,6 +69,12 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
     if let Err(err) = serve_options.validate() {
         return fail(&err);
     }
+    if let Some(addr) = args.metrics
+        && let Err(message) = crate::metrics::install(addr)
+    {
+        output::failure(&render::plain_error("metrics", &message, format), format);
+        return Exit::Usage;
+    }
     let secret = match (&args.secret_file, &args.secret_env) {
         (Some(path), _) => {
             IdentityHeaderSecret::from_files(path, args.previous_secret_file.as_deref())
