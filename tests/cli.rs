@@ -1188,25 +1188,6 @@ fn scrape(port: u16) -> String {
     }
 }
 
-/// The samples of a scrape as Python's `prometheus_client` parser reads them:
-/// `name{label="value",...} value` lines, sorted. It refuses what Prometheus refuses.
-fn parse_with_prometheus_client(text: &str) -> Vec<String> {
-    let script = r#"
-import sys
-from prometheus_client.parser import text_string_to_metric_families
-for family in text_string_to_metric_families(sys.stdin.read()):
-    for s in family.samples:
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-        print(f"{family.type} {s.name}{{{labels}}} {float(s.value)!r}")
-"#;
-    let mut lines: Vec<String> = support::python::run(script, text.as_bytes())
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort();
-    lines
-}
-
 #[test]
 fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
     let dir = TempDir::new("cli-watch-metrics");
@@ -1227,7 +1208,7 @@ fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
     w.wait_for("swapped", |l| l.contains("\"swapped\""));
 
     let text = scrape(port);
-    let samples = parse_with_prometheus_client(&text);
+    let samples = support::python::prometheus_samples(&text);
     let has = |line: &str| samples.iter().any(|s| s == line);
     let id = &client_id;
     assert!(

@@ -14,31 +14,43 @@ use serving::{ARM, Mounted, SECRET};
 
 const BIN: &str = env!("CARGO_BIN_EXE_msi-credential");
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_answers_tokens_and_probes_until_sigterm() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let dir = TempDir::new("cli-serve");
-    let ca = EntraServer::write_ca_pem(dir.path());
+/// `msi-credential --json serve FILE --secret-env ... --listen 127.0.0.1:0 --ca-file CA
+/// EXTRA...` for `mounted`, and its `serving` line.
+fn spawn_serve(
+    mounted: &Mounted,
+    ca: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, serde_json::Value) {
     let mut child = Command::new(BIN)
         .arg("--json")
         .arg("serve")
-        .arg(a.mount.visible_path())
+        .arg(mounted.mount.visible_path())
         .args([
             "--secret-env",
             "MY_IDENTITY_HEADER",
             "--listen",
             "127.0.0.1:0",
-            "--ca-file",
         ])
-        .arg(&ca)
+        .args(extra)
+        .arg("--ca-file")
+        .arg(ca)
         .env("MY_IDENTITY_HEADER", SECRET)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = lines.next().unwrap().unwrap();
-    let serving: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let serving = serde_json::from_str(&line).unwrap();
+    (child, serving)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_tokens_and_probes_until_sigterm() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("cli-serve");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let (mut child, serving) = spawn_serve(&a, &ca, &[]);
     assert_eq!(serving["event"], "serving");
     assert_eq!(serving["identities"][0], a.identity.client_id.as_str());
     let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
@@ -123,28 +135,8 @@ async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(BIN)
-        .arg("--json")
-        .arg("serve")
-        .arg(a.mount.visible_path())
-        .args([
-            "--secret-env",
-            "MY_IDENTITY_HEADER",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args([
-            "--metrics",
-            &format!("127.0.0.1:{metrics_port}"),
-            "--ca-file",
-        ])
-        .arg(&ca)
-        .env("MY_IDENTITY_HEADER", SECRET)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let serving: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let (mut child, serving) = spawn_serve(&a, &ca, &["--metrics", &metrics]);
     let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let token_url = format!("{endpoint}?api-version=2019-08-01&resource={ARM}");
@@ -166,15 +158,7 @@ async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
         .text()
         .await
         .unwrap();
-    let script = r#"
-import sys
-from prometheus_client.parser import text_string_to_metric_families
-for family in text_string_to_metric_families(sys.stdin.read()):
-    for s in family.samples:
-        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-        print(f"{family.type} {s.name}{{{labels}}} {float(s.value)!r}")
-"#;
-    let samples = support::python::run(script, text.as_bytes());
+    let samples = support::python::prometheus_samples(&text).join("\n");
     let id = &a.identity.client_id;
     for want in [
         "counter msi_dataplane_serve_requests_total{status=\"200\"} 1.0".to_owned(),

@@ -92,3 +92,24 @@ pub fn run(script: &str, stdin: &[u8]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// The samples of a Prometheus scrape as Python's `prometheus_client` parser reads them
+/// (it refuses what Prometheus refuses): `TYPE name{label="value",...} VALUE` lines with
+/// the labels sorted and the value as a Python float (`1.0`), sorted.
+#[track_caller]
+pub fn prometheus_samples(text: &str) -> Vec<String> {
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        print(f"{family.type} {s.name}{{{labels}}} {float(s.value)!r}")
+"#;
+    let mut lines: Vec<String> = run(script, text.as_bytes())
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
