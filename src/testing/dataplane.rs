@@ -30,7 +30,7 @@ use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
 use super::entra::{EntraServer, Scripted};
-use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
 use super::{TestCertificate, TestIdentity};
 use crate::file::bundle::BundleFormat;
@@ -518,30 +518,7 @@ impl DataPlaneServer {
         ScriptBuilder::new(self.state.scripts.clone(), matcher)
     }
 
-    /// Answer the next data plane request with `answer`: the same as
-    /// `on(Match::any()).respond(answer).mount()` (queued answers are given first in,
-    /// first out).
-    pub fn enqueue(&self, answer: Scripted) {
-        self.on(Match::any()).respond(answer).mount();
-    }
-
-    /// Scripted answers not yet given, counting those of scripts with a number of answers
-    /// (those mounted `until_cleared` count none).
-    pub fn pending_scripted(&self) -> usize {
-        self.state.scripts.pending()
-    }
-
-    /// Remove every script (their expectations are not checked).
-    pub fn clear_scripts(&self) {
-        self.state.scripts.clear();
-    }
-
-    /// Check every mounted script's expectation now, and panic with the failed ones and
-    /// the requests received if any failed. (The server checks them too when its last
-    /// handle is dropped.)
-    pub fn verify(&self) {
-        self.state.scripts.verify();
-    }
+    script_methods!("data plane");
 
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<DataPlaneRequest> {

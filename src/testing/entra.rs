@@ -37,7 +37,7 @@ use serde_json::{Map, Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 
-use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
 
 /// The only accepted `client_assertion_type`.
@@ -611,30 +611,7 @@ impl EntraServer {
         ScriptBuilder::new(self.state.scripts.clone(), matcher)
     }
 
-    /// Answer the next token request (of any client) with `r`: the same as
-    /// `on(Match::any()).respond(r).mount()`. Scripts answer in the order they were
-    /// mounted, so queued answers are given first in, first out.
-    pub fn enqueue(&self, r: Scripted) {
-        self.on(Match::any()).respond(r).mount();
-    }
-
-    /// Scripted answers not yet given, counting those of scripts with a number of answers
-    /// (those mounted `until_cleared` count none).
-    pub fn pending_scripted(&self) -> usize {
-        self.state.scripts.pending()
-    }
-
-    /// Remove every script (their expectations are not checked).
-    pub fn clear_scripts(&self) {
-        self.state.scripts.clear();
-    }
-
-    /// Check every mounted script's expectation now, and panic with the failed ones and
-    /// the requests received if any failed. (The server checks them too when the test's
-    /// last handle to it is dropped.)
-    pub fn verify(&self) {
-        self.state.scripts.verify();
-    }
+    script_methods!("token");
 
     /// Delay normal answers (tokens and errors) to requests whose `scope` equals `scope`.
     /// `Duration::ZERO` removes the delay.

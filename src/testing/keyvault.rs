@@ -31,7 +31,7 @@ use hyper::{Request, Response};
 use serde_json::{Value, json};
 
 use super::entra::{EntraServer, Scripted};
-use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop};
+use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
 
 const RESOURCE: &str = KeyVaultServer::RESOURCE;
@@ -315,30 +315,7 @@ impl KeyVaultServer {
         ScriptBuilder::new(self.state.scripts.clone(), matcher)
     }
 
-    /// Answer the next vault request with `answer`: the same as
-    /// `on(Match::any()).respond(answer).mount()` (queued answers are given first in,
-    /// first out).
-    pub fn enqueue(&self, answer: Scripted) {
-        self.on(Match::any()).respond(answer).mount();
-    }
-
-    /// Scripted answers not yet given, counting those of scripts with a number of answers
-    /// (those mounted `until_cleared` count none).
-    pub fn pending_scripted(&self) -> usize {
-        self.state.scripts.pending()
-    }
-
-    /// Remove every script (their expectations are not checked).
-    pub fn clear_scripts(&self) {
-        self.state.scripts.clear();
-    }
-
-    /// Check every mounted script's expectation now, and panic with the failed ones and
-    /// the requests received if any failed. (The server checks them too when its last
-    /// handle is dropped.)
-    pub fn verify(&self) {
-        self.state.scripts.verify();
-    }
+    script_methods!("vault");
 
     /// Every request received (while recording), in order.
     pub fn requests(&self) -> Vec<KeyVaultRequest> {

@@ -479,6 +479,41 @@ impl Scripts {
     }
 }
 
+/// The script methods every kit server has beside its own `on(Match)`: `enqueue`,
+/// `pending_scripted`, `clear_scripts` and `verify`, forwarding to the server's
+/// `state.scripts`. `$what` names its requests in the docs ("token", "data plane").
+macro_rules! script_methods {
+    ($what:literal) => {
+        #[doc = concat!(
+            "Answer the next ", $what, " request (of any client) with `answer`: the same as\n",
+            "`on(Match::any()).respond(answer).mount()`. Scripts answer in the order they were\n",
+            "mounted, so queued answers are given first in, first out."
+        )]
+        pub fn enqueue(&self, answer: Scripted) {
+            self.on(Match::any()).respond(answer).mount();
+        }
+
+        /// Scripted answers not yet given, counting those of scripts with a number of
+        /// answers (those mounted `until_cleared` count none).
+        pub fn pending_scripted(&self) -> usize {
+            self.state.scripts.pending()
+        }
+
+        /// Remove every script (their expectations are not checked).
+        pub fn clear_scripts(&self) {
+            self.state.scripts.clear();
+        }
+
+        /// Check every mounted script's expectation now, and panic with the failed ones
+        /// and the requests received if any failed. (The server checks them too when the
+        /// test's last handle to it is dropped.)
+        pub fn verify(&self) {
+            self.state.scripts.verify();
+        }
+    };
+}
+pub(crate) use script_methods;
+
 /// Checks a server's expectations when the last handle the test holds is dropped (the
 /// handles other kit servers keep of a linked server do not hold one).
 pub(crate) struct VerifyOnDrop(pub(crate) Arc<Scripts>);
