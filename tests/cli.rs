@@ -1159,15 +1159,6 @@ fn loopback_token_requests_never_go_through_an_environment_proxy() {
     assert_eq!(setup.server.tokens_issued(), 1);
 }
 
-/// A free loopback port (bound, then released for the child to bind).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` over plain HTTP/1.1; the body, once the answer is 200.
 fn scrape(port: u16) -> String {
     use std::io::Write as _;
@@ -1193,7 +1184,7 @@ fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
     let dir = TempDir::new("cli-watch-metrics");
     let file = dir.join("identity");
     std::fs::write(&file, fixture_json("rotation-1")).unwrap();
-    let port = free_port();
+    let port = support::free_port();
     let addr = format!("127.0.0.1:{port}");
     let mut w = Watcher::start(&file, &["--json", "--metrics", &addr]);
     w.wait_for("loaded", |l| l.contains("\"loaded\""));

@@ -14,6 +14,19 @@ use serving::{ARM, Mounted, SECRET};
 
 const BIN: &str = env!("CARGO_BIN_EXE_msi-credential");
 
+/// SIGTERM, as Kubernetes stops a container; the exit code.
+fn stop(mut child: std::process::Child) -> Option<i32> {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap().code()
+}
+
 /// `msi-credential --json serve FILE --secret-env ... --listen 127.0.0.1:0 --ca-file CA
 /// EXTRA...` for `mounted`, and its `serving` line.
 fn spawn_serve(
@@ -50,7 +63,7 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
     let a = Mounted::new(&entra);
     let dir = TempDir::new("cli-serve");
     let ca = EntraServer::write_ca_pem(dir.path());
-    let (mut child, serving) = spawn_serve(&a, &ca, &[]);
+    let (child, serving) = spawn_serve(&a, &ca, &[]);
     assert_eq!(serving["event"], "serving");
     assert_eq!(serving["identities"][0], a.identity.client_id.as_str());
     let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
@@ -76,15 +89,7 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
     assert_eq!(probe.status.code(), Some(0), "{probe:?}");
     assert!(String::from_utf8_lossy(&probe.stdout).contains("\"ready\""));
     // SIGTERM, as Kubernetes stops a container.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(stop(child), Some(0));
     // Nothing listens now: the probe says so.
     let probe = Command::new(BIN)
         .args(["probe", "--url", &health])
@@ -130,13 +135,9 @@ async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
     let a = Mounted::new(&entra);
     let dir = TempDir::new("cli-serve-metrics");
     let ca = EntraServer::write_ca_pem(dir.path());
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let metrics_port = support::free_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
-    let (mut child, serving) = spawn_serve(&a, &ca, &["--metrics", &metrics]);
+    let (child, serving) = spawn_serve(&a, &ca, &["--metrics", &metrics]);
     let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let token_url = format!("{endpoint}?api-version=2019-08-01&resource={ARM}");
@@ -179,13 +180,5 @@ async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
     );
     assert!(!text.contains(SECRET), "the secret in a scrape");
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(stop(child), Some(0));
 }

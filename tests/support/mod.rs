@@ -13,3 +13,12 @@ pub mod log_capture;
 pub mod python;
 pub mod scanning;
 pub mod secrets;
+
+/// A free loopback port (bound, then released for a child process to bind).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

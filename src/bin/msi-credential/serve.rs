@@ -69,11 +69,8 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
     if let Err(err) = serve_options.validate() {
         return fail(&err);
     }
-    if let Some(addr) = args.metrics
-        && let Err(message) = crate::metrics::install(addr)
-    {
-        output::failure(&render::plain_error("metrics", &message, format), format);
-        return Exit::Usage;
+    if let Err(exit) = crate::metrics::serve_if_asked(args.metrics, format) {
+        return exit;
     }
     let secret = match (&args.secret_file, &args.secret_env) {
         (Some(path), _) => {

@@ -36,11 +36,8 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
             return Exit::Internal;
         }
     };
-    if let Some(addr) = args.metrics
-        && let Err(message) = crate::metrics::install(addr)
-    {
-        output::failure(&render::plain_error("metrics", &message, format), format);
-        return Exit::Usage;
+    if let Err(exit) = crate::metrics::serve_if_asked(args.metrics, format) {
+        return exit;
     }
     let options = UserAssignedIdentityCredentialOptions::default()
         .with_backstop_interval(args.backstop)
