@@ -152,7 +152,7 @@ fn main() {
         // The rate limit off: it is what is measured against.
         let options = ServeOptions::default()
             .with_port(0)
-            .with_max_requests_per_second(None)
+            .with_max_token_requests_per_second(None)
             .with_max_connections(CONNECTIONS * 2);
         let server = TokenServer::start(vec![served], secret, options)
             .await

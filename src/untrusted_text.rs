@@ -72,19 +72,58 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
-/// Control characters (C0, DEL, C1), line and paragraph separators, and the bidirectional
-/// marks, embeddings, overrides and isolates.
+/// Control characters (C0, DEL, C1), the line and paragraph separators, and every format
+/// character (Unicode category Cf: the bidirectional marks, embeddings, overrides and
+/// isolates, zero-width spaces and joiners, the soft hyphen, the byte order mark, tags and
+/// the like), which change what a reader sees without being seen.
 fn is_unsafe(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
-        )
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_format(c)
+}
+
+/// Pure: whether `c` is in Unicode's general category Cf (format), as of Unicode 16.
+pub(crate) fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_characters_are_escaped() {
+        assert_eq!(
+            bounded(
+                "a\u{200b}b\u{2060}c\u{feff}d\u{ad}e\u{e0041}f\u{202e}g",
+                512
+            ),
+            "a\\u{200b}b\\u{2060}c\\u{feff}d\\u{ad}e\\u{e0041}f\\u{202e}g"
+        );
+        // Letters, combining marks and emoji are not format characters.
+        assert!(!is_format('é') && !is_format('\u{0301}') && !is_format('👍'));
+    }
 
     #[test]
     fn ordinary_text_passes_unchanged() {

@@ -380,13 +380,27 @@ async fn health_is_ready_while_every_credential_is_valid() {
     let options = ServeOptions::default().with_clock(clock.clone());
     let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
     let host = server.local_addr();
-    let health = || {
+    let health = |secret: &str| {
+        let header = match secret {
+            "" => String::new(),
+            secret => format!("\r\nX-IDENTITY-HEADER: {secret}"),
+        };
         raw(
             host,
-            format!("GET /healthz HTTP/1.1\r\nHost: localhost:{}", host.port()),
+            format!(
+                "GET /healthz HTTP/1.1\r\nHost: localhost:{}{header}",
+                host.port()
+            ),
         )
     };
-    let ready = health().await;
+    // Without the secret: the status only, nothing about the identities.
+    let anonymous = health("").await;
+    assert_eq!(anonymous.status, 200, "{anonymous:?}");
+    assert_eq!(anonymous.body, serde_json::json!({"status": "ready"}));
+    let wrong = health("not-the-secret-0123456789").await;
+    assert_eq!(wrong.body, serde_json::json!({"status": "ready"}));
+    // With it: each identity's details.
+    let ready = health(SECRET).await;
     assert_eq!(ready.status, 200, "{ready:?}");
     assert_eq!(ready.body["status"], "ready");
     assert_eq!(
@@ -398,11 +412,16 @@ async fn health_is_ready_while_every_credential_is_valid() {
         a.certificate.sha256_hex().as_str()
     );
     clock.set(a.certificate.not_after() + time::Duration::seconds(1));
-    let expired = health().await;
+    let expired = health(SECRET).await;
     assert_eq!(expired.status, 503, "{expired:?}");
     assert_eq!(
         expired.body["identities"][0]["problem"],
         "credential_expired"
+    );
+    let anonymous = health("").await;
+    assert_eq!(
+        (anonymous.status, anonymous.body),
+        (503, serde_json::json!({"status": "not_ready"}))
     );
 }
 
@@ -441,23 +460,42 @@ async fn only_loopback_addresses_are_listened_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_request_rate_is_bounded() {
+async fn the_rate_limit_counts_cache_misses_only() {
     let entra = msi_dataplane::testing::EntraServer::start().await;
     let a = Mounted::new(&entra);
-    let options = ServeOptions::default().with_max_requests_per_second(Some(5));
+    // Two token endpoint requests a second, bursts of four.
+    let options = ServeOptions::default().with_max_token_requests_per_second(Some(2));
     let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let before = entra.requests().len();
     let mut statuses = Vec::new();
-    for _ in 0..15 {
-        let answer = raw(server.local_addr(), token_request(&server, ARM, "", SECRET)).await;
+    for i in 0..10 {
+        let resource = format!("api://rate-{i}");
+        let answer = raw(
+            server.local_addr(),
+            token_request(&server, &resource, "", SECRET),
+        )
+        .await;
         if answer.status == 429 {
             assert_eq!(answer.header("retry-after"), Some("1"));
             assert_eq!(answer.body["statusCode"], 429);
         }
         statuses.push(answer.status);
     }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert!((4..=6).contains(&admitted), "{statuses:?}");
     assert!(statuses.contains(&429), "{statuses:?}");
-    assert!(
-        statuses.iter().filter(|s| **s == 200).count() >= 10,
-        "{statuses:?}"
+    assert_eq!(
+        entra.requests().len() - before,
+        admitted,
+        "only admitted misses reach the token endpoint"
     );
+    // The bucket is empty, yet a cached token is answered every time.
+    for _ in 0..30 {
+        let answer = raw(
+            server.local_addr(),
+            token_request(&server, "api://rate-0", "", SECRET),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
 }

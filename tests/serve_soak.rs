@@ -41,7 +41,7 @@ async fn ten_minutes_of_requests_through_rotations_every_few_seconds() {
     let credential = served.credential().clone();
     let server = start(
         vec![served],
-        ServeOptions::default().with_max_requests_per_second(None),
+        ServeOptions::default().with_max_token_requests_per_second(None),
     )
     .await;
     let url = format!(

@@ -293,6 +293,12 @@ impl UserAssignedIdentityCredential {
         active.credential.get_token(scopes).await
     }
 
+    /// The active credential's cached token for `scopes` if one can be handed out now,
+    /// without any request (the hit path of [`get_token`](Self::get_token)).
+    pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
+        self.inner.active.load().credential.cached_token(scopes)
+    }
+
     /// The active credential.
     pub fn current(&self) -> ClientCertificateCredential {
         self.inner.active.load_full().credential.clone()

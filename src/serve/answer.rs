@@ -163,15 +163,18 @@ pub(crate) struct IdentityHealth {
 #[derive(Serialize)]
 struct HealthBody<'a> {
     status: &'static str,
-    identities: &'a [IdentityHealth],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identities: Option<&'a [IdentityHealth]>,
 }
 
-/// Pure: the health answer: 200 when every identity is ready, else 503.
-pub(crate) fn health(identities: &[IdentityHealth]) -> (u16, Vec<u8>) {
+/// Pure: the health answer: 200 when every identity is ready, else 503. The identities'
+/// details (client ids, thumbprints, times) only for a caller that presented the secret:
+/// without it, the status alone.
+pub(crate) fn health(identities: &[IdentityHealth], details: bool) -> (u16, Vec<u8>) {
     let ready = identities.iter().all(|i| i.ready);
     let body = HealthBody {
         status: if ready { "ready" } else { "not_ready" },
-        identities,
+        identities: details.then_some(identities),
     };
     let status = if ready { 200 } else { 503 };
     (status, serde_json::to_vec(&body).unwrap_or_default())
@@ -261,11 +264,16 @@ mod tests {
             reloads: 0,
             problem: (!ready).then_some("credential_expired"),
         };
-        assert_eq!(health(&[one(true), one(true)]).0, 200);
-        let (status, body) = health(&[one(true), one(false)]);
+        assert_eq!(health(&[one(true), one(true)], true).0, 200);
+        let (status, body) = health(&[one(true), one(false)], true);
         assert_eq!(status, 503);
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(json["status"], "not_ready");
         assert_eq!(json["identities"][1]["problem"], "credential_expired");
+        // Without the secret: the status only.
+        let (status, body) = health(&[one(true), one(false)], false);
+        assert_eq!(status, 503);
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json, serde_json::json!({"status": "not_ready"}));
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -30,6 +31,8 @@ pub struct ServedIdentity {
     client_id: String,
     object_id: Option<String>,
     resource_id: Option<String>,
+    /// The resources it may be asked for (`None`: any).
+    allowed_resources: Option<Arc<[String]>>,
 }
 
 impl fmt::Debug for ServedIdentity {
@@ -38,6 +41,7 @@ impl fmt::Debug for ServedIdentity {
             .field("client_id", &self.client_id)
             .field("object_id", &self.object_id)
             .field("resource_id", &self.resource_id)
+            .field("allowed_resources", &self.allowed_resources)
             .field("path", &self.credential.path())
             .finish()
     }
@@ -52,6 +56,7 @@ impl ServedIdentity {
             client_id,
             object_id: None,
             resource_id: None,
+            allowed_resources: None,
         }
     }
 
@@ -107,6 +112,62 @@ impl ServedIdentity {
         self
     }
 
+    /// Answer token requests for these resources only (others are refused with 403
+    /// `resource_not_allowed` before any request is made): a container that holds the
+    /// secret can then neither make the server ask the token endpoint for anything else
+    /// nor fill its cache with other resources. A resource matches when it is equal once
+    /// a trailing `/.default` and a trailing `/` are taken off both, so
+    /// `https://vault.azure.net`, `https://vault.azure.net/` and
+    /// `https://vault.azure.net/.default` are one. Default: any resource.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> msi_dataplane::Result<()> {
+    /// use msi_dataplane::serve::ServedIdentity;
+    ///
+    /// let identity = ServedIdentity::load("/mnt/certs/my-identity", Default::default())
+    ///     .await?
+    ///     .with_allowed_resources(["https://management.azure.com/", "https://vault.azure.net"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_allowed_resources<I, S>(mut self, resources: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let resources: Vec<String> = resources
+            .into_iter()
+            .map(|r| resource_key(&r.into()).to_owned())
+            .collect();
+        self.allowed_resources = Some(resources.into());
+        self
+    }
+
+    /// The resources it may be asked for, when limited (each without a trailing
+    /// `/.default` or `/`).
+    pub fn allowed_resources(&self) -> Option<&[String]> {
+        self.allowed_resources.as_deref()
+    }
+
+    /// Pure: whether a request for `resource` may be answered (403 if not).
+    pub(crate) fn check_resource(&self, resource: &str) -> std::result::Result<(), Refusal> {
+        let Some(allowed) = &self.allowed_resources else {
+            return Ok(());
+        };
+        let key = resource_key(resource);
+        if allowed.iter().any(|a| a == key) {
+            return Ok(());
+        }
+        Err(Refusal::new(
+            403,
+            "resource_not_allowed",
+            format!(
+                "identity {} is not served for resource {} here",
+                self.client_id,
+                bounded(resource, 256)
+            ),
+        ))
+    }
+
     /// The client id.
     pub fn client_id(&self) -> &str {
         &self.client_id
@@ -156,6 +217,14 @@ impl ServedIdentity {
             problem,
         }
     }
+}
+
+/// Pure: a resource as the allow-list compares it: without a trailing `/.default`, then
+/// without a trailing `/`.
+fn resource_key(resource: &str) -> &str {
+    let resource = resource.trim();
+    let resource = resource.strip_suffix("/.default").unwrap_or(resource);
+    resource.strip_suffix('/').unwrap_or(resource)
 }
 
 /// The served identities, checked: at least one, no id shared by two.

@@ -1,6 +1,8 @@
-//! The request rate limit: a token bucket over every request the server reads, so a
-//! runaway client in the pod cannot turn the server into a flood of token requests or
-//! log lines. The refill is a pure function of the time.
+//! The token server's budgets: token buckets, one over the token requests that reach the
+//! token endpoint (cache misses), so that a runaway client in the pod cannot turn the
+//! server into a flood of token requests, and one over refusals before the secret, so
+//! that a flood without it is pushed to reconnect for every request. The refill is a pure
+//! function of the time.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -60,6 +62,10 @@ fn take(bucket: Bucket, now: Instant, rate: f64, burst: f64) -> (bool, Bucket) {
         (false, Bucket { tokens, at })
     }
 }
+
+/// Refusals answered a second (bursts of twice that) before refused connections are
+/// closed after their answer.
+pub(crate) const REFUSALS_PER_SECOND: u32 = 50;
 
 /// How long a refused client is asked to wait.
 pub(crate) const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(1);

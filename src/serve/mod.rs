@@ -42,12 +42,16 @@
 mod answer;
 mod identity;
 mod limit;
+mod listener;
+mod metrics_server;
 mod request;
 mod secret;
 mod server;
 
 pub use answer::DEFAULT_RETRY_AFTER_SECS;
 pub use identity::{REFRESH_WINDOW, ServedIdentity};
+pub use listener::{HEAD_LIMIT_BYTES, MAX_CONNECTIONS_LIMIT};
+pub use metrics_server::{METRICS_CONTENT_TYPE, METRICS_PATH, MetricsServer, MetricsServerOptions};
 pub use request::{
     API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT, MAX_TARGET_BYTES,
     MAX_VALUE_CHARS,

@@ -2,7 +2,8 @@
 //! the request's head (method, target, headers), checked before anything else is done.
 //!
 //! The order is the cheapest and least revealing first: the method, the sizes, proxies
-//! (`X-Forwarded-For`, `Forwarded`), the `Host`, the path; the identity header's secret
+//! (`Forwarded`, `Via`, the `X-Forwarded-*` family, `X-Real-IP` and its kin), the `Host`
+//! and an absolute-form target's authority, the path; the identity header's secret
 //! is checked by the caller between [`route`] and [`token_query`], so that nothing about
 //! the served identities is answered to a caller without it.
 
@@ -77,11 +78,34 @@ pub(crate) struct TokenQuery {
     pub(crate) selector: Option<Selector>,
 }
 
-/// Pure: check a request's head and say where it goes. `token_path` is the path the
-/// token endpoint answers on (`IDENTITY_ENDPOINT`'s path).
+/// The headers a proxy adds, each refused: the token server answers processes in its own
+/// pod, which reach it directly. Names are compared lower-case; `x-forwarded-` is a prefix.
+const PROXY_HEADERS: &[&str] = &[
+    "forwarded",
+    "via",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "true-client-ip",
+    "x-original-forwarded-for",
+];
+
+/// Pure: whether `headers` hold a header that a proxy adds; its name if so.
+fn proxy_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .keys()
+        .map(|name| name.as_str())
+        .find(|name| name.starts_with("x-forwarded-") || PROXY_HEADERS.contains(name))
+}
+
+/// Pure: check a request's head and say where it goes. `authority` is the target's own
+/// (`Some` for an absolute-form target, `GET http://127.0.0.1:50342/msi/token?…`), which
+/// is then the request's host (RFC 9112 §3.2.2) and must name loopback as `Host` must.
+/// `token_path` is the path the token endpoint answers on (`IDENTITY_ENDPOINT`'s path).
 pub(crate) fn route(
     method: &str,
     target: &str,
+    authority: Option<(&str, &str)>,
     path: &str,
     headers: &HeaderMap,
     token_path: &str,
@@ -127,16 +151,20 @@ pub(crate) fn route(
             "a GET request to the token server carries no body".to_owned(),
         ));
     }
-    if headers.contains_key("x-forwarded-for") || headers.contains_key("forwarded") {
+    if let Some(name) = proxy_header(headers) {
         return Err(Refusal::new(
             403,
             "forwarded_request",
-            "a request that came through a proxy (X-Forwarded-For or Forwarded) is refused: \
-             the token server answers processes in its own pod only"
-                .to_owned(),
+            format!(
+                "a request that came through a proxy ({name}) is refused: the token server \
+                 answers processes in its own pod only"
+            ),
         ));
     }
     check_host(headers)?;
+    if let Some((scheme, authority)) = authority {
+        check_absolute_target(scheme, authority)?;
+    }
     if path == token_path {
         Ok(Route::Token)
     } else if path == health_path {
@@ -182,6 +210,28 @@ fn check_host(headers: &HeaderMap) -> Result<(), Refusal> {
                 "Host {} is not a loopback name: the token server answers only requests \
                  addressed to 127.0.0.1, localhost or [::1]",
                 quoted_input(host)
+            ),
+        ))
+    }
+}
+
+/// Pure: an absolute-form target's scheme and authority: `http` to a loopback name, or the
+/// request was meant for another server (421), whatever its `Host` says.
+fn check_absolute_target(scheme: &str, authority: &str) -> Result<(), Refusal> {
+    if scheme.eq_ignore_ascii_case("http")
+        && !authority.contains('@')
+        && is_loopback_host(authority)
+    {
+        Ok(())
+    } else {
+        Err(Refusal::new(
+            421,
+            "misdirected_request",
+            format!(
+                "the request target names {}://{}: the token server answers only requests \
+                 addressed to http://127.0.0.1, localhost or [::1]",
+                quoted_input(scheme),
+                quoted_input(authority)
             ),
         ))
     }
@@ -352,6 +402,7 @@ mod tests {
         route(
             method,
             target,
+            None,
             path,
             &headers(pairs),
             "/msi/token",
@@ -413,11 +464,47 @@ mod tests {
         assert_eq!(routed("GET", "/msi/token", &[host, xff]), Err(403));
         let fwd = ("forwarded", "for=10.1.1.1");
         assert_eq!(routed("GET", "/msi/token", &[host, fwd]), Err(403));
+        for proxied in [
+            ("via", "1.1 proxy"),
+            ("x-real-ip", "10.1.1.1"),
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-proto", "https"),
+            ("true-client-ip", "10.1.1.1"),
+        ] {
+            assert_eq!(
+                routed("GET", "/msi/token", &[host, proxied]),
+                Err(403),
+                "{proxied:?}"
+            );
+        }
         let foreign = ("host", "attacker.example:50342");
         assert_eq!(routed("GET", "/msi/token", &[foreign]), Err(421));
         assert_eq!(routed("GET", "/msi/token", &[]), Err(400));
         assert_eq!(routed("GET", "/msi/token", &[host, host]), Err(400));
         assert_eq!(routed("GET", "/other", &[host]), Err(404));
+    }
+
+    #[test]
+    fn absolute_form_targets_are_judged_by_their_authority() {
+        let host = ("host", "127.0.0.1:50342");
+        let absolute = |scheme, authority| {
+            route(
+                "GET",
+                "/msi/token",
+                Some((scheme, authority)),
+                "/msi/token",
+                &headers(&[host]),
+                "/msi/token",
+                "/healthz",
+            )
+            .map_err(|r| r.status)
+        };
+        assert_eq!(absolute("http", "127.0.0.1:50342"), Ok(Route::Token));
+        assert_eq!(absolute("http", "localhost"), Ok(Route::Token));
+        assert_eq!(absolute("http", "evil.example"), Err(421));
+        assert_eq!(absolute("http", "evil.example:50342"), Err(421));
+        assert_eq!(absolute("https", "127.0.0.1:50342"), Err(421));
+        assert_eq!(absolute("http", "user@127.0.0.1"), Err(421));
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! The listener: loopback TCP, HTTP/1.1 with keep-alive (hyper), bounded connections and
-//! request rate; each request checked ([`request`](crate::serve::request)), then
-//! answered from the served identity's token cache ([`answer`](crate::serve::answer)).
+//! The token server: loopback TCP, HTTP/1.1 with keep-alive on the module's bounded
+//! listener ([`listener`](crate::serve::listener)); each request checked
+//! ([`request`](crate::serve::request)), then answered from the served identity's token
+//! cache ([`answer`](crate::serve::answer)).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,20 +11,17 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, ErrorKind, Result, ServeError};
 use crate::serve::answer::{self, Refusal};
 use crate::serve::identity::{Identities, ServedIdentity};
-use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, RateLimiter};
+use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, REFUSALS_PER_SECOND, RateLimiter};
+use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT};
 use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
@@ -43,9 +40,10 @@ pub const HEALTH_PATH: &str = "/healthz";
 /// ```
 /// use msi_dataplane::serve::ServeOptions;
 ///
-/// let options = ServeOptions::default().with_port(0).with_max_requests_per_second(None);
+/// let options = ServeOptions::default().with_port(0).with_max_token_requests_per_second(None);
 /// assert!(options.listen.ip().is_loopback());
 /// assert_eq!(options.token_path, "/msi/token");
+/// assert_eq!(options.max_connections, 512);
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
@@ -56,15 +54,23 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// The path tokens are served on (`IDENTITY_ENDPOINT`'s path). Default `/msi/token`.
     pub token_path: String,
-    /// Most connections open at once; more wait in the listen queue. Default 128.
+    /// Most connections open at once (1 to [`MAX_CONNECTIONS_LIMIT`]). When full, a new
+    /// connection closes the one idle longest (a connection answering a request is never
+    /// closed for another); only when every one is answering does a new one wait in the
+    /// listen queue. Default 512: an idle connection costs a descriptor and a few KiB.
     pub max_connections: usize,
-    /// Most requests a second, on average (bursts of twice that); more are answered 429.
-    /// `None`: no limit. Default 500: far above what SDK clients, which cache tokens,
-    /// ask for.
-    pub max_requests_per_second: Option<u32>,
-    /// Time allowed for a request's head to arrive; a connection that sends none in that
-    /// time is closed. Default 10 s.
-    pub header_read_timeout: Duration,
+    /// Time a new connection has to send its first byte before it is closed. Default 2 s
+    /// (clients send their request as soon as they connect).
+    pub first_byte_timeout: Duration,
+    /// Time a request head has to arrive in full, from a connection's first byte or from
+    /// the previous answer on it; a keep-alive connection idle longer is closed. Default
+    /// 30 s.
+    pub idle_timeout: Duration,
+    /// Most token requests a second that reach the token endpoint (cache misses), on
+    /// average, with bursts of twice that; more are answered 429 with `Retry-After: 1`.
+    /// Cached tokens, refusals and health checks are never limited by it. `None`: no
+    /// limit. Default 50.
+    pub max_token_requests_per_second: Option<u32>,
     /// How often a secret read from a file is read again, to follow a rotation of it
     /// (the last good one is kept when a re-read fails). Default 10 s.
     pub secret_recheck: Duration,
@@ -77,9 +83,10 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             token_path: DEFAULT_TOKEN_PATH.to_owned(),
-            max_connections: 128,
-            max_requests_per_second: Some(500),
-            header_read_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            first_byte_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            max_token_requests_per_second: Some(50),
             secret_recheck: Duration::from_secs(10),
             clock: Arc::new(SystemClock),
         }
@@ -92,8 +99,12 @@ impl std::fmt::Debug for ServeOptions {
             .field("listen", &self.listen)
             .field("token_path", &self.token_path)
             .field("max_connections", &self.max_connections)
-            .field("max_requests_per_second", &self.max_requests_per_second)
-            .field("header_read_timeout", &self.header_read_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field(
+                "max_token_requests_per_second",
+                &self.max_token_requests_per_second,
+            )
             .field("secret_recheck", &self.secret_recheck)
             .finish_non_exhaustive()
     }
@@ -124,15 +135,22 @@ impl ServeOptions {
         self
     }
 
-    /// Answer at most this many requests a second (`None`: no limit).
-    pub fn with_max_requests_per_second(mut self, max: Option<u32>) -> Self {
-        self.max_requests_per_second = max;
+    /// Close new connections that send nothing for this long.
+    pub fn with_first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.first_byte_timeout = timeout;
         self
     }
 
-    /// Close connections whose request head takes longer than this.
-    pub fn with_header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout;
+    /// Close connections whose next request head takes longer than this.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Send at most this many token requests a second to the token endpoint (`None`: no
+    /// limit).
+    pub fn with_max_token_requests_per_second(mut self, max: Option<u32>) -> Self {
+        self.max_token_requests_per_second = max;
         self
     }
 
@@ -156,6 +174,8 @@ impl ServeOptions {
     ///
     /// let err = ServeOptions::default().with_listen("0.0.0.0:50342".parse().unwrap()).validate();
     /// assert_eq!(err.unwrap_err().kind().code(), "non_loopback_address");
+    /// let err = ServeOptions::default().with_max_connections(1 << 40).validate();
+    /// assert_eq!(err.unwrap_err().kind().code(), "invalid_option");
     /// ```
     pub fn validate(&self) -> Result<()> {
         if !self.listen.ip().is_loopback() {
@@ -163,13 +183,6 @@ impl ServeOptions {
                 ErrorKind::Serve(ServeError::NonLoopbackAddress { addr: self.listen }).into(),
             );
         }
-        let invalid = |option, reason: &str| {
-            Err(ErrorKind::Serve(ServeError::InvalidOption {
-                option,
-                reason: reason.to_owned(),
-            })
-            .into())
-        };
         let path = &self.token_path;
         if !path.starts_with('/') || path.len() > 256 || path.contains(['?', '#']) {
             return invalid(
@@ -180,20 +193,66 @@ impl ServeOptions {
         if path == HEALTH_PATH {
             return invalid("token_path", "it is the health path");
         }
-        if self.max_connections == 0 {
-            return invalid("max_connections", "must be at least 1");
-        }
-        if self.max_requests_per_second == Some(0) {
+        check_connection_limits(
+            self.max_connections,
+            self.first_byte_timeout,
+            self.idle_timeout,
+        )?;
+        if self.max_token_requests_per_second == Some(0) {
             return invalid(
-                "max_requests_per_second",
+                "max_token_requests_per_second",
                 "must be at least 1 (or no limit)",
             );
         }
-        if self.secret_recheck.is_zero() {
-            return invalid("secret_recheck", "must be longer than zero");
+        if self.secret_recheck.is_zero() || self.secret_recheck > MAX_TIMEOUT {
+            return invalid("secret_recheck", "must be between 1 ms and one day");
         }
         Ok(())
     }
+
+    fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+/// The longest timeout or interval an option takes (a day): longer ones are mistakes,
+/// and far longer ones overflow the runtime's timers.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// An [`ServeError::InvalidOption`].
+fn invalid(option: &'static str, reason: &str) -> Result<()> {
+    Err(ErrorKind::Serve(ServeError::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    })
+    .into())
+}
+
+/// Pure: the connection limits a listener of this module accepts.
+pub(crate) fn check_connection_limits(
+    max_connections: usize,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+) -> Result<()> {
+    if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+        return invalid(
+            "max_connections",
+            &format!("must be between 1 and {MAX_CONNECTIONS_LIMIT}"),
+        );
+    }
+    for (option, timeout) in [
+        ("first_byte_timeout", first_byte_timeout),
+        ("idle_timeout", idle_timeout),
+    ] {
+        if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
+            return invalid(option, "must be between 1 ms and one day");
+        }
+    }
+    Ok(())
 }
 
 /// What every request reads.
@@ -201,7 +260,11 @@ struct State {
     identities: Identities,
     secret: ArcSwap<IdentityHeaderSecret>,
     token_path: String,
-    limiter: Option<RateLimiter>,
+    /// Token requests that reach the token endpoint (cache misses).
+    token_requests: Option<RateLimiter>,
+    /// Refusals (no or wrong secret, bad requests): past it, the refused connection is
+    /// closed after its answer.
+    refusals: RateLimiter,
     clock: Arc<dyn Clock>,
 }
 
@@ -276,9 +339,10 @@ impl TokenServer {
             identities,
             secret: ArcSwap::from_pointee(secret),
             token_path: options.token_path.clone(),
-            limiter: options
-                .max_requests_per_second
+            token_requests: options
+                .max_token_requests_per_second
                 .map(|rate| RateLimiter::new(rate, Instant::now())),
+            refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
             clock: options.clock.clone(),
         });
         if state.secret.load().path().is_some() {
@@ -295,7 +359,17 @@ impl TokenServer {
             "token server listening"
         );
         let token_path = options.token_path.clone();
-        tokio::spawn(accept_loop(listener, state, options, stop.clone()));
+        let handler = move |req| {
+            let state = state.clone();
+            async move { handle(&state, req).await }
+        };
+        tokio::spawn(listener::serve(
+            listener,
+            options.connection_limits(),
+            stop.clone(),
+            "token server",
+            handler,
+        ));
         Ok(TokenServer {
             addr,
             token_path,
@@ -334,62 +408,6 @@ impl TokenServer {
     pub fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
     }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    state: Arc<State>,
-    options: ServeOptions,
-    stop: CancellationToken,
-) {
-    let slots = Arc::new(Semaphore::new(options.max_connections));
-    loop {
-        let permit = tokio::select! {
-            _ = stop.cancelled() => break,
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tracing::warn!(error = %e, "token server: accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let stop = stop.clone();
-        let timeout = options.header_read_timeout;
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(handle(&state, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(timeout)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-            drop(permit);
-        });
-    }
-    tracing::info!("token server stopped");
 }
 
 /// Re-read the secret file every `every`; keep the last good secret when it fails.
@@ -434,7 +452,10 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     response
 }
 
-/// [`handle`]'s work.
+/// [`handle`]'s work, in the order that keeps a caller without the secret from costing
+/// the others anything: the head's checks and the secret first (refusals have a budget of
+/// their own, past which the refused connection is closed), then the cache, and only a
+/// cache miss takes from the token requests' budget.
 async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, _body) = req.into_parts();
     let headers = &parts.headers;
@@ -442,21 +463,15 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
         .get("x-ms-client-request-id")
         .map(HeaderValue::as_bytes);
     let correlation = || answer::correlation_id(request_id, || uuid::Uuid::new_v4().to_string());
-    if let Some(limiter) = &state.limiter
-        && !limiter.admit(Instant::now())
-    {
-        let refusal = Refusal::new(
-            429,
-            "too_many_requests",
-            "the token server's request rate limit is reached".to_owned(),
-        )
-        .retry_after(RATE_LIMITED_RETRY_AFTER.as_secs());
-        return refused(&refusal, &correlation());
-    }
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| (parts.uri.scheme_str().unwrap_or(""), a.as_str()));
     let route = request::route(
         parts.method.as_str(),
         target,
+        authority,
         parts.uri.path(),
         headers,
         &state.token_path,
@@ -466,10 +481,14 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
         Ok(route) => route,
         Err(refusal) => {
             tracing::debug!(status = refusal.status, error = %refusal.error, "token server refused a request");
-            return refused(&refusal, &correlation());
+            return refused_unauthenticated(state, &refusal, &correlation());
         }
     };
+    // The secret before anything about the identities is answered.
+    let presented = headers.get(IDENTITY_HEADER_NAME).map(HeaderValue::as_bytes);
+    let secret_ok = presented.is_some_and(|p| state.secret.load().matches(p));
     if route == Route::Health {
+        // Never limited: the probe must see the server as it is, whatever else arrives.
         let now = state.clock.now();
         let report: Vec<_> = state
             .identities
@@ -477,12 +496,9 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
             .iter()
             .map(|i| i.health(now))
             .collect();
-        let (status, body) = answer::health(&report);
+        let (status, body) = answer::health(&report, secret_ok);
         return json(status, body);
     }
-    // The secret before anything about the identities is answered.
-    let presented = headers.get(IDENTITY_HEADER_NAME).map(HeaderValue::as_bytes);
-    let secret_ok = presented.is_some_and(|p| state.secret.load().matches(p));
     if !secret_ok {
         let message = match presented {
             None => "the X-IDENTITY-HEADER header is missing",
@@ -494,7 +510,7 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
             error = message,
             "token server refused a request"
         );
-        return refused(&refusal, &correlation());
+        return refused_unauthenticated(state, &refusal, &correlation());
     }
     let query = match request::token_query(parts.uri.query().unwrap_or("")) {
         Ok(query) => query,
@@ -504,8 +520,33 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
         Ok(identity) => identity,
         Err(refusal) => return refused(&refusal, &correlation()),
     };
+    if let Err(refusal) = identity.check_resource(&query.resource) {
+        return refused(&refusal, &correlation());
+    }
     let scope = request::scope_for(&query.resource);
-    match identity.credential().get_token(&[&scope]).await {
+    let scopes = [scope.as_str()];
+    let credential = identity.credential();
+    let cached = credential.cached_token(&scopes);
+    let token = match cached {
+        Some(token) => Ok(token),
+        None => {
+            if let Some(limiter) = &state.token_requests
+                && !limiter.admit(Instant::now())
+            {
+                let refusal = Refusal::new(
+                    429,
+                    "too_many_requests",
+                    "the token server's rate limit for token requests to the token endpoint \
+                     is reached"
+                        .to_owned(),
+                )
+                .retry_after(RATE_LIMITED_RETRY_AFTER.as_secs());
+                return refused(&refusal, &correlation());
+            }
+            credential.get_token(&scopes).await
+        }
+    };
+    match token {
         Ok(token) => {
             let body = answer::token_body(
                 token.token(),
@@ -537,6 +578,22 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
             refused(&refusal, &correlation())
         }
     }
+}
+
+/// A refusal before the secret was accepted: answered, and past the refusals' budget the
+/// connection is closed after the answer (a flood must reconnect for each request).
+fn refused_unauthenticated(
+    state: &State,
+    refusal: &Refusal,
+    correlation_id: &str,
+) -> Response<Full<Bytes>> {
+    let mut response = refused(refusal, correlation_id);
+    if !state.refusals.admit(Instant::now()) {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn refused(refusal: &Refusal, correlation_id: &str) -> Response<Full<Bytes>> {

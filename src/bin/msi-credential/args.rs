@@ -22,8 +22,9 @@ pub struct Cli {
 
     /// Log filter for diagnostics on stderr: a level (`off`, `error`, `warn`, `info`,
     /// `debug`, `trace`) or `target=level` directives, comma-separated
-    /// (e.g. `msi_dataplane=debug`). Default: `warn` (`error` for `watch`, whose own
-    /// lines already report every decision).
+    /// (e.g. `msi_dataplane=debug`). Without it, `RUST_LOG` when set. Default: `warn`
+    /// (`error` for `watch`, whose own lines already report every decision; `info` for
+    /// `serve`, which logs its start, stop and rotations).
     #[arg(long, global = true, env = "MSI_CREDENTIAL_LOG", value_name = "FILTER")]
     pub log: Option<String>,
 
@@ -137,12 +138,30 @@ pub struct ServeArgs {
     /// The path tokens are served on (IDENTITY_ENDPOINT's path).
     #[arg(long, value_name = "PATH", default_value = "/msi/token")]
     pub path: String,
-    /// Most connections open at once.
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Most connections open at once (when full, a new one closes the one idle longest).
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub max_connections: u64,
-    /// Most requests a second (bursts of twice that); 0: no limit.
-    #[arg(long, value_name = "N", default_value_t = 500)]
-    pub max_requests_per_second: u32,
+    /// Time a new connection has to send its first byte, e.g. `2s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "2s")]
+    pub first_byte_timeout: Duration,
+    /// Time a request head has to arrive (and the longest a keep-alive connection stays
+    /// idle), e.g. `30s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "30s")]
+    pub idle_timeout: Duration,
+    /// Most token requests a second sent to the token endpoint for cache misses (bursts
+    /// of twice that; more are answered 429); cached tokens are never limited. 0: no
+    /// limit.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 50,
+        alias = "max-requests-per-second"
+    )]
+    pub max_token_requests_per_second: u32,
+    /// Serve tokens for this resource only (repeat for more; e.g.
+    /// `https://management.azure.com/`); any other is refused with 403. Default: any.
+    #[arg(long = "allow-resource", value_name = "RESOURCE")]
+    pub allow_resources: Vec<String>,
     /// Re-read each credential file this often even without a file event.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "6h")]
     pub backstop: Duration,
@@ -159,8 +178,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub attempts: u32,
     /// Serve the metrics (answers by status, token requests, reloads, the credentials'
-    /// times) in Prometheus's text format on this address, e.g. `0.0.0.0:9464` for a
-    /// scrape from another pod. Its own listener: the token listener stays loopback only.
+    /// times) in Prometheus's text format on `http://ADDR/metrics`: the pod's IP (with a
+    /// NetworkPolicy admitting the monitoring namespace) for a scrape from another pod,
+    /// or loopback for a scraping sidecar. Its own listener and limits: the token listener
+    /// stays loopback only.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
 }

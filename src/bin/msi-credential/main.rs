@@ -28,8 +28,9 @@
 //! - `--json` (any command): one JSON object on stdout (for `watch`, one per line);
 //!   failures too are one JSON object `{"error": {"kind", "message", "file",
 //!   "transient"}}` on stdout. Without it, results go to stdout and failures to stderr.
-//! - `--log FILTER` / `MSI_CREDENTIAL_LOG`: the library's `tracing` events on stderr
-//!   (default `warn`; `error` for `watch`).
+//! - `--log FILTER` / `MSI_CREDENTIAL_LOG`, else `RUST_LOG`: the library's `tracing`
+//!   events on stderr (default `warn`; `error` for `watch`; `info` for `serve`), coloured
+//!   only when stderr is a terminal.
 //!
 //! No output ever holds the client secret, key material or a client assertion; the
 //! access token appears only with `token --show-token`.
@@ -93,7 +94,9 @@ fn main() -> ExitCode {
         Command::Serve(_) => "info",
         _ => "warn",
     };
-    if let Err(message) = logging::init(cli.log.as_deref().unwrap_or(default_filter)) {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let (filter, source) = logging::chosen(cli.log.as_deref(), rust_log.as_deref(), default_filter);
+    if let Err(message) = logging::init(filter, source) {
         output::failure(&render::plain_error("usage", &message, format), format);
         return Exit::Usage.into();
     }

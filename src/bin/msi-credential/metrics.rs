@@ -1,9 +1,12 @@
 //! `--metrics ADDR`: the library's metrics in Prometheus's text format on
-//! `http://ADDR/metrics` (any path answers), through `metrics-exporter-prometheus`.
+//! `http://ADDR/metrics`, rendered by `metrics-exporter-prometheus`'s recorder and served
+//! by the library's bounded metrics listener (`msi_dataplane::serve::MetricsServer`:
+//! `GET /metrics` only, a connection cap, first-byte and idle timeouts, a scrape rate).
 
 use std::net::SocketAddr;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use msi_dataplane::serve::{MetricsServer, MetricsServerOptions};
 
 use crate::exit::Exit;
 use crate::output::{self, Format};
@@ -15,28 +18,45 @@ const DURATION_BUCKETS: &[f64] = &[
 ];
 
 /// `--metrics ADDR` when given: [`install`], a failure reported in `format` as a usage
-/// error (the exit to end with).
-pub fn serve_if_asked(addr: Option<SocketAddr>, format: Format) -> Result<(), Exit> {
+/// error (the exit to end with). The listener stops when the returned server is dropped.
+pub async fn serve_if_asked(
+    addr: Option<SocketAddr>,
+    format: Format,
+) -> Result<Option<MetricsServer>, Exit> {
     let Some(addr) = addr else {
-        return Ok(());
+        return Ok(None);
     };
-    install(addr).map_err(|message| {
-        output::failure(&render::plain_error("metrics", &message, format), format);
-        Exit::Usage
-    })
+    match install(addr).await {
+        Ok(server) => Ok(Some(server)),
+        Err(message) => {
+            output::failure(&render::plain_error("metrics", &message, format), format);
+            Err(Exit::Usage)
+        }
+    }
 }
 
-/// Install the Prometheus recorder and its listener on `addr` (from inside the runtime:
-/// the listener runs on it). Durations are histograms with [`DURATION_BUCKETS`].
-pub fn install(addr: SocketAddr) -> Result<(), String> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// Install the Prometheus recorder (durations as histograms with [`DURATION_BUCKETS`])
+/// and serve its rendering on `addr`, on the current runtime.
+pub async fn install(addr: SocketAddr) -> Result<MetricsServer, String> {
+    let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Suffix("_duration_seconds".into()),
             DURATION_BUCKETS,
         )
-        .and_then(|builder| builder.install())
-        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+        .and_then(|builder| builder.install_recorder())
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     msi_dataplane::telemetry::describe();
-    Ok(())
+    // The recorder keeps histograms' samples until its upkeep drains them: every 5 s, as
+    // the exporter's own listener did.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    MetricsServer::start(MetricsServerOptions::new(addr), move || handle.render())
+        .await
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
 }

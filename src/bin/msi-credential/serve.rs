@@ -63,15 +63,18 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
         .with_listen(args.listen)
         .with_token_path(args.path.clone())
         .with_max_connections(usize::try_from(args.max_connections).unwrap_or(usize::MAX))
-        .with_max_requests_per_second(
-            (args.max_requests_per_second > 0).then_some(args.max_requests_per_second),
+        .with_first_byte_timeout(args.first_byte_timeout)
+        .with_idle_timeout(args.idle_timeout)
+        .with_max_token_requests_per_second(
+            (args.max_token_requests_per_second > 0).then_some(args.max_token_requests_per_second),
         );
     if let Err(err) = serve_options.validate() {
         return fail(&err);
     }
-    if let Err(exit) = crate::metrics::serve_if_asked(args.metrics, format) {
-        return exit;
-    }
+    let _metrics = match crate::metrics::serve_if_asked(args.metrics, format).await {
+        Ok(metrics) => metrics,
+        Err(exit) => return exit,
+    };
     let secret = match (&args.secret_file, &args.secret_env) {
         (Some(path), _) => {
             IdentityHeaderSecret::from_files(path, args.previous_secret_file.as_deref())
@@ -96,7 +99,9 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
     let mut identities = Vec::new();
     for file in &args.files {
         match ServedIdentity::load(file, options.clone()).await {
-            Ok(identity) => identities.push(identity),
+            Ok(identity) if args.allow_resources.is_empty() => identities.push(identity),
+            Ok(identity) => identities
+                .push(identity.with_allowed_resources(args.allow_resources.iter().cloned())),
             Err(err) => {
                 output::failure(&render::error(&err, Some(file), format), format);
                 return Exit::for_error(&err);

@@ -36,9 +36,10 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
             return Exit::Internal;
         }
     };
-    if let Err(exit) = crate::metrics::serve_if_asked(args.metrics, format) {
-        return exit;
-    }
+    let _metrics = match crate::metrics::serve_if_asked(args.metrics, format).await {
+        Ok(metrics) => metrics,
+        Err(exit) => return exit,
+    };
     let options = UserAssignedIdentityCredentialOptions::default()
         .with_backstop_interval(args.backstop)
         .with_debounce(args.debounce)
