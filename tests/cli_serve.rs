@@ -8,6 +8,7 @@ mod support;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use msi_dataplane::testing::{EntraServer, TempDir};
 use serving::{ARM, Mounted, SECRET};
@@ -34,7 +35,18 @@ fn spawn_serve(
     ca: &std::path::Path,
     extra: &[&str],
 ) -> (std::process::Child, serde_json::Value) {
-    let mut child = Command::new(BIN)
+    spawn_serve_in(Command::new(BIN), mounted, ca, extra)
+}
+
+/// [`spawn_serve`] with the process started by `command` (the binary, or a shell that
+/// sets limits and execs it).
+fn spawn_serve_in(
+    mut command: Command,
+    mounted: &Mounted,
+    ca: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, serde_json::Value) {
+    let mut child = command
         .arg("--json")
         .arg("serve")
         .arg(mounted.mount.visible_path())
@@ -124,6 +136,83 @@ fn serve_refuses_a_non_loopback_address_and_a_missing_secret() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not set"));
+    // Limits beyond what the server can honour are usage errors, not a panic later.
+    for (option, value) in [
+        ("--max-connections", "2305843009213693952"),
+        ("--max-connections", "0"),
+        ("--first-byte-timeout", "0s"),
+        ("--idle-timeout", "0s"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["serve", "--secret-env", "S", option, value])
+            .arg(&file)
+            .env("S", SECRET)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {out:?}");
+    }
+}
+
+/// A flood of connections on the metrics port of a process with few descriptors (256):
+/// the token listener keeps answering, a scrape still gets through, and stderr stays
+/// small (no log line per failed accept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_on_the_metrics_port_leaves_the_token_server_answering() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("cli-serve-metrics-flood");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let stderr_path = dir.join("stderr.log");
+    let metrics_port = support::free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let mut limited = Command::new("bash");
+    limited
+        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", BIN])
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let (child, serving) = spawn_serve_in(limited, &a, &ca, &["--metrics", &metrics]);
+    let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
+    let token_url = format!("{endpoint}?api-version=2019-08-01&resource={ARM}");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let token = || {
+        client
+            .get(&token_url)
+            .header("X-IDENTITY-HEADER", SECRET)
+            .send()
+    };
+    assert_eq!(token().await.unwrap().status(), 200);
+    // 400 connections that send nothing, held open: more than the process's descriptors.
+    let held = tokio::task::spawn_blocking(move || {
+        (0..400)
+            .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", metrics_port)).ok())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert!(held.len() > 300, "{} connections made", held.len());
+    for _ in 0..10 {
+        let answer = token()
+            .await
+            .expect("the token server answers during the flood");
+        assert_eq!(answer.status(), 200);
+    }
+    let scrape = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+        .get(format!("http://{metrics}/metrics"))
+        .send()
+        .await
+        .expect("a scrape gets through the flood");
+    assert_eq!(scrape.status(), 200);
+    drop(held);
+    assert_eq!(stop(child), Some(0));
+    let stderr = std::fs::metadata(&stderr_path).unwrap().len();
+    assert!(stderr < 64 * 1024, "stderr grew to {stderr} bytes");
 }
 
 /// `serve --metrics ADDR`: a scrape of its own listener, after a token answered and a

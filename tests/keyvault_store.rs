@@ -807,6 +807,71 @@ async fn a_listing_stops_at_its_page_limit() {
 }
 
 #[tokio::test]
+async fn a_listing_is_bounded_in_items_bytes_and_time() {
+    let s = setup().await;
+    for i in 0..5 {
+        s.vault.seed(
+            &format!("uamsi-{i}"),
+            "{}",
+            json!({"renew_after": "x".repeat(1000)}),
+            1_700_000_000,
+            32_503_680_000,
+        );
+    }
+    s.vault.set_page_size(2);
+    let store_with = |options: StoreOptions| {
+        CredentialStore::new(
+            &s.vault.url(),
+            Arc::new(credential(&s._entra, "pem-pkcs8")),
+            options
+                .with_http_options(https_options())
+                .verify_challenge_resource(false),
+        )
+        .unwrap()
+    };
+    // Items: the first three are handed as their pages arrive, then the listing stops.
+    let store = store_with(StoreOptions::default().with_max_list_items(3));
+    let mut handed = Vec::new();
+    let err = store.list_with(|p| handed.push(p.name)).await.unwrap_err();
+    assert!(
+        matches!(refused(&err), (_, LinkFault::TooManyItems { limit: 3 })),
+        "{err:?}"
+    );
+    assert_eq!(handed.len(), 3, "{handed:?}");
+    assert!(store.list().await.is_err());
+    // Bytes: each item carries a 1,000-byte tag; 2,500 bytes hold two.
+    let store = store_with(StoreOptions::default().with_max_list_bytes(2_500));
+    let err = store.list().await.unwrap_err();
+    assert!(
+        matches!(refused(&err), (_, LinkFault::TooManyBytes { limit: 2_500 })),
+        "{err:?}"
+    );
+    // Time: a vault that takes 3 s for a page, against a deadline of 300 ms.
+    let store = store_with(StoreOptions::default().with_list_deadline(Duration::from_millis(300)));
+    s.vault.enqueue(
+        Scripted::status(200)
+            .body(r#"{"value":[]}"#)
+            .delayed(Duration::from_secs(3)),
+    );
+    let started = std::time::Instant::now();
+    let err = store.list().await.unwrap_err();
+    assert!(
+        matches!(refused(&err), (_, LinkFault::Deadline { .. })),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Within the limits, the whole listing.
+    assert_eq!(
+        store_with(StoreOptions::default())
+            .list()
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+#[tokio::test]
 async fn vault_error_text_is_bounded_and_escaped() {
     let s = setup().await;
     // JSON escapes: the vault's code holds a newline, ESC and BEL once decoded.

@@ -45,7 +45,7 @@ pub enum KeyVaultError {
     },
     /// A link a service handed back (Key Vault's `nextLink`) was not followed: it leads
     /// to another origin than the service's own, repeats one already followed, or the
-    /// listing reached its page limit. Nothing was sent to the link.
+    /// listing reached its page, item, memory or time limit. Nothing was sent to the link.
     #[error("{service} {operation} stopped: {fault}")]
     RefusedLink {
         /// The service (`Key Vault`).
@@ -105,5 +105,23 @@ pub enum LinkFault {
     TooManyPages {
         /// The limit.
         limit: usize,
+    },
+    /// The walk reached its item limit.
+    #[error("the listing has more than {limit} items (the configured limit)")]
+    TooManyItems {
+        /// The limit.
+        limit: usize,
+    },
+    /// The items kept so far reached the listing's memory limit.
+    #[error("the listing's items take more than {limit} bytes (the configured limit)")]
+    TooManyBytes {
+        /// The limit.
+        limit: usize,
+    },
+    /// The walk did not end within its deadline.
+    #[error("the listing did not end within {} s (the configured deadline)", after.as_secs())]
+    Deadline {
+        /// The deadline.
+        after: std::time::Duration,
     },
 }

@@ -51,6 +51,7 @@
 #[cfg(feature = "keyvault")]
 mod answer;
 mod format;
+mod listing;
 #[cfg(feature = "keyvault")]
 pub(crate) mod renew;
 pub mod renewal;
@@ -58,3 +59,4 @@ pub mod renewal;
 pub mod store;
 
 pub use format::*;
+pub use listing::{DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS};

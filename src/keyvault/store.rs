@@ -56,14 +56,17 @@ use time::OffsetDateTime;
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
 use crate::error::{
-    Error, ErrorKind, FileError, KeyVaultError, Result, TokenError, TransportError, TransportFault,
-    cause_chain, classify_transport,
+    Error, ErrorKind, FileError, KeyVaultError, LinkFault, Result, TokenError, TransportError,
+    TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
+use crate::keyvault::listing::{
+    self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
+};
 use crate::keyvault::renew::RenewalOutcome;
 use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
 use crate::keyvault::{
@@ -120,7 +123,23 @@ pub struct StoreOptions {
     /// 250,000 secrets at 25 a page, and Key Vault may answer pages with fewer, even
     /// none).
     pub max_list_pages: usize,
+    /// The most items one listing takes before it fails with
+    /// [`KeyVaultError::RefusedLink`] ([`LinkFault::TooManyItems`](crate::LinkFault)).
+    /// Default [`DEFAULT_MAX_LIST_ITEMS`] (100,000).
+    pub max_list_items: usize,
+    /// The most bytes of items one listing keeps (names, versions and tags, counted as
+    /// they arrive) before it fails with [`KeyVaultError::RefusedLink`]
+    /// ([`LinkFault::TooManyBytes`](crate::LinkFault)). Default [`DEFAULT_MAX_LIST_BYTES`]
+    /// (64 MiB).
+    pub max_list_bytes: usize,
+    /// The longest one listing may take, all pages and retries included, before it fails
+    /// with [`KeyVaultError::RefusedLink`] ([`LinkFault::Deadline`](crate::LinkFault)).
+    /// Default 5 minutes.
+    pub list_deadline: Duration,
 }
+
+/// The default of [`StoreOptions::list_deadline`].
+pub const DEFAULT_LIST_DEADLINE: Duration = Duration::from_secs(5 * 60);
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -131,6 +150,9 @@ impl Default for StoreOptions {
             page_size: MAX_PAGE_SIZE,
             api_version: None,
             max_list_pages: DEFAULT_MAX_LIST_PAGES,
+            max_list_items: DEFAULT_MAX_LIST_ITEMS,
+            max_list_bytes: DEFAULT_MAX_LIST_BYTES,
+            list_deadline: DEFAULT_LIST_DEADLINE,
         }
     }
 }
@@ -167,6 +189,24 @@ impl StoreOptions {
         self
     }
 
+    /// Take at most this many items in one listing (at least 1).
+    pub fn with_max_list_items(mut self, max_list_items: usize) -> Self {
+        self.max_list_items = max_list_items.max(1);
+        self
+    }
+
+    /// Keep at most this many bytes of items in one listing (at least 1).
+    pub fn with_max_list_bytes(mut self, max_list_bytes: usize) -> Self {
+        self.max_list_bytes = max_list_bytes.max(1);
+        self
+    }
+
+    /// End a listing that takes longer than this.
+    pub fn with_list_deadline(mut self, deadline: Duration) -> Self {
+        self.list_deadline = deadline;
+        self
+    }
+
     /// Use this Key Vault API version.
     pub fn with_api_version(mut self, version: impl Into<String>) -> Self {
         self.api_version = Some(version.into());
@@ -182,6 +222,9 @@ impl fmt::Debug for StoreOptions {
             .field("page_size", &self.page_size)
             .field("api_version", &self.api_version)
             .field("max_list_pages", &self.max_list_pages)
+            .field("max_list_items", &self.max_list_items)
+            .field("max_list_bytes", &self.max_list_bytes)
+            .field("list_deadline", &self.list_deadline)
             .finish_non_exhaustive()
     }
 }
@@ -219,6 +262,9 @@ pub struct CredentialStore {
     vault: url::Url,
     page_size: i32,
     max_list_pages: usize,
+    max_list_items: usize,
+    max_list_bytes: usize,
+    list_deadline: Duration,
 }
 
 impl fmt::Debug for CredentialStore {
@@ -294,6 +340,9 @@ impl CredentialStore {
             vault: parsed,
             page_size: options.page_size.clamp(1, MAX_PAGE_SIZE),
             max_list_pages: options.max_list_pages.max(1),
+            max_list_items: options.max_list_items.max(1),
+            max_list_bytes: options.max_list_bytes.max(1),
+            list_deadline: options.list_deadline,
         })
     }
 
@@ -555,14 +604,46 @@ impl CredentialStore {
     }
 
     /// The properties of every stored credential (`msi-` and `uamsi-` secrets), across
-    /// all pages (Key Vault's `nextLink`), without reading any value.
+    /// all pages (Key Vault's `nextLink`), without reading any value: [`list_with`]
+    /// collected.
+    ///
+    /// [`list_with`]: Self::list_with
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
+    /// As [`list_with`](Self::list_with).
     pub async fn list(&self) -> Result<Vec<StoredProperties>> {
-        observed("list", async {
-            const OPERATION: &str = "list";
+        let mut listed = Vec::new();
+        self.list_with(|item| listed.push(item)).await?;
+        Ok(listed)
+    }
+
+    /// Hand `each` the properties of every stored credential (`msi-` and `uamsi-`
+    /// secrets) as its page arrives, across all pages (Key Vault's `nextLink`), without
+    /// reading any value; the number handed. For output that can be written as it comes
+    /// (`msi-credential vault list` prints each row so). The listing is bounded: at most
+    /// [`StoreOptions::max_list_pages`] pages, [`StoreOptions::max_list_items`] items and
+    /// [`StoreOptions::max_list_bytes`] bytes of them, within
+    /// [`StoreOptions::list_deadline`]; items handed before a limit was reached stay
+    /// handed.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: &msi_dataplane::keyvault::store::CredentialStore) -> msi_dataplane::Result<()> {
+    /// let count = store.list_with(|p| println!("{}", p.name)).await?;
+    /// println!("{count} stored credentials");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`KeyVaultError::Service`], [`KeyVaultError::RefusedLink`] (a link to another
+    /// origin, a paging loop, or a limit reached), [`ErrorKind::Transport`].
+    pub async fn list_with<F>(&self, mut each: F) -> Result<usize>
+    where
+        F: FnMut(StoredProperties) + Send,
+    {
+        const OPERATION: &str = "list";
+        let walk = async {
             let options = SecretClientListSecretPropertiesOptions {
                 maxresults: Some(self.page_size),
                 ..Default::default()
@@ -573,7 +654,8 @@ impl CredentialStore {
                 .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
                 .into_pages();
             let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
-            let mut listed = Vec::new();
+            let mut budget = ListingBudget::new(self.max_list_items, self.max_list_bytes);
+            let mut handed = 0;
             while let Some(page) = pages
                 .try_next()
                 .await
@@ -586,18 +668,36 @@ impl CredentialStore {
                     let Some(name) = stored_name(item.id.as_deref()) else {
                         continue;
                     };
-                    listed.push(properties_of(
-                        &name,
-                        None,
-                        item.attributes.as_ref(),
-                        item.tags,
-                    ));
+                    let properties =
+                        properties_of(&name, None, item.attributes.as_ref(), item.tags);
+                    budget
+                        .take(listing::weight(&properties))
+                        .map_err(|fault| refused_link(OPERATION, fault))?;
+                    each(properties);
+                    handed += 1;
                 }
                 check_next_link(&mut guard, pages.continuation(), OPERATION)?;
             }
-            Ok(listed)
-        })
-        .await
+            Ok(handed)
+        };
+        observed("list", self.within_deadline(OPERATION, walk)).await
+    }
+
+    /// `walk`, or a [`LinkFault::Deadline`] once [`StoreOptions::list_deadline`] passed.
+    async fn within_deadline<T>(
+        &self,
+        operation: &'static str,
+        walk: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.list_deadline, walk).await {
+            Ok(result) => result,
+            Err(_) => Err(refused_link(
+                operation,
+                LinkFault::Deadline {
+                    after: self.list_deadline,
+                },
+            )),
+        }
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
@@ -608,7 +708,8 @@ impl CredentialStore {
     ///
     /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
-        observed("list_deleted", async {
+        const OPERATION: &str = "list deleted";
+        let walk = async {
             use azure_security_keyvault_secrets::models::{
                 DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
             };
@@ -616,13 +717,13 @@ impl CredentialStore {
                 maxresults: Some(self.page_size),
                 ..Default::default()
             };
-            const OPERATION: &str = "list deleted";
             let mut pages = self
                 .client
                 .list_deleted_secret_properties(Some(options))
                 .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
                 .into_pages();
             let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
+            let mut budget = ListingBudget::new(self.max_list_items, self.max_list_bytes);
             let mut listed = Vec::new();
             while let Some(page) = pages
                 .try_next()
@@ -637,8 +738,13 @@ impl CredentialStore {
                     let Some(name) = stored_name(item.id.as_deref()) else {
                         continue;
                     };
+                    let properties =
+                        properties_of(&name, None, item.attributes.as_ref(), item.tags);
+                    budget
+                        .take(listing::weight(&properties))
+                        .map_err(|fault| refused_link(OPERATION, fault))?;
                     listed.push(DeletedCredential {
-                        properties: properties_of(&name, None, item.attributes.as_ref(), item.tags),
+                        properties,
                         recovery_id: item.recovery_id.map(|id| service_text(&id)),
                         deleted_date: item.deleted_date,
                         scheduled_purge_date: item.scheduled_purge_date,
@@ -647,8 +753,8 @@ impl CredentialStore {
                 check_next_link(&mut guard, pages.continuation(), OPERATION)?;
             }
             Ok(listed)
-        })
-        .await
+        };
+        observed("list_deleted", self.within_deadline(OPERATION, walk)).await
     }
 
     /// Renew the identity stored as `name` (`msi-<id>` or `uamsi-<id>`): ask `dataplane`
@@ -827,22 +933,27 @@ fn stored_name(id: Option<&str>) -> Option<String> {
     StoredKind::of(&name).is_some().then_some(name)
 }
 
+/// A listing stopped by `fault`.
+fn refused_link(operation: &'static str, fault: LinkFault) -> crate::error::Error {
+    ErrorKind::KeyVault(KeyVaultError::RefusedLink {
+        service: "Key Vault",
+        operation,
+        fault,
+    })
+    .into()
+}
+
 /// Before the next page is requested: its link must pass the walk's guard.
 fn check_next_link(
     guard: &mut LinkGuard,
     next: Option<&PagerContinuation>,
     operation: &'static str,
 ) -> Result<()> {
-    let refused = |fault| {
-        ErrorKind::KeyVault(KeyVaultError::RefusedLink {
-            service: "Key Vault",
-            operation,
-            fault,
-        })
-    };
     match next {
         None => Ok(()),
-        Some(PagerContinuation::Link(link)) => guard.follow(link).map_err(|f| refused(f).into()),
+        Some(PagerContinuation::Link(link)) => {
+            guard.follow(link).map_err(|f| refused_link(operation, f))
+        }
         // Key Vault pages by link only; anything else is not followed.
         Some(other) => Err(ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
             operation,

@@ -1,6 +1,8 @@
 //! `msi-credential vault list VAULT_URL --credential FILE` (features `cli` + `keyvault`):
-//! the stored credentials of a vault with their renewal state. Only properties are listed
-//! (Key Vault's listing carries no values), so no secret value can be printed.
+//! the stored credentials of a vault with their renewal state, a text row printed as its
+//! page arrives and the count last. Only properties are listed (Key Vault's listing
+//! carries no values), so no secret value can be printed. The listing is bounded by the
+//! store's limits (pages, items, bytes, a deadline).
 
 use std::sync::Arc;
 
@@ -30,6 +32,30 @@ pub struct Listed {
     pub expires: Option<OffsetDateTime>,
     pub renew_after: Option<String>,
     pub cannot_renew_after: Option<String>,
+}
+
+/// One stored credential's row at `now`.
+fn listed(p: &msi_dataplane::keyvault::renewal::StoredProperties, now: OffsetDateTime) -> Listed {
+    let state = renewal_state(p, now);
+    let detail = match &state {
+        RenewalState::Current { renew_after } => {
+            format!("renew after {}", msi_dataplane::rfc3339(*renew_after))
+        }
+        RenewalState::Due { renew_after } => {
+            format!("renewal due since {}", msi_dataplane::rfc3339(*renew_after))
+        }
+        RenewalState::Unusable(why) => why.to_string(),
+        RenewalState::Untracked { reason } => reason.clone(),
+    };
+    Listed {
+        name: p.name.clone(),
+        state: state.code(),
+        detail,
+        not_before: p.not_before,
+        expires: p.expires,
+        renew_after: p.tags.get("renew_after").cloned(),
+        cannot_renew_after: p.tags.get("cannot_renew_after").cloned(),
+    }
 }
 
 /// Run `vault list`.
@@ -74,51 +100,34 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
         Ok(runtime) => runtime,
         Err(exit) => return exit,
     };
-    let listed = match runtime.block_on(store.list()) {
-        Ok(listed) => listed,
+    // Text rows are printed as their page arrives (nothing is held but the row); JSON is
+    // one object, written once the listing ended (the store bounds its items and bytes).
+    let now = OffsetDateTime::now_utc();
+    let mut rows: Vec<Listed> = Vec::new();
+    let mut written: Result<(), Exit> = Ok(());
+    let listing = runtime.block_on(store.list_with(|p| {
+        let row = listed(&p, now);
+        match format {
+            Format::Json => rows.push(row),
+            Format::Text if written.is_ok() => {
+                written =
+                    output::stdout(&format!("{:<40} {:<9} {}", row.name, row.state, row.detail));
+            }
+            Format::Text => {}
+        }
+    }));
+    let count = match listing {
+        Ok(count) => count,
         Err(err) => return fail_err(&err),
     };
-    let now = OffsetDateTime::now_utc();
-    let rows: Vec<Listed> = listed
-        .iter()
-        .map(|p| {
-            let state = renewal_state(p, now);
-            let detail = match &state {
-                RenewalState::Current { renew_after } => {
-                    format!("renew after {}", msi_dataplane::rfc3339(*renew_after))
-                }
-                RenewalState::Due { renew_after } => {
-                    format!("renewal due since {}", msi_dataplane::rfc3339(*renew_after))
-                }
-                RenewalState::Unusable(why) => why.to_string(),
-                RenewalState::Untracked { reason } => reason.clone(),
-            };
-            Listed {
-                name: p.name.clone(),
-                state: state.code(),
-                detail,
-                not_before: p.not_before,
-                expires: p.expires,
-                renew_after: p.tags.get("renew_after").cloned(),
-                cannot_renew_after: p.tags.get("cannot_renew_after").cloned(),
-            }
-        })
-        .collect();
+    if let Err(exit) = written {
+        return exit;
+    }
     let text = match format {
         Format::Json => {
             serde_json::json!({ "vault_url": store.vault_url(), "credentials": rows }).to_string()
         }
-        Format::Text => {
-            let mut text = format!(
-                "{} stored credential(s) in {}\n",
-                rows.len(),
-                store.vault_url()
-            );
-            for r in &rows {
-                text.push_str(&format!("{:<40} {:<9} {}\n", r.name, r.state, r.detail));
-            }
-            text.trim_end().to_owned()
-        }
+        Format::Text => format!("{count} stored credential(s) in {}", store.vault_url()),
     };
     match output::stdout(&text) {
         Ok(()) => Exit::Success,
