@@ -38,5 +38,6 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         .and_then(|builder| builder.install())
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     msi_dataplane::telemetry::describe();
+    msi_dataplane::telemetry::initialize();
     Ok(())
 }
