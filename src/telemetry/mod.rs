@@ -183,4 +183,104 @@ mod tests {
             assert!(rule["annotations"]["summary"].is_string(), "{name}");
         }
     }
+
+    /// The backticked words of the first sentence of the doc bullet that starts with
+    /// `start` (its list of values).
+    fn doc_list(text: &str, start: &str) -> std::collections::BTreeSet<String> {
+        let from = text
+            .find(start)
+            .unwrap_or_else(|| panic!("no {start:?} in the docs"));
+        let rest = &text[from + start.len()..];
+        let end = rest
+            .find("\n//! - ")
+            .into_iter()
+            .chain(rest.find("\n//!\n"))
+            .chain(rest.find(". "))
+            .chain(rest.find(".\n"))
+            .min()
+            .unwrap_or(rest.len());
+        rest[..end]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_reason_and_outcome_names_are_one_set_in_docs_names_runbook_readme_and_code() {
+        let docs = include_str!("mod.rs");
+        assert_eq!(
+            doc_list(docs, "//! - `reason` (reloads):"),
+            set(labels::RELOAD_REASONS)
+        );
+        assert_eq!(
+            doc_list(docs, "//! - `outcome` (reloads):"),
+            set(labels::RELOAD_OUTCOMES)
+        );
+        let requests = doc_list(
+            docs,
+            "//! - `outcome` (token, data plane and Key Vault requests):",
+        );
+        assert!(
+            requests.is_superset(&set(labels::REQUEST_OUTCOMES)),
+            "{requests:?}"
+        );
+        // The metric's own doc (names.rs) and the README name the same reasons.
+        let names = include_str!("names.rs");
+        let readme = include_str!("../../README.md");
+        let runbook = ALERT_RULES;
+        for reason in labels::RELOAD_REASONS {
+            assert!(
+                names.contains(&format!("`{reason}`")),
+                "names.rs lacks {reason}"
+            );
+            assert!(
+                readme.contains(&format!("`{reason}`")),
+                "README lacks {reason}"
+            );
+            if *reason != "none" {
+                assert!(runbook.contains(reason), "the runbook lacks {reason}");
+            }
+        }
+        for outcome in labels::REQUEST_OUTCOMES {
+            assert!(
+                readme.contains(&format!("`{outcome}`")),
+                "README lacks {outcome}"
+            );
+        }
+        // No name the code does not use, in the runbook or names.rs (the old ones).
+        for gone in ["`json`", "`io`", "outcome=\\\"error\\\""] {
+            assert!(!runbook.contains(gone) && !names.contains(gone), "{gone}");
+        }
+    }
+
+    #[test]
+    fn file_errors_map_to_the_documented_reasons() {
+        use crate::error::{Error, ErrorKind, FileError};
+        let io = |kind| -> Error {
+            ErrorKind::File(FileError::Io {
+                source: std::sync::Arc::new(std::io::Error::from(kind)),
+            })
+            .into()
+        };
+        assert_eq!(
+            labels::reload_reason(&io(std::io::ErrorKind::NotFound)),
+            "not_found"
+        );
+        assert_eq!(
+            labels::reload_reason(&io(std::io::ErrorKind::PermissionDenied)),
+            "unreadable"
+        );
+        let json = crate::UserAssignedIdentityCredentials::from_slice(b"{ not json").unwrap_err();
+        assert_eq!(labels::reload_reason(&json), "malformed_json");
+        let missing = crate::UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+        assert_eq!(labels::reload_reason(&missing), "malformed_json");
+        let bundle: Error = ErrorKind::File(FileError::NoPrivateKey).into();
+        assert_eq!(labels::reload_reason(&bundle), "bad_bundle");
+    }
 }
