@@ -962,10 +962,10 @@ mod tests {
 
     /// Write `creds` to a temporary file beside `path` and rename it over `path`: the
     /// watcher never sees a partial file.
-    fn replace(path: &Path, creds: &crate::UserAssignedIdentityCredentials) {
+    fn replace(path: &Path, creds: &crate::UserAssignedIdentityCredentials) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
         write_credentials_file(&tmp, creds);
-        std::fs::rename(&tmp, path).unwrap();
+        std::fs::rename(&tmp, path)
     }
 
     fn thumbprint(cert: &TestCertificate) -> [u8; 32] {
@@ -986,7 +986,7 @@ mod tests {
         let dir = TempDir::new("held-check");
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
-        replace(&path, &file(&v1));
+        replace(&path, &file(&v1)).unwrap();
         let client = ClientCertificateCredentialOptions::default()
             .with_http_options(HttpOptions::default().with_http_client(server.client()));
         let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
@@ -1010,14 +1010,14 @@ mod tests {
             read: read_tx,
             resume: resume_rx,
         });
-        replace(&path, &file(&v2));
+        replace(&path, &file(&v2)).unwrap();
         let held = tokio::spawn({
             let cred = cred.clone();
             async move { cred.check_now().await }
         });
         read_rx.await.unwrap();
         // ... while the watcher swaps in v2 and then the newer v3.
-        replace(&path, &file(&v3));
+        replace(&path, &file(&v3)).unwrap();
         let v3_hex = v3.sha256_hex();
         crate::testing::wait_for_status(&cred, Duration::from_secs(20), |s| {
             s.thumbprint_sha256 == v3_hex
@@ -1057,7 +1057,7 @@ mod tests {
         let dir = TempDir::new("not-newer-unbuilt");
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
-        replace(&path, &file(&active));
+        replace(&path, &file(&active)).unwrap();
         let client = ClientCertificateCredentialOptions::default()
             .with_http_options(HttpOptions::default().with_http_client(server.client()));
         let options = UserAssignedIdentityCredentialOptions::default()
@@ -1070,11 +1070,11 @@ mod tests {
 
         // The older file, with its not_before; then without one (the certificates' own
         // notBefore decide, decoded without the key).
-        replace(&path, &file(&old));
+        replace(&path, &file(&old)).unwrap();
         assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
         let mut bare = file(&old);
         bare.not_before = None;
-        replace(&path, &bare);
+        replace(&path, &bare).unwrap();
         assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
         // Give a background signature, had one been started, the time to happen.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1082,7 +1082,7 @@ mod tests {
         assert_eq!(count(&SIGNATURES, &thumbprint(&old)), 0, "assertion signed");
 
         // The probe sees a key that is loaded: the newer file's.
-        replace(&path, &file(&newer));
+        replace(&path, &file(&newer)).unwrap();
         assert_eq!(cred.check_now().await, ReloadOutcome::Swapped);
         assert_eq!(count(&KEY_LOADS, &thumbprint(&newer)), 1);
     }
