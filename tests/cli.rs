@@ -1228,9 +1228,54 @@ fn watch_serves_metrics_that_a_prometheus_parser_accepts() {
         text.contains("# HELP msi_dataplane_reloads_total "),
         "{text}"
     );
+    // Prometheus's own linter accepts it (NaN gauges and all).
+    support::promtool::check_metrics(&text);
 
-    let (code, _, stderr) = w.terminate();
+    // One count per `watch --json` decision line, outcome for outcome. (A late re-read
+    // settles first: the debounce is 200 ms.)
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = scrape(port);
+    support::promtool::check_metrics(&text);
+    let samples = support::python::prometheus_samples(&text);
+    let (code, lines, stderr) = w.terminate();
     assert_eq!(code, Some(0), "stderr:\n{stderr}");
+    let decisions: Vec<String> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "decision")
+        .map(|v| v["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    let lines_of = |outcomes: &[&str]| {
+        decisions
+            .iter()
+            .filter(|o| outcomes.contains(&o.as_str()))
+            .count() as f64
+    };
+    let counted = |outcome: &str| -> f64 {
+        let prefix = format!(
+            "counter msi_dataplane_reloads_total{{client_id=\"{id}\",outcome=\"{outcome}\","
+        );
+        samples
+            .iter()
+            .filter(|s| s.starts_with(&prefix))
+            .map(|s| s.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        counted("swapped"),
+        lines_of(&["swapped"]),
+        "{decisions:?}\n{samples:#?}"
+    );
+    assert_eq!(
+        counted("kept_last_good"),
+        lines_of(&["invalid", "not_newer"]),
+        "{decisions:?}\n{samples:#?}"
+    );
+    assert_eq!(
+        counted("unchanged"),
+        lines_of(&["unchanged"]),
+        "{decisions:?}\n{samples:#?}"
+    );
 
     // An address that cannot be bound: a usage error, at once.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

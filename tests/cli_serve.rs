@@ -240,21 +240,64 @@ async fn serve_metrics_answer_a_scrape_a_prometheus_parser_accepts() {
     let refused = client.get(&token_url).send().await.unwrap();
     assert_eq!(refused.status(), 401);
 
-    let text = client
-        .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // A refused file, then a rotation to a newer one without renewal times (its renewal
+    // gauges NaN): seen in the scrape once counted.
+    let mut a = a;
+    let id = a.identity.client_id.clone();
+    let id = &id;
+    a.mount.rotate(b"{ not json");
+    let scrape = || async {
+        client
+            .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let counted = |text: &str, outcome: &str| {
+        text.lines().any(|l| {
+            l.starts_with(&format!(
+                "msi_dataplane_reloads_total{{client_id=\"{id}\",outcome=\"{outcome}\""
+            )) && l.ends_with(" 1")
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !counted(&scrape().await, "kept_last_good") {
+        assert!(std::time::Instant::now() < deadline, "no refusal counted");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let next = msi_dataplane::testing::TestCertificate::builder()
+        .renewing(&a.certificate)
+        .self_signed();
+    entra.register(&a.identity, &next);
+    let mut file =
+        a.identity
+            .credentials(&next, &entra.base_url(), msi_dataplane::BundleFormat::Pem);
+    file.renew_after = None;
+    file.cannot_renew_after = None;
+    a.mount.rotate_credentials(&file);
+    while !counted(&scrape().await, "swapped") {
+        assert!(std::time::Instant::now() < deadline, "no rotation counted");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let text = scrape().await;
+    support::promtool::check_metrics(&text);
+    assert!(
+        text.contains(&format!(
+            "msi_dataplane_credential_renew_after_timestamp_seconds{{client_id=\"{id}\"}} NaN"
+        )),
+        "{text}"
+    );
     let samples = support::python::prometheus_samples(&text).join("\n");
-    let id = &a.identity.client_id;
     for want in [
         "counter msi_dataplane_serve_requests_total{status=\"200\"} 1.0".to_owned(),
         "counter msi_dataplane_serve_requests_total{status=\"401\"} 1.0".to_owned(),
         format!(
-            "counter msi_dataplane_token_requests_total{{client_id=\"{id}\",error_code=\"none\",outcome=\"success\"}} 1.0"
+            // The token answered, and the one fetched ahead with the rotated-in credential.
+            "counter msi_dataplane_token_requests_total{{client_id=\"{id}\",error_code=\"none\",outcome=\"success\"}} 2.0"
         ),
     ] {
         assert!(

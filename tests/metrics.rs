@@ -73,6 +73,15 @@ fn counter(
         })
 }
 
+/// Whether the series `name` with exactly these labels exists.
+fn has(all: &BTreeMap<String, Vec<(Labels, DebugValue)>>, name: &str, l: &[(&str, &str)]) -> bool {
+    let want = labels(l);
+    all.get(name)
+        .into_iter()
+        .flatten()
+        .any(|(have, _)| *have == want)
+}
+
 /// The gauge `name` for `client_id`.
 fn gauge(
     all: &BTreeMap<String, Vec<(Labels, DebugValue)>>,
@@ -119,6 +128,40 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     let id = fx.identity.client_id.clone();
     let cid = id.as_str();
 
+    // 0. Before any event: the label sets a rule reads are there, at 0.
+    let all = snapshot();
+    for reason in [
+        "not_newer",
+        "not_found",
+        "unreadable",
+        "malformed_json",
+        "bad_bundle",
+        "outside_validity",
+        "other",
+    ] {
+        let l = [
+            ("client_id", cid),
+            ("outcome", "kept_last_good"),
+            ("reason", reason),
+        ];
+        assert!(
+            has(&all, telemetry::RELOADS, &l),
+            "{reason}: {:#?}",
+            all.get(telemetry::RELOADS)
+        );
+        assert_eq!(counter(&all, telemetry::RELOADS, &l), 0);
+    }
+    let first = [
+        ("client_id", cid),
+        ("outcome", "success"),
+        ("error_code", "none"),
+    ];
+    assert!(has(&all, telemetry::TOKEN_REQUESTS, &first));
+    assert_eq!(
+        gauge(&all, telemetry::TOKEN_CONSECUTIVE_FAILURES, cid),
+        Some(0.0)
+    );
+
     // 1. A token, then the same one from the cache (not a request).
     fx.credential.get_token(&[ARM]).await.unwrap();
     fx.credential.get_token(&[ARM]).await.unwrap();
@@ -136,6 +179,34 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         .mount_scoped();
     assert!(fx.credential.get_token(&[VAULT]).await.is_err());
     drop(refusal);
+    // (A snapshot of the debugging recorder takes the counts and values since the last.)
+    let all = snapshot();
+    assert_eq!(
+        gauge(&all, telemetry::TOKEN_CONSECUTIVE_FAILURES, cid),
+        Some(1.0)
+    );
+    let requests = telemetry::TOKEN_REQUESTS;
+    let duration = telemetry::TOKEN_REQUEST_DURATION;
+    let ok = [
+        ("client_id", cid),
+        ("outcome", "success"),
+        ("error_code", "none"),
+    ];
+    assert_eq!(counter(&all, requests, &ok), 1, "{:#?}", all.get(requests));
+    let refused = [
+        ("client_id", cid),
+        ("outcome", "refused"),
+        ("error_code", "AADSTS700027"),
+    ];
+    assert_eq!(counter(&all, requests, &refused), 1);
+    assert_eq!(
+        samples(
+            &all,
+            duration,
+            &[("client_id", cid), ("outcome", "refused")]
+        ),
+        1
+    );
     // 3. A 503, retried (at once, as its Retry-After says), then answered.
     let busy = fx
         .entra
@@ -147,38 +218,25 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     drop(busy);
 
     let all = snapshot();
-    let requests = telemetry::TOKEN_REQUESTS;
-    let ok = [
-        ("client_id", cid),
-        ("outcome", "success"),
-        ("error_code", "none"),
-    ];
-    assert_eq!(counter(&all, requests, &ok), 2, "{:#?}", all.get(requests));
-    let refused = [
-        ("client_id", cid),
-        ("outcome", "error"),
-        ("error_code", "AADSTS700027"),
-    ];
-    assert_eq!(counter(&all, requests, &refused), 1);
+    assert_eq!(counter(&all, requests, &ok), 1, "{:#?}", all.get(requests));
     let busy = [
         ("client_id", cid),
-        ("outcome", "error"),
+        ("outcome", "transient"),
         ("error_code", "503"),
     ];
     assert_eq!(counter(&all, requests, &busy), 1);
-    let duration = telemetry::TOKEN_REQUEST_DURATION;
+    // The run of failures ended with the success.
     assert_eq!(
-        samples(
-            &all,
-            duration,
-            &[("client_id", cid), ("outcome", "success")]
-        ),
-        2
+        gauge(&all, telemetry::TOKEN_CONSECUTIVE_FAILURES, cid),
+        Some(0.0)
     );
-    assert_eq!(
-        samples(&all, duration, &[("client_id", cid), ("outcome", "error")]),
-        2
-    );
+    for outcome in ["success", "transient"] {
+        assert_eq!(
+            samples(&all, duration, &[("client_id", cid), ("outcome", outcome)]),
+            1,
+            "{outcome}"
+        );
+    }
 
     // The credential's times, as the file says them.
     let file = fx
@@ -219,7 +277,12 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     )
     .await
     .expect("the bad file is seen");
-    let reason = kept.last_error.as_ref().unwrap().kind().code();
+    assert_eq!(kept.last_error.as_ref().unwrap().kind().code(), "json");
+    let reason = "malformed_json";
+    // The same bad bytes read again are not refused again: one count per file.
+    for _ in 0..3 {
+        assert_eq!(fx.credential.check_now().await, ReloadOutcome::Invalid);
+    }
 
     let all = snapshot();
     let reloads = telemetry::RELOADS;
@@ -238,8 +301,19 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         ("outcome", "kept_last_good"),
         ("reason", reason),
     ];
+    assert_eq!(
+        counter(&all, reloads, &rejected),
+        1,
+        "{:#?}",
+        all.get(reloads)
+    );
+    let unchanged = [
+        ("client_id", cid),
+        ("outcome", "unchanged"),
+        ("reason", "none"),
+    ];
     assert!(
-        counter(&all, reloads, &rejected) >= 1,
+        counter(&all, reloads, &unchanged) >= 3,
         "{:#?}",
         all.get(reloads)
     );
@@ -248,6 +322,42 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         gauge(&all, telemetry::CREDENTIAL_NOT_AFTER, cid),
         Some(next_end)
     );
+
+    // 5b. A newer file without renewal times: the gauges follow it (NaN: none), and do
+    // not keep the previous credential's.
+    let bare_cert = TestCertificate::builder()
+        .renewing(&fx.certificate)
+        .self_signed();
+    fx.entra.register(&fx.identity, &bare_cert);
+    let mut bare = fx
+        .identity
+        .credentials(&bare_cert, &fx.entra.base_url(), BundleFormat::Pem);
+    bare.renew_after = None;
+    bare.cannot_renew_after = None;
+    fx.mount.rotate_credentials(&bare);
+    let bare_hex = bare_cert.sha256_hex();
+    msi_dataplane::testing::wait_for_status(
+        &fx.credential,
+        std::time::Duration::from_secs(20),
+        |s| s.thumbprint_sha256 == bare_hex,
+    )
+    .await
+    .expect("the file without renewal times is swapped in");
+    let all = snapshot();
+    assert_eq!(
+        gauge(&all, telemetry::CREDENTIAL_NOT_AFTER, cid),
+        Some(unix(bare_cert.not_after()))
+    );
+    for name in [
+        telemetry::CREDENTIAL_RENEW_AFTER,
+        telemetry::CREDENTIAL_CANNOT_RENEW_AFTER,
+    ] {
+        let value = gauge(&all, name, cid).unwrap();
+        assert!(
+            value.is_nan(),
+            "{name} = {value}: the previous credential's"
+        );
+    }
 
     // 6. A renewal: the data plane rotates the identity; the pass renews it in the vault.
     let tenant = fx.identity.tenant_id.clone();

@@ -58,8 +58,9 @@ async fn status_serializes_displays_and_compares_without_secrets() {
     );
     assert!(!line.contains("last check"), "{line}");
 
-    // A refused file: its client_secret (a credential) must not reach any rendering.
-    let mut bad = load("rotation-1");
+    // A refused file (newer, so that its bundle is decoded): its client_secret (a
+    // credential) must not reach any rendering.
+    let mut bad = load("rotation-2");
     bad.client_secret = Some(format!("{MARKER}!!not base64").into());
     write_temp_then_rename(&path, bad.to_json().expect("to_json").as_bytes());
     clock.advance(std::time::Duration::from_secs(60));

@@ -13,6 +13,11 @@
 //!
 //! Anything else keeps the active credential: a missing, unreadable, truncated or
 //! malformed file, a bad bundle, or a file that is not newer.
+//!
+//! The rule is applied to the file's times before anything costly: a file whose
+//! `not_before` (or, without one, every certificate's `notBefore`) is not later than the
+//! active one's is refused as not newer without its key being loaded or an assertion
+//! signed.
 
 use std::path::Path;
 
@@ -62,6 +67,46 @@ pub(crate) fn read(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
     read_limited(path)
 }
 
+/// What the file's bytes are, measured against the active credential.
+pub(crate) enum Candidate {
+    /// Newer: the credential built from it.
+    Newer(Box<Loaded>),
+    /// Not newer (its effective `not_before`, or the latest `notBefore` of its
+    /// certificates when it has none): nothing was built.
+    NotNewer(OffsetDateTime),
+}
+
+/// Build a credential from the file's bytes only when the swap rule can take it: the
+/// JSON is parsed and validated, then the rule applied to the file's `not_before` (or,
+/// without one, to the latest `notBefore` among the bundle's certificates, decoded
+/// without the key) before the key is loaded. Blocking.
+pub(crate) fn build_if_newer(
+    path: &Path,
+    bytes: &[u8],
+    active_not_before: OffsetDateTime,
+    options: ClientCertificateCredentialOptions,
+) -> Result<Candidate> {
+    let creds =
+        UserAssignedIdentityCredentials::from_slice(bytes).map_err(|e| e.with_path(path))?;
+    creds.validate().map_err(|e| e.with_path(path))?;
+    let latest = match creds.not_before()? {
+        Some(file) => Some(file),
+        None => {
+            crate::file::certificate::latest_not_before(&creds).map_err(|e| e.with_path(path))?
+        }
+    };
+    if let Some(latest) = latest
+        && decide(active_not_before, latest) == ReloadOutcome::NotNewer
+    {
+        return Ok(Candidate::NotNewer(latest));
+    }
+    let loaded = from_credentials(path, bytes, &creds, options)?;
+    Ok(match decide(active_not_before, loaded.not_before) {
+        ReloadOutcome::Swapped => Candidate::Newer(Box::new(loaded)),
+        _ => Candidate::NotNewer(loaded.not_before),
+    })
+}
+
 /// Build a credential from the file's bytes. Blocking (decodes the bundle, loads the key).
 pub(crate) fn build(
     path: &Path,
@@ -70,8 +115,17 @@ pub(crate) fn build(
 ) -> Result<Loaded> {
     let creds =
         UserAssignedIdentityCredentials::from_slice(bytes).map_err(|e| e.with_path(path))?;
+    from_credentials(path, bytes, &creds, options)
+}
+
+fn from_credentials(
+    path: &Path,
+    bytes: &[u8],
+    creds: &UserAssignedIdentityCredentials,
+    options: ClientCertificateCredentialOptions,
+) -> Result<Loaded> {
     let credential =
-        ClientCertificateCredential::new(&creds, options).map_err(|e| e.with_path(path))?;
+        ClientCertificateCredential::new(creds, options).map_err(|e| e.with_path(path))?;
     let cert = credential.certificate();
     let not_before = effective_not_before(creds.not_before()?, cert.not_before());
     let not_after = match creds.not_after()? {

@@ -66,11 +66,11 @@ impl Serialize for Time {
 }
 
 /// `{"path", "not_before", "not_after", "thumbprint_sha256", "loaded_at", "last_check",
-/// "last_outcome", "last_error": {"code", "message", "transient"}, "reloads",
+/// "last_outcome", "last_new_file", "last_error": {"code", "message", "transient"}, "reloads",
 /// "watching"}`; absent values are `null`.
 impl Serialize for ReloadStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("ReloadStatus", 10)?;
+        let mut s = serializer.serialize_struct("ReloadStatus", 11)?;
         s.serialize_field("path", &self.path.to_string_lossy())?;
         s.serialize_field("not_before", &Time(self.not_before))?;
         s.serialize_field("not_after", &Time(self.not_after))?;
@@ -78,6 +78,7 @@ impl Serialize for ReloadStatus {
         s.serialize_field("loaded_at", &Time(self.loaded_at))?;
         s.serialize_field("last_check", &self.last_check.map(Time))?;
         s.serialize_field("last_outcome", &self.last_outcome)?;
+        s.serialize_field("last_new_file", &self.last_new_file)?;
         s.serialize_field("last_error", &self.last_error.as_ref().map(ErrorSummary))?;
         s.serialize_field("reloads", &self.reloads)?;
         s.serialize_field("watching", &self.watching)?;
@@ -136,6 +137,7 @@ impl PartialEq for ReloadStatus {
             && self.loaded_at == other.loaded_at
             && self.last_check == other.last_check
             && self.last_outcome == other.last_outcome
+            && self.last_new_file == other.last_new_file
             && self.reloads == other.reloads
             && self.watching == other.watching
     }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use tracing::Instrument as _;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, ReloadError, Result, TokenError};
-use crate::reload::rule::{self, Loaded, ReloadOutcome};
+use crate::reload::rule::{self, Candidate, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
@@ -128,6 +129,11 @@ pub struct ReloadStatus {
     pub last_check: Option<OffsetDateTime>,
     /// How the last re-read ended.
     pub last_outcome: Option<ReloadOutcome>,
+    /// Whether the last re-read decided on a file not decided on before (`true` for a
+    /// swap and for a first refusal); `false` when it found the file last decided on
+    /// again (the active credential's, or the one already refused, which is not refused
+    /// a second time). The metrics count a refusal only when this is `true`.
+    pub last_new_file: bool,
     /// The error of the last re-read, if it failed (`None` when the last one did not).
     pub last_error: Option<Error>,
     /// How many times a newer credential was swapped in.
@@ -158,9 +164,16 @@ struct Reloader {
     active: ArcSwap<Active>,
     status: watch::Sender<ReloadStatus>,
     cancel: CancellationToken,
-    /// Serializes re-reads (task and `check_now`); holds the digest of the last file
-    /// that was refused, so the same bad bytes are not parsed and logged again.
+    /// Serializes re-reads (task and `check_now`); holds the last file that was refused,
+    /// so the same bad bytes (or the same read failure) are not decided, logged and
+    /// counted again.
     check: AsyncMutex<Option<Refusal>>,
+    /// Re-reads decided so far: a check whose read began before another's decision
+    /// reads again (its bytes may be older than what was decided meanwhile).
+    decided: AtomicU64,
+    /// For the crate's tests: the next `check_now` stops between its read and the lock.
+    #[cfg(test)]
+    pause: std::sync::Mutex<Option<Pause>>,
     /// For subscribing to the directory the visible path resolves to (`None`: not
     /// watching).
     target_tx: Option<UnboundedSender<DirSignal>>,
@@ -246,6 +259,7 @@ impl UserAssignedIdentityCredential {
             loaded_at: now,
             last_check: None,
             last_outcome: None,
+            last_new_file: false,
             last_error: None,
             reloads: 0,
             watching: watcher.as_ref().is_some_and(Subscription::is_armed),
@@ -262,9 +276,13 @@ impl UserAssignedIdentityCredential {
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
+            decided: AtomicU64::new(0),
+            #[cfg(test)]
+            pause: std::sync::Mutex::new(None),
             target_tx,
             target: std::sync::Mutex::new(target),
         });
+        telemetry::reload_client(inner.active.load().credential.client_id());
         tracing::info!(path = %path.display(), "loaded credential file");
         let dedicated = options.dedicated_thread;
         let task = ReloadTask {
@@ -419,18 +437,35 @@ enum Read {
     Same,
     /// The bytes last refused (the refusal is repeated without re-parsing).
     Refused,
-    /// New bytes that built a credential.
-    Built(Box<Loaded>, [u8; 32]),
+    /// New bytes that built a newer credential.
+    Built(Box<Loaded>),
+    /// New bytes of a valid file that is not newer (its effective `not_before`), with
+    /// nothing built.
+    NotNewer([u8; 32], OffsetDateTime),
     /// The file could not be read, or its bytes (digest) did not build.
     Bad(Option<[u8; 32]>, Error),
 }
 
-/// The last refused file: its digest and why.
+/// What a refusal was about: a file's bytes, or a failure to read it (by reason).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    Bytes([u8; 32]),
+    Unread(&'static str),
+}
+
+/// The last refused file: what it was and why.
 #[derive(Clone)]
 struct Refusal {
-    digest: [u8; 32],
+    what: Refused,
     outcome: ReloadOutcome,
     error: Option<Error>,
+}
+
+/// For the crate's tests: where a paused check says it has read, and waits to go on.
+#[cfg(test)]
+struct Pause {
+    read: tokio::sync::oneshot::Sender<()>,
+    resume: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl Reloader {
@@ -438,7 +473,10 @@ impl Reloader {
     ///
     /// The file is read before the `check` lock is taken: a read that stalls (a hung
     /// network file system) then holds up only its own caller, never `check_now` or the
-    /// background task. Under the lock, only CPU work happens (build, decide, swap).
+    /// background task. When another re-read decided while this one read or waited for
+    /// the lock, it reads again under the lock (the other's read has just finished), so
+    /// that old bytes are never decided on after newer ones were swapped in. Under the
+    /// lock otherwise only CPU work happens (decide, build, swap).
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
         let client_id = self.active.load().credential.client_id().to_owned();
         let span = tracing::info_span!(
@@ -469,30 +507,45 @@ impl Reloader {
         trigger: &'static str,
         client_id: &str,
     ) -> (ReloadOutcome, &'static str) {
-        let path = self.path.clone();
-        let bytes = tokio::task::spawn_blocking(move || rule::read(&path))
-            .await
-            .unwrap_or_else(|_| Err(abandoned()));
+        let decided = self.decided.load(Ordering::Acquire);
+        let mut bytes = self.read_file().await;
+        #[cfg(test)]
+        self.paused(trigger).await;
         let mut refusal = self.check.lock().await;
+        if self.decided.load(Ordering::Acquire) != decided {
+            // Another re-read decided while this one read or waited: these bytes may be
+            // older than what it swapped in. Read again, now that the other read is done.
+            bytes = self.read_file().await;
+        }
         let mut prefetch = None;
         let read = match bytes {
-            Err(e) => Read::Bad(None, e),
+            Err(e) => {
+                let unread = Refused::Unread(telemetry::reload_reason(&e));
+                match refusal.as_ref() {
+                    Some(r) if r.what == unread => Read::Refused,
+                    _ => Read::Bad(None, e),
+                }
+            }
             Ok(bytes) => {
                 let path = self.path.clone();
-                let active_digest = self.active.load().digest;
-                let refused = refusal.as_ref().map(|r| r.digest);
+                let active = self.active.load_full();
+                let (active_digest, active_not_before) = (active.digest, active.not_before);
+                drop(active);
+                let refused = refusal.as_ref().map(|r| r.what);
                 let options = self.client_options.clone();
-                // Compare, and build only when the bytes are new: off the async threads.
+                // Compare, and build only when the bytes are new and newer: off the async
+                // threads.
                 tokio::task::spawn_blocking(move || {
                     let digest = rule::digest_of(&bytes);
                     if digest == active_digest {
                         return Read::Same;
                     }
-                    if Some(digest) == refused {
+                    if Some(Refused::Bytes(digest)) == refused {
                         return Read::Refused;
                     }
-                    match rule::build(&path, &bytes, options) {
-                        Ok(loaded) => Read::Built(Box::new(loaded), digest),
+                    match rule::build_if_newer(&path, &bytes, active_not_before, options) {
+                        Ok(Candidate::Newer(loaded)) => Read::Built(loaded),
+                        Ok(Candidate::NotNewer(not_before)) => Read::NotNewer(digest, not_before),
                         Err(e) => Read::Bad(Some(digest), e),
                     }
                 })
@@ -501,6 +554,7 @@ impl Reloader {
             }
         };
 
+        let new_file = !matches!(read, Read::Same | Read::Refused);
         let (outcome, error, swapped) = match read {
             Read::Same => (ReloadOutcome::Unchanged, None, false),
             Read::Refused => match refusal.as_ref() {
@@ -514,62 +568,71 @@ impl Reloader {
                     error = %error,
                     "credential file unusable; keeping the active credential"
                 );
-                if let Some(digest) = digest {
-                    *refusal = Some(Refusal {
-                        digest,
-                        outcome: ReloadOutcome::Invalid,
-                        error: Some(error.clone()),
-                    });
-                }
+                let what = match digest {
+                    Some(digest) => Refused::Bytes(digest),
+                    None => Refused::Unread(telemetry::reload_reason(&error)),
+                };
+                *refusal = Some(Refusal {
+                    what,
+                    outcome: ReloadOutcome::Invalid,
+                    error: Some(error.clone()),
+                });
                 (ReloadOutcome::Invalid, Some(error), false)
             }
-            Read::Built(loaded, digest) => {
+            Read::Built(loaded) => {
                 let active_not_before = self.active.load().not_before;
-                match rule::decide(active_not_before, loaded.not_before) {
-                    ReloadOutcome::Swapped => {
-                        tracing::info!(
-                            path = %self.path.display(),
-                            trigger,
-                            old_not_before = %Rfc3339(active_not_before),
-                            new_not_before = %Rfc3339(loaded.not_before),
-                            thumbprint_sha256 = %loaded.credential.certificate().thumbprint_sha256_hex(),
-                            "credential file rotated; the new credential is active"
-                        );
-                        *refusal = None;
-                        prefetch = Some((self.active.load_full(), loaded.credential.clone()));
-                        self.active.store(Arc::new(active_from(*loaded)));
-                        (ReloadOutcome::Swapped, None, true)
-                    }
-                    outcome => {
-                        tracing::warn!(
-                            path = %self.path.display(),
-                            trigger,
-                            active_not_before = %Rfc3339(active_not_before),
-                            file_not_before = %Rfc3339(loaded.not_before),
-                            "credential file is not newer than the active credential; keeping the active one"
-                        );
-                        *refusal = Some(Refusal {
-                            digest,
-                            outcome,
-                            error: None,
-                        });
-                        (outcome, None, false)
-                    }
-                }
+                tracing::info!(
+                    path = %self.path.display(),
+                    trigger,
+                    old_not_before = %Rfc3339(active_not_before),
+                    new_not_before = %Rfc3339(loaded.not_before),
+                    thumbprint_sha256 = %loaded.credential.certificate().thumbprint_sha256_hex(),
+                    "credential file rotated; the new credential is active"
+                );
+                *refusal = None;
+                prefetch = Some((self.active.load_full(), loaded.credential.clone()));
+                telemetry::reload_client(loaded.credential.client_id());
+                self.active.store(Arc::new(active_from(*loaded)));
+                (ReloadOutcome::Swapped, None, true)
+            }
+            Read::NotNewer(digest, file_not_before) => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    trigger,
+                    active_not_before = %Rfc3339(self.active.load().not_before),
+                    file_not_before = %Rfc3339(file_not_before),
+                    "credential file is not newer than the active credential; keeping the active one"
+                );
+                *refusal = Some(Refusal {
+                    what: Refused::Bytes(digest),
+                    outcome: ReloadOutcome::NotNewer,
+                    error: None,
+                });
+                (ReloadOutcome::NotNewer, None, false)
             }
         };
+        self.decided.fetch_add(1, Ordering::AcqRel);
+        // One count per file decided on: the file last decided on, read again, is
+        // `unchanged` (as `msi-credential watch` prints it).
         let reason = match (&error, outcome) {
-            (Some(e), _) => e.kind().code(),
+            _ if !new_file => "none",
+            (Some(e), _) => telemetry::reload_reason(e),
             (None, ReloadOutcome::NotNewer) => "not_newer",
             (None, _) => "none",
         };
-        telemetry::reload(client_id, outcome_label(outcome), reason);
+        let label = if new_file {
+            outcome_label(outcome)
+        } else {
+            "unchanged"
+        };
+        telemetry::reload(client_id, label, reason);
         self.follow_target().await;
         let now = self.client_options.clock.now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
             s.last_check = Some(now);
             s.last_outcome = Some(outcome);
+            s.last_new_file = new_file;
             s.last_error = error;
             if swapped {
                 s.reloads += 1;
@@ -585,6 +648,27 @@ impl Reloader {
             self.prefetch(&old, new);
         }
         (outcome, reason)
+    }
+
+    /// Read the file off the async threads.
+    async fn read_file(&self) -> Result<zeroize::Zeroizing<Vec<u8>>> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || rule::read(&path))
+            .await
+            .unwrap_or_else(|_| Err(abandoned()))
+    }
+
+    /// For the crate's tests: stop a `check_now` between its read and the lock, once.
+    #[cfg(test)]
+    async fn paused(&self, trigger: &'static str) {
+        if trigger != "on request" {
+            return;
+        }
+        let pause = lock(&self.pause).take();
+        if let Some(Pause { read, resume }) = pause {
+            let _ = read.send(());
+            let _ = resume.await;
+        }
     }
 
     /// Watch the directory the visible path resolves to (the real file's directory:
@@ -880,5 +964,132 @@ mod tests {
             weak.upgrade().is_none(),
             "the rotated-out credential is still alive"
         );
+    }
+
+    /// Write `creds` to a temporary file beside `path` and rename it over `path`: the
+    /// watcher never sees a partial file.
+    fn replace(path: &Path, creds: &crate::UserAssignedIdentityCredentials) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        write_credentials_file(&tmp, creds);
+        std::fs::rename(&tmp, path)
+    }
+
+    fn thumbprint(cert: &TestCertificate) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert.certificate_der()).as_ref(),
+        );
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_check_held_at_the_lock_while_the_watcher_swaps_a_newer_file_in_refuses_nothing() {
+        let server = EntraServer::start().await;
+        let identity = TestIdentity::new();
+        let v1 = TestCertificate::self_signed();
+        let v2 = TestCertificate::builder().renewing(&v1).self_signed();
+        let v3 = TestCertificate::builder().renewing(&v2).self_signed();
+        let dir = TempDir::new("held-check");
+        let path = dir.join("identity");
+        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
+        replace(&path, &file(&v1)).unwrap();
+        let client = ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(server.client()));
+        let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
+        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .await
+            .unwrap();
+        let mut updates = cred.subscribe();
+        let outcomes = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while updates.changed().await.is_ok() {
+                let s = updates.borrow_and_update().clone();
+                seen.push((s.last_outcome, s.last_new_file));
+            }
+            seen
+        });
+
+        // A check reads v2 and is held before the lock ...
+        let (read_tx, read_rx) = tokio::sync::oneshot::channel();
+        let (resume_tx, resume_rx) = tokio::sync::oneshot::channel();
+        *lock(&cred.inner.pause) = Some(Pause {
+            read: read_tx,
+            resume: resume_rx,
+        });
+        replace(&path, &file(&v2)).unwrap();
+        let held = tokio::spawn({
+            let cred = cred.clone();
+            async move { cred.check_now().await }
+        });
+        read_rx.await.unwrap();
+        // ... while the watcher swaps in v2 and then the newer v3.
+        replace(&path, &file(&v3)).unwrap();
+        let v3_hex = v3.sha256_hex();
+        crate::testing::wait_for_status(&cred, Duration::from_secs(20), |s| {
+            s.thumbprint_sha256 == v3_hex
+        })
+        .await
+        .expect("the watcher swaps v3 in");
+        resume_tx.send(()).unwrap();
+        let outcome = held.await.unwrap();
+
+        assert_eq!(
+            outcome,
+            ReloadOutcome::Unchanged,
+            "it decided on what it held"
+        );
+        let status = cred.status();
+        assert_eq!(status.thumbprint_sha256, v3_hex);
+        assert_eq!(status.last_outcome, Some(ReloadOutcome::Unchanged));
+        assert_eq!(status.last_error.as_ref().map(ToString::to_string), None);
+        drop(cred);
+        let seen = outcomes.await.unwrap();
+        assert!(
+            seen.iter().all(|(outcome, _)| matches!(
+                outcome,
+                Some(ReloadOutcome::Swapped | ReloadOutcome::Unchanged)
+            )),
+            "something was refused: {seen:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_that_is_not_newer_loads_no_key_and_signs_nothing() {
+        let server = EntraServer::start().await;
+        let identity = TestIdentity::new();
+        let old = TestCertificate::self_signed();
+        let active = TestCertificate::builder().renewing(&old).self_signed();
+        let newer = TestCertificate::builder().renewing(&active).self_signed();
+        let dir = TempDir::new("not-newer-unbuilt");
+        let path = dir.join("identity");
+        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
+        replace(&path, &file(&active)).unwrap();
+        let client = ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(server.client()));
+        let options = UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(client)
+            .with_watch(false);
+        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .await
+            .unwrap();
+        use crate::file::certificate::probe::{KEY_LOADS, SIGNATURES, count};
+
+        // The older file, with its not_before; then without one (the certificates' own
+        // notBefore decide, decoded without the key).
+        replace(&path, &file(&old)).unwrap();
+        assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
+        let mut bare = file(&old);
+        bare.not_before = None;
+        replace(&path, &bare).unwrap();
+        assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
+        // Give a background signature, had one been started, the time to happen.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(count(&KEY_LOADS, &thumbprint(&old)), 0, "key loaded");
+        assert_eq!(count(&SIGNATURES, &thumbprint(&old)), 0, "assertion signed");
+
+        // The probe sees a key that is loaded: the newer file's.
+        replace(&path, &file(&newer)).unwrap();
+        assert_eq!(cred.check_now().await, ReloadOutcome::Swapped);
+        assert_eq!(count(&KEY_LOADS, &thumbprint(&newer)), 1);
     }
 }

@@ -6,7 +6,100 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use crate::error::{Error, ErrorKind, TokenError};
+use crate::error::{Error, ErrorKind, FileError, TokenError};
+
+/// The `outcome` of a request: `success`; `transient` (a failure that trying again
+/// later can fix: a 429 or 5xx answer, a refused or broken connection); `refused` (any
+/// other failure: an AADSTS refusal, a 4xx, an expired credential, an unusable answer).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const REQUEST_OUTCOMES: &[&str] = &["success", "transient", "refused"];
+
+/// The `outcome` of a credential file's re-read.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const RELOAD_OUTCOMES: &[&str] = &["swapped", "unchanged", "kept_last_good"];
+
+/// The `reason` of a credential file's re-read: `none` unless the last good credential
+/// was kept; then why (see [`reload_reason`]).
+pub(crate) const RELOAD_REASONS: &[&str] = &[
+    "none",
+    "not_newer",
+    "not_found",
+    "unreadable",
+    "malformed_json",
+    "bad_bundle",
+    "outside_validity",
+    "other",
+];
+
+/// The `outcome` of a renewal pass's credentials.
+#[cfg(feature = "metrics")]
+pub(crate) const RENEWAL_OUTCOMES: &[&str] = &["due", "renewed", "not_newer", "failed"];
+
+/// The `operation` of an MSI data plane call.
+#[cfg(feature = "metrics")]
+pub(crate) const DATAPLANE_OPERATIONS: &[&str] = &[
+    "get_system_assigned",
+    "get_user_assigned",
+    "delete_system_assigned",
+    "move_identity",
+];
+
+/// The `operation` of a Key Vault store call.
+#[cfg(all(feature = "metrics", feature = "keyvault"))]
+pub(crate) const KEYVAULT_OPERATIONS: &[&str] = &[
+    "put",
+    "get",
+    "delete",
+    "get_deleted",
+    "purge_deleted",
+    "recover_deleted",
+    "list",
+    "list_deleted",
+    "renew",
+];
+
+/// The `status` labels of the token server's answers.
+#[cfg(all(feature = "metrics", feature = "serve"))]
+pub(crate) const SERVE_STATUSES: &[&str] = &[
+    "200", "400", "401", "403", "404", "405", "413", "414", "421", "429", "431", "500", "503",
+    "other",
+];
+
+/// A request's `outcome` label (one of [`REQUEST_OUTCOMES`]).
+pub(crate) fn request_outcome(error: Option<&Error>) -> &'static str {
+    match error {
+        None => "success",
+        Some(e) if e.is_transient() => "transient",
+        Some(_) => "refused",
+    }
+}
+
+/// Why a re-read file was refused, as a `reason` label (one of [`RELOAD_REASONS`]):
+/// `not_found` (the file is missing), `unreadable` (another read failure, not a regular
+/// file, too large), `malformed_json` (not JSON, or its keys or values are wrong),
+/// `bad_bundle` (`client_secret` does not decode to a usable key and certificate),
+/// `outside_validity` (the certificate has expired or is not valid yet), `other`.
+pub(crate) fn reload_reason(error: &Error) -> &'static str {
+    match error.kind() {
+        ErrorKind::File(FileError::Io { source }) => match source.kind() {
+            std::io::ErrorKind::NotFound => "not_found",
+            _ => "unreadable",
+        },
+        ErrorKind::File(FileError::NotARegularFile { .. } | FileError::FileTooLarge { .. })
+        | ErrorKind::Token(TokenError::RequestAbandoned { .. }) => "unreadable",
+        ErrorKind::File(
+            FileError::Json { .. }
+            | FileError::MissingFields { .. }
+            | FileError::CamelCaseKeys { .. }
+            | FileError::InvalidField { .. },
+        ) => "malformed_json",
+        ErrorKind::File(
+            FileError::CredentialExpired { .. } | FileError::CredentialNotYetValid { .. },
+        ) => "outside_validity",
+        ErrorKind::File(_) => "bad_bundle",
+        _ => "other",
+    }
+}
 
 /// The `error_code` of a success.
 #[cfg(feature = "metrics")]
@@ -19,10 +112,17 @@ pub(crate) const MAX_AADSTS_CODES: usize = 64;
 /// The `error_code` of an AADSTS code past [`MAX_AADSTS_CODES`].
 pub(crate) const OTHER_AADSTS: &str = "AADSTS_other";
 
-/// The `error_code` label of a failure: `AADSTS<n>` when the token endpoint sent an AADSTS
-/// code; else the HTTP status a service answered with (`"503"`); else the crate's own
-/// snake_case code for the failure (`"transport"`, `"credential_expired"`, ...).
+/// The `error_code` label of a failure: the HTTP status of a transient answer (`"503"`,
+/// whatever its body says: an AADSTS code in a 503 names no refusal); else `AADSTS<n>`
+/// when the token endpoint sent an AADSTS code; else the HTTP status a service answered
+/// with (`"403"`); else the crate's own snake_case code for the failure (`"transport"`,
+/// `"credential_expired"`, ...).
 pub(crate) fn error_code(error: &Error) -> Cow<'static, str> {
+    if error.is_transient()
+        && let Some(status) = error.status()
+    {
+        return Cow::Owned(status.to_string());
+    }
     if let ErrorKind::Token(TokenError::Endpoint(e)) = error.kind()
         && let Some(code) = e.aadsts_code()
     {

@@ -10,13 +10,18 @@
 //! OpenTelemetry API: it costs nothing when unused, it needs no meter or provider handed to
 //! the crate, its Prometheus exporter is kept by the same project, and an OpenTelemetry
 //! application can install a recorder that forwards to its meter provider. Call
-//! [`describe`] after installing a recorder for the help texts.
+//! [`describe`] after installing a recorder for the help texts, and [`initialize`] for the
+//! label sets known in advance at 0. Install the recorder before building credentials:
+//! each credential sets its own series at 0 when it is built (its token requests'
+//! `success`, its run of failures, every `outcome` and `reason` of its reloads), so that
+//! `increase()` sees a first failure or a first refused file.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
 //! | `msi_dataplane_token_requests_total` | counter | `client_id`, `outcome`, `error_code` |
 //! | `msi_dataplane_token_request_duration_seconds` | histogram | `client_id`, `outcome` |
 //! | `msi_dataplane_token_expiry_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_token_consecutive_failures` | gauge | `client_id` |
 //! | `msi_dataplane_credential_not_after_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_credential_renew_after_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_credential_cannot_renew_after_timestamp_seconds` | gauge | `client_id` |
@@ -31,15 +36,27 @@
 //! Every label set is bounded; none carries a scope, a token, a URL or a path:
 //!
 //! - `client_id`: a loaded credential's client id (one per credential the process loads).
-//! - `outcome`: `success` or `error`; for reloads `swapped`, `unchanged` or
-//!   `kept_last_good`; for renewals `due`, `renewed`, `not_newer` or `failed`.
-//! - `error_code`: `none` for a success; `AADSTS<n>` when Entra sent an AADSTS code (at
+//! - `outcome` (token, data plane and Key Vault requests): `success`; `transient` (a
+//!   failure that trying again later can fix: a 408, 429 or 5xx answer, a refused or
+//!   broken connection); `refused` (any other failure: an AADSTS refusal, another 4xx,
+//!   an expired credential, an unusable answer).
+//! - `outcome` (reloads): `swapped`, `unchanged` (the file last decided on, read again:
+//!   the active credential's, or the one already refused), `kept_last_good` (a file
+//!   refused, counted once per file).
+//! - `outcome` (renewals): `due`, `renewed`, `not_newer`, `failed`.
+//! - `error_code`: `none` for a success; for a transient answer its HTTP status (`503`,
+//!   whatever its body says); `AADSTS<n>` when Entra refused with an AADSTS code (at
 //!   most 64 distinct codes per process, then `AADSTS_other`: a broken or hostile endpoint
-//!   cannot grow the set); else the HTTP status answered (`503`); else the crate's code
+//!   cannot grow the set); else the HTTP status answered (`403`); else the crate's code
 //!   for the failure ([`ErrorKind::code`](crate::error::ErrorKind::code): `transport`,
 //!   `credential_expired`, ...).
-//! - `reason` (reloads): `none`, `not_newer`, or the file error's code (`malformed_json`,
-//!   `not_found`, ...).
+//! - `reason` (reloads): `none`, `not_newer`, `not_found`, `unreadable`, `malformed_json`,
+//!   `bad_bundle`, `outside_validity`, `other`. `none` goes with `swapped` and
+//!   `unchanged`; the others with `kept_last_good`: the file is older than (or as old as)
+//!   the active credential (`not_newer`), missing (`not_found`), unreadable, not a regular
+//!   file or too large (`unreadable`), not JSON or with wrong keys or values
+//!   (`malformed_json`), its `client_secret` not a usable key and certificate
+//!   (`bad_bundle`), its certificate expired or not yet valid (`outside_validity`).
 //! - `status` (the token server, feature `serve`): the HTTP status answered, one of the
 //!   statuses it sends (`200`, `400`, `401`, `403`, `429`, `503`, ...) or `other`.
 //! - `operation`: data plane `get_system_assigned`, `get_user_assigned`,
@@ -47,8 +64,13 @@
 //!   `get_deleted`, `purge_deleted`, `recover_deleted`, `list`, `list_deleted`, `renew`.
 //!
 //! The credential gauges follow the credential in use: set when a credential file is
-//! loaded or a rotation swapped in, and at each token obtained; the token expiry is that
-//! of the newest token obtained for the client id. Token requests count each HTTP
+//! loaded or a rotation swapped in, and at each token obtained; a time the credential in
+//! use does not have (`renew_after`, `cannot_renew_after` are optional in the file) is
+//! `NaN`, never the previous credential's, and no comparison with `NaN` is true, so no
+//! rule fires on it. The token expiry is that of the newest token obtained for the client
+//! id; the consecutive failures count the token requests of the client id that failed
+//! since its last success, and hold between requests: a rule on them stays true through
+//! a retry backoff of any length. Token requests count each HTTP
 //! exchange (a retried request counts each attempt); data plane and Key Vault operations
 //! count each call, retries inside it included.
 //!
@@ -79,18 +101,20 @@ mod labels;
 mod names;
 mod record;
 
+pub(crate) use labels::reload_reason;
 pub use names::{
     CREDENTIAL_CANNOT_RENEW_AFTER, CREDENTIAL_NOT_AFTER, CREDENTIAL_RENEW_AFTER,
     DATAPLANE_REQUEST_DURATION, DATAPLANE_REQUESTS, KEYVAULT_REQUEST_DURATION, KEYVAULT_REQUESTS,
-    RELOADS, RENEWALS, SERVE_REQUESTS, TOKEN_EXPIRY, TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
+    RELOADS, RENEWALS, SERVE_REQUESTS, TOKEN_CONSECUTIVE_FAILURES, TOKEN_EXPIRY,
+    TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
 };
 #[cfg_attr(
     not(all(feature = "keyvault", feature = "serve")),
     allow(unused_imports)
 )]
 pub(crate) use record::{
-    Service, credential_times, end_span, reload, renewals, served, service_call, token_expiry,
-    token_request,
+    Service, credential_times, end_span, reload, reload_client, renewals, served, service_call,
+    token_client, token_expiry, token_request,
 };
 
 /// The Prometheus alerting rules above, as YAML (to write out or check in a test).
@@ -121,6 +145,18 @@ pub fn describe() {
     }
 }
 
+/// Set the label sets known in advance at 0 in the installed recorder: renewals by
+/// `outcome`, the token server's answers by `status` (feature `serve`), each data plane
+/// and Key Vault `operation`'s `success`. (Each credential sets its own series when it is
+/// built.) Call it after installing the recorder; without one it does nothing.
+///
+/// ```
+/// msi_dataplane::telemetry::initialize();
+/// ```
+pub fn initialize() {
+    record::known_series();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,7 +165,7 @@ mod tests {
     fn the_alert_rules_are_valid_yaml_on_metrics_that_exist_with_a_runbook_each() {
         let rules: serde_json::Value = serde_norway::from_str(ALERT_RULES).unwrap();
         let rules = rules["groups"][0]["rules"].as_array().unwrap();
-        assert_eq!(rules.len(), 4);
+        assert_eq!(rules.len(), 5);
         let known: Vec<&str> = names::ALL.iter().map(|(name, _, _)| *name).collect();
         for rule in rules {
             let name = rule["alert"].as_str().unwrap();
@@ -146,5 +182,105 @@ mod tests {
             assert!(runbook.len() > 40, "{name}: {runbook}");
             assert!(rule["annotations"]["summary"].is_string(), "{name}");
         }
+    }
+
+    /// The backticked words of the first sentence of the doc bullet that starts with
+    /// `start` (its list of values).
+    fn doc_list(text: &str, start: &str) -> std::collections::BTreeSet<String> {
+        let from = text
+            .find(start)
+            .unwrap_or_else(|| panic!("no {start:?} in the docs"));
+        let rest = &text[from + start.len()..];
+        let end = rest
+            .find("\n//! - ")
+            .into_iter()
+            .chain(rest.find("\n//!\n"))
+            .chain(rest.find(". "))
+            .chain(rest.find(".\n"))
+            .min()
+            .unwrap_or(rest.len());
+        rest[..end]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_reason_and_outcome_names_are_one_set_in_docs_names_runbook_readme_and_code() {
+        let docs = include_str!("mod.rs");
+        assert_eq!(
+            doc_list(docs, "//! - `reason` (reloads):"),
+            set(labels::RELOAD_REASONS)
+        );
+        assert_eq!(
+            doc_list(docs, "//! - `outcome` (reloads):"),
+            set(labels::RELOAD_OUTCOMES)
+        );
+        let requests = doc_list(
+            docs,
+            "//! - `outcome` (token, data plane and Key Vault requests):",
+        );
+        assert!(
+            requests.is_superset(&set(labels::REQUEST_OUTCOMES)),
+            "{requests:?}"
+        );
+        // The metric's own doc (names.rs) and the README name the same reasons.
+        let names = include_str!("names.rs");
+        let readme = include_str!("../../README.md");
+        let runbook = ALERT_RULES;
+        for reason in labels::RELOAD_REASONS {
+            assert!(
+                names.contains(&format!("`{reason}`")),
+                "names.rs lacks {reason}"
+            );
+            assert!(
+                readme.contains(&format!("`{reason}`")),
+                "README lacks {reason}"
+            );
+            if *reason != "none" {
+                assert!(runbook.contains(reason), "the runbook lacks {reason}");
+            }
+        }
+        for outcome in labels::REQUEST_OUTCOMES {
+            assert!(
+                readme.contains(&format!("`{outcome}`")),
+                "README lacks {outcome}"
+            );
+        }
+        // No name the code does not use, in the runbook or names.rs (the old ones).
+        for gone in ["`json`", "`io`", "outcome=\\\"error\\\""] {
+            assert!(!runbook.contains(gone) && !names.contains(gone), "{gone}");
+        }
+    }
+
+    #[test]
+    fn file_errors_map_to_the_documented_reasons() {
+        use crate::error::{Error, ErrorKind, FileError};
+        let io = |kind| -> Error {
+            ErrorKind::File(FileError::Io {
+                source: std::sync::Arc::new(std::io::Error::from(kind)),
+            })
+            .into()
+        };
+        assert_eq!(
+            labels::reload_reason(&io(std::io::ErrorKind::NotFound)),
+            "not_found"
+        );
+        assert_eq!(
+            labels::reload_reason(&io(std::io::ErrorKind::PermissionDenied)),
+            "unreadable"
+        );
+        let json = crate::UserAssignedIdentityCredentials::from_slice(b"{ not json").unwrap_err();
+        assert_eq!(labels::reload_reason(&json), "malformed_json");
+        let missing = crate::UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+        assert_eq!(labels::reload_reason(&missing), "malformed_json");
+        let bundle: Error = ErrorKind::File(FileError::NoPrivateKey).into();
+        assert_eq!(labels::reload_reason(&bundle), "bad_bundle");
     }
 }

@@ -7,19 +7,24 @@ pub const TOKEN_REQUESTS: &str = "msi_dataplane_token_requests_total";
 pub const TOKEN_REQUEST_DURATION: &str = "msi_dataplane_token_request_duration_seconds";
 /// Gauge: Unix time the newest token obtained for `client_id` expires.
 pub const TOKEN_EXPIRY: &str = "msi_dataplane_token_expiry_timestamp_seconds";
+/// Gauge: token requests for `client_id` that failed in a row since its last success (0
+/// after a success, and from the credential's creation). It holds its value between
+/// requests, so an alert on it stays true through any backoff.
+pub const TOKEN_CONSECUTIVE_FAILURES: &str = "msi_dataplane_token_consecutive_failures";
 /// Gauge: Unix time the credential in use for `client_id` ends (the earlier of the
 /// certificate's `notAfter` and the file's `not_after`).
 pub const CREDENTIAL_NOT_AFTER: &str = "msi_dataplane_credential_not_after_timestamp_seconds";
 /// Gauge: Unix time from which the credential in use for `client_id` should be renewed
-/// (the file's `renew_after`).
+/// (the file's `renew_after`; `NaN` when the credential in use has none).
 pub const CREDENTIAL_RENEW_AFTER: &str = "msi_dataplane_credential_renew_after_timestamp_seconds";
 /// Gauge: Unix time after which the credential in use for `client_id` can no longer be
-/// renewed (the file's `cannot_renew_after`).
+/// renewed (the file's `cannot_renew_after`; `NaN` when the credential in use has none).
 pub const CREDENTIAL_CANNOT_RENEW_AFTER: &str =
     "msi_dataplane_credential_cannot_renew_after_timestamp_seconds";
-/// Counter: reloads of a credential file by `client_id`, `outcome` (`swapped`,
-/// `unchanged`, `kept_last_good`) and `reason` (`none`, `not_newer`, or the file error's
-/// code such as `malformed_json`).
+/// Counter: re-reads of a credential file by `client_id`, `outcome` (`swapped`,
+/// `unchanged`, `kept_last_good`) and `reason` (`none`, `not_newer`, `not_found`,
+/// `unreadable`, `malformed_json`, `bad_bundle`, `outside_validity`, `other`). A re-read
+/// of the file last decided on is `unchanged`: each file is refused once.
 pub const RELOADS: &str = "msi_dataplane_reloads_total";
 /// Counter: MSI data plane operations by `operation`, `outcome` and `error_code`.
 pub const DATAPLANE_REQUESTS: &str = "msi_dataplane_data_plane_requests_total";
@@ -43,7 +48,7 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
     (
         TOKEN_REQUESTS,
         Kind::Counter,
-        "Token requests to the token endpoint, by outcome and error code.",
+        "Token requests to the token endpoint, by outcome (success, transient, refused) and error code.",
     ),
     (
         TOKEN_REQUEST_DURATION,
@@ -56,6 +61,11 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
         "Unix time the newest token of the client id expires.",
     ),
     (
+        TOKEN_CONSECUTIVE_FAILURES,
+        Kind::Gauge,
+        "Token requests of the client id that failed in a row since its last success.",
+    ),
+    (
         CREDENTIAL_NOT_AFTER,
         Kind::Gauge,
         "Unix time the credential in use ends.",
@@ -63,17 +73,17 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
     (
         CREDENTIAL_RENEW_AFTER,
         Kind::Gauge,
-        "Unix time from which the credential in use should be renewed.",
+        "Unix time from which the credential in use should be renewed (NaN: it has no renew_after).",
     ),
     (
         CREDENTIAL_CANNOT_RENEW_AFTER,
         Kind::Gauge,
-        "Unix time after which the credential in use can no longer be renewed.",
+        "Unix time after which the credential in use can no longer be renewed (NaN: it has no cannot_renew_after).",
     ),
     (
         RELOADS,
         Kind::Counter,
-        "Reloads of a credential file, by outcome and the reason the last good credential was kept.",
+        "Re-reads of a credential file, by outcome and the reason the last good credential was kept; a file is refused once.",
     ),
     (
         DATAPLANE_REQUESTS,

@@ -26,12 +26,9 @@ pub(crate) enum Service {
     KeyVault,
 }
 
-/// `"success"` or `"error"`.
+/// `"success"`, `"transient"` or `"refused"` (see [`labels::request_outcome`]).
 pub(crate) fn outcome(error: Option<&Error>) -> &'static str {
-    match error {
-        None => "success",
-        Some(_) => "error",
-    }
+    labels::request_outcome(error)
 }
 
 /// Seconds since the Unix epoch, as a gauge holds them.
@@ -60,11 +57,99 @@ pub(crate) fn token_request(client_id: &str, error: Option<&Error>, elapsed: Dur
             "outcome" => outcome,
         )
         .record(elapsed.as_secs_f64());
+        let failures = metrics::gauge!(
+            names::TOKEN_CONSECUTIVE_FAILURES,
+            "client_id" => client_id.to_owned(),
+        );
+        match error {
+            None => failures.set(0.0),
+            Some(_) => failures.increment(1.0),
+        }
+    }
+}
+
+/// A credential for `client_id` was built: its counters' known label sets at 0, so that
+/// a first failure is an increase a rule sees, and its run of failures at 0. (Error
+/// codes are not known ahead; `success` with `none` is.)
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn token_client(client_id: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!(
+            names::TOKEN_REQUESTS,
+            "client_id" => client_id.to_owned(),
+            "outcome" => "success",
+            "error_code" => labels::NONE,
+        )
+        .increment(0);
+        let failures = metrics::gauge!(
+            names::TOKEN_CONSECUTIVE_FAILURES,
+            "client_id" => client_id.to_owned(),
+        );
+        // Increment by 0: a gauge another credential of the client id already holds
+        // keeps its run (a rotation during an outage does not hide it).
+        failures.increment(0.0);
+    }
+}
+
+/// A reloading credential for `client_id` started: every `outcome` and `reason` pair it
+/// can count, at 0.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn reload_client(client_id: &str) {
+    #[cfg(feature = "metrics")]
+    for reason in labels::RELOAD_REASONS {
+        let outcomes: &[&'static str] = match *reason {
+            "none" => &["swapped", "unchanged"],
+            _ => &["kept_last_good"],
+        };
+        for outcome in outcomes {
+            metrics::counter!(
+                names::RELOADS,
+                "client_id" => client_id.to_owned(),
+                "outcome" => *outcome,
+                "reason" => *reason,
+            )
+            .increment(0);
+        }
+    }
+}
+
+/// The label sets known without a client id, at 0: renewals by outcome, the token
+/// server's answers by status (feature `serve`), data plane and Key Vault operations'
+/// successes.
+pub(crate) fn known_series() {
+    #[cfg(feature = "metrics")]
+    {
+        for outcome in labels::RENEWAL_OUTCOMES {
+            metrics::counter!(names::RENEWALS, "outcome" => *outcome).increment(0);
+        }
+        #[cfg(feature = "serve")]
+        for status in labels::SERVE_STATUSES {
+            metrics::counter!(names::SERVE_REQUESTS, "status" => *status).increment(0);
+        }
+        let operations = [
+            (names::DATAPLANE_REQUESTS, labels::DATAPLANE_OPERATIONS),
+            #[cfg(feature = "keyvault")]
+            (names::KEYVAULT_REQUESTS, labels::KEYVAULT_OPERATIONS),
+        ];
+        for (name, ops) in operations {
+            for operation in ops {
+                metrics::counter!(
+                    name,
+                    "operation" => *operation,
+                    "outcome" => "success",
+                    "error_code" => labels::NONE,
+                )
+                .increment(0);
+            }
+        }
     }
 }
 
 /// The times of the credential a client id now uses: its end (`not_after`), and the
-/// file's `renew_after` and `cannot_renew_after` when it has them.
+/// file's `renew_after` and `cannot_renew_after`, `NaN` when it has none (a value the
+/// credential lacks is never left from the one before; a comparison with `NaN` is
+/// false, so no rule fires on it).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn credential_times(
     client_id: &str,
@@ -75,17 +160,13 @@ pub(crate) fn credential_times(
     #[cfg(feature = "metrics")]
     {
         let label = || ("client_id", client_id.to_owned());
-        let set = |name: &'static str, t: OffsetDateTime| {
+        let set = |name: &'static str, t: Option<OffsetDateTime>| {
             let (k, v) = label();
-            metrics::gauge!(name, k => v).set(unix(t));
+            metrics::gauge!(name, k => v).set(t.map_or(f64::NAN, unix));
         };
-        set(names::CREDENTIAL_NOT_AFTER, not_after);
-        if let Some(t) = renew_after {
-            set(names::CREDENTIAL_RENEW_AFTER, t);
-        }
-        if let Some(t) = cannot_renew_after {
-            set(names::CREDENTIAL_CANNOT_RENEW_AFTER, t);
-        }
+        set(names::CREDENTIAL_NOT_AFTER, Some(not_after));
+        set(names::CREDENTIAL_RENEW_AFTER, renew_after);
+        set(names::CREDENTIAL_CANNOT_RENEW_AFTER, cannot_renew_after);
     }
 }
 

@@ -392,6 +392,7 @@ impl ClientCertificateCredential {
             options.http.allow_http_loopback,
         )?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
+        telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
         let direct = crate::http::body::is_loopback(&token_url);
         let http = options.http.client(direct)?;

@@ -10,6 +10,7 @@ pub mod entra;
 pub mod fixtures;
 pub mod harness;
 pub mod log_capture;
+pub mod promtool;
 pub mod python;
 pub mod scanning;
 pub mod secrets;

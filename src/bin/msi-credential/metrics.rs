@@ -46,6 +46,7 @@ pub async fn install(addr: SocketAddr) -> Result<MetricsServer, String> {
         .and_then(|builder| builder.install_recorder())
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     msi_dataplane::telemetry::describe();
+    msi_dataplane::telemetry::initialize();
     // The recorder keeps histograms' samples until its upkeep drains them: every 5 s, as
     // the exporter's own listener did.
     let upkeep = handle.clone();

@@ -296,9 +296,12 @@ pub fn watch_event(event: &WatchEvent, format: Format) -> String {
                     rfc3339(active.not_before),
                     rfc3339(active.not_after)
                 ),
-                ("unchanged", _) => {
-                    format!("{at} unchanged: the file holds the active credential")
+                ("unchanged", None) => {
+                    format!("{at} unchanged: the file was decided on before; serving sha256 {tp}")
                 }
+                ("unchanged", Some(error)) => format!(
+                    "{at} unchanged: the file was refused before ({error}); keeping sha256 {tp}"
+                ),
                 ("not_newer", _) => format!(
                     "{at} not_newer: the file's not_before is not later than the active {}; \
                      keeping sha256 {tp}",

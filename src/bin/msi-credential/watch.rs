@@ -97,7 +97,13 @@ pub fn events(before: &ReloadStatus, after: &ReloadStatus) -> Vec<WatchEvent> {
     {
         out.push(WatchEvent::Decision {
             at,
-            outcome: outcome_name(after.last_outcome),
+            outcome: if after.last_new_file {
+                outcome_name(after.last_outcome)
+            } else {
+                // The file decided on before, read again: no new decision (and not
+                // counted again in the metrics).
+                "unchanged"
+            },
             reloads: after.reloads,
             active: active(after),
             error: after.last_error.as_ref().map(ToString::to_string),
