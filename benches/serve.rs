@@ -4,12 +4,18 @@
 //! `CONNECTIONS` client connections, each sending its next request as soon as the last
 //! answer is read, for `SECONDS`; every latency is kept for the percentiles.
 //!
+//! Then the token server again while a flood without the secret (`CONNECTIONS` more
+//! connections on a runtime of their own, reconnecting whenever the server closes one)
+//! runs beside it: the legitimate client's p99 flooded against alone.
+//!
 //! `cargo bench --features serve,test-util --bench serve` (10 s per server, alternated
 //! five times); under `cargo test --benches` each runs for a moment only. Results in
 //! BENCHMARKS.md.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -89,6 +95,57 @@ async fn load(addr: SocketAddr, target: &str, duration: Duration) -> Run {
         p50: at(0.50),
         p99: at(0.99),
     }
+}
+
+/// A flood without the secret: `connections` connections sending `target` with no
+/// identity header back to back until `stop`, reconnecting whenever the server closes
+/// one; the number of answers.
+async fn flood(
+    addr: SocketAddr,
+    target: String,
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (target, stop) = (target.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut answered = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(stream) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let Ok((mut sender, conn)) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) {
+                    let request = Request::get(&target)
+                        .header("host", addr.to_string())
+                        .body(Empty::<Bytes>::new())
+                        .unwrap();
+                    let Ok(response) = sender.send_request(request).await else {
+                        break;
+                    };
+                    assert_eq!(response.status(), 401);
+                    let _ = response.into_body().collect().await;
+                    answered += 1;
+                    if sender.ready().await.is_err() {
+                        break;
+                    }
+                }
+            }
+            answered
+        }));
+    }
+    let mut answered = 0;
+    for task in tasks {
+        answered += task.await.unwrap_or(0);
+    }
+    answered
 }
 
 /// The baseline: hyper answering every request with the same fixed bytes.
@@ -187,14 +244,47 @@ fn main() {
             CONNECTIONS
         );
     };
+    // The flood's own runtime (one thread), so that it competes for the CPU as another
+    // process in the pod would.
+    let flooder = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let mut ratios = Vec::new();
+    let mut p99_ratios = Vec::new();
     for _ in 0..rounds {
         let fixed = clients.block_on(load(baseline, target, duration));
         show("serve/fixed_body_hyper", &fixed);
         let served = clients.block_on(load(token_server.local_addr(), target, duration));
         show("serve/cached_token", &served);
         ratios.push(served.per_second() / fixed.per_second());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooding = flooder.spawn(flood(
+            token_server.local_addr(),
+            target.to_owned(),
+            CONNECTIONS,
+            stop.clone(),
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+        let flooded = clients.block_on(load(token_server.local_addr(), target, duration));
+        stop.store(true, Ordering::Relaxed);
+        let refused = flooder.block_on(flooding).unwrap();
+        show("serve/cached_token_flooded", &flooded);
+        println!(
+            "{:<28} {:>9.0} req/s refused (no secret, {CONNECTIONS} connections)",
+            "serve/no_secret_flood",
+            refused as f64 / duration.as_secs_f64()
+        );
+        p99_ratios.push(flooded.p99.as_secs_f64() / served.p99.as_secs_f64());
     }
-    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
-    println!("serve/cached_token ÷ fixed_body_hyper: {mean:.2}× (rounds: {ratios:.2?})");
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "serve/cached_token ÷ fixed_body_hyper: {:.2}× (rounds: {ratios:.2?})",
+        mean(&ratios)
+    );
+    println!(
+        "serve/cached_token p99, flooded ÷ alone: {:.2}× (rounds: {p99_ratios:.2?})",
+        mean(&p99_ratios)
+    );
 }

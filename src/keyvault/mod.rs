@@ -51,6 +51,7 @@
 #[cfg(feature = "keyvault")]
 mod answer;
 mod format;
+#[cfg(feature = "keyvault")]
 mod listing;
 #[cfg(feature = "keyvault")]
 pub(crate) mod renew;
@@ -59,4 +60,5 @@ pub mod renewal;
 pub mod store;
 
 pub use format::*;
+#[cfg(feature = "keyvault")]
 pub use listing::{DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS};
