@@ -160,6 +160,65 @@ async fn idle_connections_cannot_hold_every_slot() {
     );
 }
 
+/// Send `head` on a keep-alive connection and read one answer; its status.
+fn exchange(stream: &mut TcpStream, head: &str) -> std::io::Result<u16> {
+    write!(stream, "{head}\r\n\r\n")?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        answer.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body)?;
+    Ok(head[9..12].parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_connections_without_the_secret_closes_its_own_not_the_clients() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let options = ServeOptions::default()
+        .with_max_connections(8)
+        .with_first_byte_timeout(Duration::from_secs(60));
+    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let addr = server.local_addr();
+    let request = token_request(&server, ARM, "", SECRET);
+    let no_secret =
+        format!("GET /msi/token?api-version=2019-08-01&resource={ARM} HTTP/1.1\r\nHost: {addr}");
+    let statuses = tokio::task::spawn_blocking(move || {
+        // Four clients with the secret, each on a keep-alive connection of its own.
+        let mut clients: Vec<TcpStream> = (0..4).map(|_| hold(addr, b"")).collect();
+        let mut statuses = Vec::new();
+        for client in &mut clients {
+            statuses.push(exchange(client, &request).unwrap());
+        }
+        // Forty connections without the secret: twenty silent, twenty refused and kept.
+        let mut flood: Vec<TcpStream> = (0..20).map(|_| hold(addr, b"")).collect();
+        for _ in 0..20 {
+            let mut stream = hold(addr, b"");
+            let _ = exchange(&mut stream, &no_secret);
+            flood.push(stream);
+        }
+        // The clients' connections are still open and answer.
+        for client in &mut clients {
+            statuses.push(exchange(client, &request).expect("the client's connection stays open"));
+        }
+        statuses
+    })
+    .await
+    .unwrap();
+    assert_eq!(statuses, [200; 8]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_closed_after_the_first_byte_timeout() {
     let entra = EntraServer::start().await;

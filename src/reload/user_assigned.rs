@@ -304,7 +304,7 @@ impl UserAssignedIdentityCredential {
     /// Get an access token for `scopes` from the active credential (cached, single
     /// flight, refresh ahead: see [`ClientCertificateCredential::get_token`]).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
-        if let Some(token) = self.inner.active.load().credential.cached_token(scopes) {
+        if let Some(token) = self.cached_token(scopes) {
             return Ok(token);
         }
         let active = self.inner.active.load_full();

@@ -1,10 +1,13 @@
 //! The HTTP/1.1 listener under both servers of this module (the token server and the
 //! metrics listener): what a connection may cost, whoever opens it.
 //!
-//! - At most `max_connections` open at once. When full, a new connection closes the
-//!   **oldest idle** one (no request being answered: waiting for its first byte, between
-//!   keep-alive requests, or dribbling a head) instead of waiting behind it; only when
-//!   every open connection is answering a request does a new one wait in the listen queue.
+//! - At most `max_connections` open at once. When full, a new connection closes an
+//!   **idle** one (no request being answered: waiting for its first byte, between
+//!   keep-alive requests, or dribbling a head) instead of waiting behind it: one that
+//!   never carried a request the server trusts (for the token server: one with the
+//!   secret) first, then the one idle longest. Only when every open connection is
+//!   answering a request does a new one wait in the listen queue. So a flood without the
+//!   secret closes its own connections, not those of the clients that have it.
 //! - A new connection must send its first byte within `first_byte_timeout`.
 //! - A request head must arrive in full within `idle_timeout` of the connection's first
 //!   byte or of the previous answer (hyper's header timer, which also bounds a
@@ -22,7 +25,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -53,6 +56,11 @@ pub const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 /// How long a stopping server gives each open connection to finish its answer.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// Set on a response (in its extensions) by a handler that trusts the request: its
+/// connection is then closed for a new one only after every untrusted idle connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trusted;
+
 /// How long a closed idle connection is given to go before it is dropped.
 const EVICTION_GRACE: Duration = Duration::from_secs(1);
 
@@ -68,6 +76,8 @@ pub(crate) struct ConnectionLimits {
 struct Conn {
     /// Requests being answered (0: idle).
     busy: AtomicUsize,
+    /// It carried a request the handler trusted ([`Trusted`]).
+    trusted: AtomicBool,
     /// When it last did something (accepted, or an answer finished): milliseconds since
     /// the registry's epoch.
     last_active: AtomicU64,
@@ -106,6 +116,7 @@ impl Registry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn {
             busy: AtomicUsize::new(0),
+            trusted: AtomicBool::new(false),
             last_active: AtomicU64::new(self.now_ms()),
             close: CancellationToken::new(),
         });
@@ -125,20 +136,20 @@ impl Registry {
         conns.len() < max || conns.values().any(|c| c.busy.load(Ordering::Acquire) == 0)
     }
 
-    /// Close the oldest idle connection, if there is one; whether one was closed.
-    fn close_oldest_idle(&self) -> bool {
+    /// Close an idle connection ([`to_close`]'s choice), if there is one; whether one was
+    /// closed.
+    fn close_one_idle(&self) -> bool {
         let conns = self.lock();
         let candidates = conns
             .iter()
             .filter(|(_, c)| !c.close.is_cancelled())
-            .map(|(id, c)| {
-                (
-                    *id,
-                    c.busy.load(Ordering::Acquire),
-                    c.last_active.load(Ordering::Acquire),
-                )
+            .map(|(id, c)| Candidate {
+                id: *id,
+                busy: c.busy.load(Ordering::Acquire),
+                trusted: c.trusted.load(Ordering::Acquire),
+                last_active: c.last_active.load(Ordering::Acquire),
             });
-        match oldest_idle(candidates).and_then(|id| conns.get(&id)) {
+        match to_close(candidates).and_then(|id| conns.get(&id)) {
             Some(conn) => {
                 conn.close.cancel();
                 true
@@ -152,13 +163,25 @@ impl Registry {
     }
 }
 
-/// Pure: among `(id, requests being answered, last active)`, the idle connection that has
-/// been idle longest (the lowest id among equals).
-fn oldest_idle(conns: impl Iterator<Item = (u64, usize, u64)>) -> Option<u64> {
+/// An open connection as [`to_close`] weighs it.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: u64,
+    /// Requests being answered.
+    busy: usize,
+    trusted: bool,
+    /// Milliseconds since the registry's epoch.
+    last_active: u64,
+}
+
+/// Pure: the connection to close for a new one: an idle one (answering nothing), untrusted
+/// before trusted, then the one idle longest (the lowest id among equals); `None` when
+/// every one is answering a request.
+fn to_close(conns: impl Iterator<Item = Candidate>) -> Option<u64> {
     conns
-        .filter(|&(_, busy, _)| busy == 0)
-        .min_by_key(|&(id, _, last)| (last, id))
-        .map(|(id, _, _)| id)
+        .filter(|c| c.busy == 0)
+        .min_by_key(|c| (c.trusted, c.last_active, c.id))
+        .map(|c| c.id)
 }
 
 /// The accept loop's backoff and log decisions after errors: pure functions of the time.
@@ -242,7 +265,7 @@ pub(crate) async fn serve<H, F>(
             }
             Err(error) => {
                 if out_of_descriptors(&error) {
-                    registry.close_oldest_idle();
+                    registry.close_one_idle();
                 }
                 let (delay, log) = backoff.failed(Instant::now());
                 if let Some(count) = log {
@@ -261,7 +284,7 @@ pub(crate) async fn serve<H, F>(
             }
         };
         if registry.open() >= limits.max_connections {
-            registry.close_oldest_idle();
+            registry.close_one_idle();
         }
         let _ = stream.set_nodelay(true);
         let (id, conn) = registry.insert();
@@ -339,6 +362,9 @@ async fn serve_connection<H, F>(
             let (registry, conn) = (registry.clone(), conn.clone());
             async move {
                 let response = answer.await;
+                if response.extensions().get::<Trusted>().is_some() {
+                    conn.trusted.store(true, Ordering::Release);
+                }
                 conn.last_active.store(registry.now_ms(), Ordering::Release);
                 if conn.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
                     registry.changed.notify_one();
@@ -368,12 +394,42 @@ async fn serve_connection<H, F>(
 mod tests {
     use super::*;
 
+    fn candidates(list: &[(u64, usize, bool, u64)]) -> impl Iterator<Item = Candidate> + '_ {
+        list.iter()
+            .map(|&(id, busy, trusted, last_active)| Candidate {
+                id,
+                busy,
+                trusted,
+                last_active,
+            })
+    }
+
     #[test]
-    fn the_oldest_idle_connection_goes_first() {
-        let conns = [(1, 0, 50), (2, 1, 10), (3, 0, 20), (4, 0, 20)];
-        assert_eq!(oldest_idle(conns.into_iter()), Some(3));
-        assert_eq!(oldest_idle([(7, 2, 0), (8, 1, 0)].into_iter()), None);
-        assert_eq!(oldest_idle(std::iter::empty()), None);
+    fn an_untrusted_idle_connection_goes_first_then_the_oldest() {
+        let conns = [
+            (1, 0, false, 50),
+            (2, 1, false, 10),
+            (3, 0, false, 20),
+            (4, 0, false, 20),
+        ];
+        assert_eq!(to_close(candidates(&conns)), Some(3));
+        let conns = [(1, 0, true, 5), (2, 0, false, 90), (3, 1, false, 1)];
+        assert_eq!(
+            to_close(candidates(&conns)),
+            Some(2),
+            "untrusted before trusted"
+        );
+        let conns = [(1, 0, true, 50), (2, 0, true, 10), (3, 1, false, 1)];
+        assert_eq!(
+            to_close(candidates(&conns)),
+            Some(2),
+            "then the one idle longest"
+        );
+        assert_eq!(
+            to_close(candidates(&[(7, 2, false, 0), (8, 1, true, 0)])),
+            None
+        );
+        assert_eq!(to_close(std::iter::empty()), None);
     }
 
     #[test]

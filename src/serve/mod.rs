@@ -30,14 +30,25 @@
 //!   retries), each with `Retry-After`: the only statuses the clients retry.
 //! - **Safety**: loopback only ([`ServeError::NonLoopbackAddress`](crate::ServeError)
 //!   otherwise); the secret compared in constant time, the previous one accepted too
-//!   during a rotation ([`IdentityHeaderSecret`]); a non-loopback `Host` (421),
-//!   `X-Forwarded-For` or `Forwarded` (403), a method other than GET (405), a body (413),
-//!   a target over 4 KiB (414) and oversized headers (431) refused; at most
-//!   [`ServeOptions::max_connections`] connections and
-//!   [`ServeOptions::max_requests_per_second`] requests. No token and no secret is ever
-//!   logged.
-//! - **Health**: `GET /healthz` (no secret): 200 when every identity's credential is
-//!   within its validity, else 503, with a JSON report.
+//!   during a rotation ([`IdentityHeaderSecret`]); a non-loopback `Host` or absolute-form
+//!   target (421), proxy headers (`Forwarded`, `Via`, `X-Forwarded-*`, `X-Real-IP` and
+//!   kin: 403), a method other than GET (405), a body (413), a target over 4 KiB (414)
+//!   and oversized headers (431) refused with the JSON error. No token and no secret is
+//!   ever logged, and values a client chose are escaped before they reach a log line.
+//! - **Limits** (each a [`ServeOptions`] field): at most
+//!   [`max_connections`](ServeOptions::max_connections) connections, the one idle longest
+//!   closed for a new one when full; a first byte within
+//!   [`first_byte_timeout`](ServeOptions::first_byte_timeout) and each head within
+//!   [`idle_timeout`](ServeOptions::idle_timeout); refusals before the secret on a budget
+//!   of their own (past it, the refused connection is closed); only cache misses take
+//!   from [`max_token_requests_per_second`](ServeOptions::max_token_requests_per_second);
+//!   resources limited per identity with [`ServedIdentity::with_allowed_resources`].
+//! - **Health**: `GET /healthz`, never rate limited: 200 when every identity's
+//!   credential is within its validity, else 503; the identities' details (client ids,
+//!   thumbprints, times) only with the secret, the status alone without it.
+//! - **Metrics**: [`MetricsServer`] serves a rendering of the process's metrics on
+//!   `GET /metrics` on the same bounded listener, with limits of its own
+//!   ([`MetricsServerOptions`]), for Prometheus to scrape from outside the pod.
 
 mod answer;
 mod identity;

@@ -21,7 +21,7 @@ use crate::error::{ConfigError, ErrorKind, Result, ServeError};
 use crate::serve::answer::{self, Refusal};
 use crate::serve::identity::{Identities, ServedIdentity};
 use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, REFUSALS_PER_SECOND, RateLimiter};
-use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT};
+use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT, Trusted};
 use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
@@ -512,7 +512,20 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
         );
         return refused_unauthenticated(state, &refusal, &correlation());
     }
-    let query = match request::token_query(parts.uri.query().unwrap_or("")) {
+    // A client with the secret: its connection is closed for a new one only after every
+    // connection without it.
+    let mut response = answer_token(state, parts.uri.query().unwrap_or(""), &correlation).await;
+    response.extensions_mut().insert(Trusted);
+    response
+}
+
+/// The answer to a token request whose secret was accepted.
+async fn answer_token(
+    state: &State,
+    query: &str,
+    correlation: &impl Fn() -> String,
+) -> Response<Full<Bytes>> {
+    let query = match request::token_query(query) {
         Ok(query) => query,
         Err(refusal) => return refused(&refusal, &correlation()),
     };

@@ -20,6 +20,7 @@ pub(crate) const RELOAD_OUTCOMES: &[&str] = &["swapped", "unchanged", "kept_last
 
 /// The `reason` of a credential file's re-read: `none` unless the last good credential
 /// was kept; then why (see [`reload_reason`]).
+#[cfg_attr(not(any(test, feature = "metrics")), allow(dead_code))]
 pub(crate) const RELOAD_REASONS: &[&str] = &[
     "none",
     "not_newer",

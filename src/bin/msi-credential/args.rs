@@ -252,8 +252,9 @@ pub struct WatchArgs {
     #[arg(long)]
     pub no_watch: bool,
     /// Serve the metrics (reloads, the credential's times) in Prometheus's text format
-    /// on this address, e.g. `0.0.0.0:9464` for a scrape from another pod, or
-    /// `127.0.0.1:9464`.
+    /// on `http://ADDR/metrics`: the pod's IP (with a NetworkPolicy admitting the
+    /// monitoring namespace) for a scrape from another pod, or `127.0.0.1:9464` for a
+    /// scraping sidecar.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
 }
