@@ -69,7 +69,7 @@ pub enum Command {
     /// 2 for a bad option, a non-loopback address or an unusable secret; 4 when a file
     /// cannot be loaded.
     #[cfg(feature = "serve")]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check the token server's health (for a Kubernetes `exec` probe): exit 0 when
     /// /healthz answers 200, 7 otherwise (feature `serve`).
     #[cfg(feature = "serve")]
