@@ -180,10 +180,15 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                ..
+            })
         ),
         "{err}"
     );
+    // The file's `authentication_endpoint`: the credential file is what to fix.
+    assert_eq!(err.category(), msi_dataplane::ErrorCategory::CredentialFile);
 }
 
 // ---- expiry awareness ----

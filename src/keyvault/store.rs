@@ -56,15 +56,15 @@ use time::OffsetDateTime;
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
 use crate::error::{
-    Error, ErrorKind, FileError, KeyVaultError, Result, TokenError, TransportError, TransportFault,
-    cause_chain, classify_transport,
+    ConfigError, Error, ErrorKind, KeyVaultError, Result, TokenError, TransportError,
+    TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::options::HttpOptions;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
-use crate::keyvault::renew::RenewalOutcome;
+use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
 use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
@@ -237,7 +237,8 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`] naming `vault_url` when it is not an `https` URL;
+    /// [`ConfigError::InvalidArgument`](crate::ConfigError::InvalidArgument) naming
+    /// `vault_url` when it is not an `https` URL;
     /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the HTTP client cannot be built;
     /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an HTTP client and extra roots are set.
     pub fn new(
@@ -246,14 +247,14 @@ impl CredentialStore {
         options: StoreOptions,
     ) -> Result<Self> {
         let parsed = url::Url::parse(vault_url).map_err(|e| {
-            ErrorKind::File(FileError::InvalidField {
-                field: "vault_url",
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "vault_url",
                 reason: format!("`{vault_url}` is not a URL: {e}"),
             })
         })?;
         if parsed.scheme() != "https" || parsed.host_str().is_none() {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "vault_url",
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "vault_url",
                 reason: format!("`{vault_url}` is not an https URL with a host"),
             })
             .into());
@@ -283,8 +284,8 @@ impl CredentialStore {
         }
         let client =
             SecretClient::new(parsed.as_str(), credential, Some(sdk_options)).map_err(|e| {
-                ErrorKind::File(FileError::InvalidField {
-                    field: "vault_url",
+                ErrorKind::Config(ConfigError::InvalidArgument {
+                    argument: "vault_url",
                     reason: e.to_string(),
                 })
             })?;
@@ -1110,20 +1111,6 @@ fn invalid(name: &str, reason: &str) -> crate::error::Error {
         reason: reason.to_owned(),
     })
     .into()
-}
-
-/// What a renewal pass ([`CredentialStore::renew_due`]) did: secret names by outcome.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct RenewalPass {
-    /// How many stored credentials were past `renew_after`.
-    pub due: usize,
-    /// Renewed: a newer credential is now stored.
-    pub renewed: Vec<String>,
-    /// The data plane offered nothing newer.
-    pub not_newer: Vec<String>,
-    /// The renewal failed, with why.
-    pub failed: Vec<(String, Error)>,
 }
 
 /// One store operation in its `keyvault_request` span, counted by outcome with its
