@@ -242,6 +242,7 @@ struct Spare {
     signed_at: OffsetDateTime,
     /// The thread that signed it: tests check it was not the caller's.
     #[cfg(test)]
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     signed_on: Option<String>,
 }
 
@@ -590,6 +591,7 @@ impl ClientCertificateCredential {
     /// A weak reference to the credential's state (its key among it): for tests that
     /// check when it is freed.
     #[cfg(test)]
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
         Arc::downgrade(&self.inner)
     }
