@@ -92,7 +92,7 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 #[non_exhaustive]
 pub struct StoreOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one; setting
-    /// both is refused with [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)), the request timeout
+    /// both is refused with [`ConfigError::ConflictingOptions`]), the request timeout
     /// (default 30 s), the application id of the `User-Agent`. Set with
     /// [`with_http_options`](Self::with_http_options); the same value can serve the
     /// credential and the data plane client. See [`HttpOptions`]. Its
@@ -237,10 +237,10 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`](crate::ConfigError::InvalidArgument) naming
+    /// [`ConfigError::InvalidArgument`] naming
     /// `vault_url` when it is not an `https` URL;
-    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the HTTP client cannot be built;
-    /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an HTTP client and extra roots are set.
+    /// [`ConfigError::HttpClient`] when the HTTP client cannot be built;
+    /// [`ConfigError::ConflictingOptions`] when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
