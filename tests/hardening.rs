@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, ErrorKind, FileError, HttpOptions,
-    ManualClock, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ErrorKind, FileError, HttpOptions, ManualClock,
+    RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;

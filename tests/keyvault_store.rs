@@ -13,8 +13,7 @@ use msi_dataplane::dataplane::ManagedIdentityCredentials;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{
-    ConfigError, ErrorCategory, ErrorKind, FileError, KeyVaultError, LinkFault, RetryPolicy,
-    keyvault,
+    ConfigError, ErrorCategory, ErrorKind, KeyVaultError, LinkFault, RetryPolicy, keyvault,
 };
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
