@@ -23,14 +23,14 @@ use std::time::{Duration, Instant};
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::hypershift::Component;
 use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
-use msi_dataplane::keyvault::renewal::needing_renewal;
+use msi_dataplane::keyvault::renewal::{RenewalOutcome, needing_renewal};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::{
     CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
-    RenewalOutcome, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
+    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
 };
 
 /// HyperShift's managed identities file for a test cluster.

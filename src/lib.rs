@@ -57,8 +57,6 @@ pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
 pub use http::options::HttpOptions;
 pub use http::retry::RetryPolicy;
-#[cfg(feature = "keyvault")]
-pub use keyvault::renew::RenewalOutcome;
 pub use reload::rule::ReloadOutcome;
 pub use reload::user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,

@@ -107,7 +107,7 @@ mod tests {
     #[test]
     fn der_errors_give_class_and_position() {
         use pkcs8::der::Decode;
-        let e = pkcs1::RsaPrivateKey::from_der(&[0x30, 0x05, 0x02, 0x01]).unwrap_err();
+        let e = pkcs1::RsaPrivateKeyRef::from_der(&[0x30, 0x05, 0x02, 0x01]).unwrap_err();
         let text = der(&e);
         assert!(text.contains("DER"), "{text}");
     }

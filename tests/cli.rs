@@ -687,7 +687,14 @@ fn token_failures_exit_by_category() {
         4,
     )
     .json();
-    assert_eq!(http["error"]["kind"], "invalid_authority", "{http}");
+    assert_eq!(http["error"]["kind"], "invalid_field", "{http}");
+    assert_eq!(http["error"]["category"], "credential_file", "{http}");
+    assert!(
+        http["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`authentication_endpoint`")),
+        "{http}"
+    );
 
     for t in issued_tokens(&setup.server) {
         secrets.add("access token", &t);

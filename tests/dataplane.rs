@@ -12,8 +12,8 @@ use msi_dataplane::dataplane::{
 };
 use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, ErrorKind,
-    FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, ErrorCategory,
+    ErrorKind, FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use serde_json::json;
 use support::entra::{EntraServer, Scripted, TokenShape};
@@ -308,6 +308,9 @@ async fn unusable_challenges_are_typed_errors() {
             "{values:?}: {e}"
         );
         assert!(e.to_string().contains(expect), "{e}");
+        // The data plane's answer (its tenant included) is the service's, never the
+        // caller's configuration or the credential file.
+        assert_eq!(e.category(), ErrorCategory::Service, "{values:?}");
         assert_eq!(s.entra.token_requests(), 0);
     }
     // A Bearer challenge among others, in a second header field, scheme in capitals.
@@ -561,26 +564,72 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "client_id",
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "client_id",
                 ..
             })
         ),
         "{e:?}"
     );
+    assert_eq!(e.category(), ErrorCategory::Configuration);
     let e =
         ClientCertificateCredential::from_parts(&entra.base_url(), "a/b", "c", cert(), options())
             .unwrap_err();
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "tenant_id",
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "tenant_id",
                 ..
             })
         ),
         "{e:?}"
     );
+    assert_eq!(e.category(), ErrorCategory::Configuration);
+    // A tenant that cannot be part of a URL path, from a credential that may ask in any.
+    let any = service_credential(&entra, &["*"]);
+    let e = any.get_token_for_tenant(&[ARM], "a/b").await.unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "tenant",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.category(), ErrorCategory::Configuration);
+    // An empty audience for the data plane client factory.
+    let e = ClientFactory::new(any, " / ", client_options()).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "audience",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.category(), ErrorCategory::Configuration);
+    // The same authority check as a credential file's, but the caller's value here.
+    let e = ClientCertificateCredential::from_parts(
+        "http://login.example.test/",
+        HOME_TENANT,
+        "c",
+        cert(),
+        options(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.category(), ErrorCategory::Configuration);
 }
 
 #[test]

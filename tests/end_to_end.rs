@@ -369,10 +369,15 @@ async fn http_authority_needs_the_loopback_opt_in() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                ..
+            })
         ),
         "{err}"
     );
+    // The file's `authentication_endpoint`: the credential file is what to fix.
+    assert_eq!(err.category(), msi_dataplane::ErrorCategory::CredentialFile);
     let cred = ClientCertificateCredential::new(
         &creds,
         options().with_http_options(https_options().allow_http_loopback(true)),

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, ErrorKind, FileError, HttpOptions,
-    ManualClock, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ErrorKind, FileError, HttpOptions, ManualClock,
+    RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
@@ -180,10 +180,15 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                ..
+            })
         ),
         "{err}"
     );
+    // The file's `authentication_endpoint`: the credential file is what to fix.
+    assert_eq!(err.category(), msi_dataplane::ErrorCategory::CredentialFile);
 }
 
 // ---- expiry awareness ----

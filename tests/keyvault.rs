@@ -8,7 +8,9 @@ use msi_dataplane::keyvault::{
     self, CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
-use msi_dataplane::{ConfigError, ErrorKind, FileError, UserAssignedIdentityCredentials};
+use msi_dataplane::{
+    ConfigError, ErrorCategory, ErrorKind, FileError, UserAssignedIdentityCredentials,
+};
 use support::fixtures::{load, secret};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -270,13 +272,15 @@ fn two_explicit_identities_are_an_error() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "explicit_identities",
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "credentials",
                 ..
             })
         ),
         "{err}"
     );
+    // The caller's value: the program's configuration, not a credential file to replace.
+    assert_eq!(err.category(), ErrorCategory::Configuration);
     assert!(err.to_string().contains("holds 2 identities"), "{err}");
 }
 

@@ -13,7 +13,7 @@ use msi_dataplane::dataplane::ManagedIdentityCredentials;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::KeyVaultServer;
 use msi_dataplane::{
-    ConfigError, ErrorKind, FileError, KeyVaultError, LinkFault, RetryPolicy, keyvault,
+    ConfigError, ErrorCategory, ErrorKind, KeyVaultError, LinkFault, RetryPolicy, keyvault,
 };
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
@@ -417,11 +417,13 @@ async fn bad_names_fail_before_anything_is_sent() {
     .unwrap_err();
     assert!(matches!(
         kind(&err),
-        ErrorKind::File(FileError::InvalidField {
-            field: "vault_url",
+        ErrorKind::Config(ConfigError::InvalidArgument {
+            argument: "vault_url",
             ..
         })
     ));
+    // The caller's URL: the program's configuration, not the credential file.
+    assert_eq!(err.category(), ErrorCategory::Configuration);
 }
 
 /// The test vault rejects what Key Vault rejects, for any client.
@@ -958,13 +960,14 @@ async fn a_secret_version_must_be_key_vault_s_form() {
         assert!(
             matches!(
                 kind(&err),
-                ErrorKind::File(FileError::InvalidField {
-                    field: "version",
+                ErrorKind::Config(ConfigError::InvalidArgument {
+                    argument: "version",
                     ..
                 })
             ),
             "{version}: {err:?}"
         );
+        assert_eq!(err.category(), ErrorCategory::Configuration, "{version}");
     }
     assert!(
         s.vault.requests().is_empty(),

@@ -153,11 +153,12 @@ fn the_rule_stores_only_a_later_not_before() {
 mod with_the_store {
     use std::sync::Arc;
 
+    use msi_dataplane::ErrorKind;
     use msi_dataplane::dataplane::{
         Client, ClientFactory, ClientOptions, UserAssignedIdentitiesRequest,
     };
+    use msi_dataplane::keyvault::renewal::RenewalOutcome;
     use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
-    use msi_dataplane::{ErrorKind, RenewalOutcome};
     use time::macros::datetime;
 
     use super::support::entra::EntraServer;

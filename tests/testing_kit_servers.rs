@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::keyvault::renewal::RenewalOutcome;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::testing::{
     DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
-    RenewalOutcome, UserAssignedIdentityCredentials,
+    UserAssignedIdentityCredentials,
 };
 
 const RID: &str = "/subscriptions/0b1c2d3e-0000-4000-8000-000000000001/resourcegroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/cpo";

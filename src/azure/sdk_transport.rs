@@ -104,7 +104,10 @@ impl HttpClient for ReqwestTransport {
         })
         .await
         // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
-        .map_err(|a| azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(a)))?
+        .map_err(|a| {
+            let abandoned = KeyVaultError::RequestAbandoned { reason: a.0 };
+            azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(abandoned))
+        })?
     }
 }
 

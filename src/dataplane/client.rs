@@ -19,8 +19,8 @@ use super::types::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::{
-    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, FileError, Result,
-    TransportError, cause_chain, redact_quoted,
+    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
+    cause_chain, redact_quoted,
 };
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::options::HttpOptions;
@@ -219,7 +219,7 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`] for an empty audience; [`ConfigError::HttpClient`] when
+    /// [`ConfigError::InvalidArgument`] naming `audience` when it is empty; [`ConfigError::HttpClient`] when
     /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`] when both an
     /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
@@ -239,8 +239,8 @@ impl ClientFactory {
     ) -> Result<Self> {
         let audience = audience.trim();
         if audience.trim_end_matches('/').is_empty() {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "audience",
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "audience",
                 reason: "is empty".into(),
             })
             .into());
@@ -590,7 +590,7 @@ impl Client {
             Ok((status, headers, body))
         })
         .await
-        .map_err(Error::from)?
+        .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
         .map_err(transport)?;
         let header = |name: &str| {
             headers

@@ -8,7 +8,10 @@
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The authority URL is unusable (not a URL, not https, a query or fragment, ...).
+    /// The authority URL the caller passed is unusable (not a URL, not https, a query or
+    /// fragment, ...). A credential file's unusable `authentication_endpoint` is the
+    /// file's error instead: [`FileError::InvalidField`](crate::FileError::InvalidField)
+    /// naming it.
     #[error("authority `{authority}` is not usable: {reason}")]
     InvalidAuthority {
         /// The authority as given (a URL, not a secret).
@@ -40,6 +43,19 @@ pub enum ConfigError {
         /// The option's name, e.g. `application_id`.
         option: &'static str,
         /// Why the value is refused (quoting at most its start).
+        reason: String,
+    },
+    /// A value the caller passed to a function is unusable (a Key Vault URL that is not
+    /// `https`, a secret version that is not 32 hexadecimal digits, an empty client id, a
+    /// tenant that cannot be used in a URL path, an empty audience, ...). The program's
+    /// own value: never the credential file's, never a service's.
+    #[error("invalid argument `{argument}`: {reason}")]
+    InvalidArgument {
+        /// The argument's name, as the function's documentation spells it (`vault_url`,
+        /// `version`, `client_id`, `tenant`, `audience`, ...).
+        argument: &'static str,
+        /// Why the value is refused (quoting at most a bounded, escaped start of it,
+        /// never a secret).
         reason: String,
     },
     /// The HTTP client could not be built.
@@ -169,6 +185,7 @@ impl ConfigError {
             ConfigError::InvalidScopes { .. } => "invalid_scopes",
             ConfigError::ConflictingOptions { .. } => "conflicting_options",
             ConfigError::InvalidOption { .. } => "invalid_option",
+            ConfigError::InvalidArgument { .. } => "invalid_argument",
             ConfigError::HttpClient { .. } => "http_client",
             ConfigError::UnknownCloud { .. } => "unknown_cloud",
             ConfigError::InvalidCloud { .. } => "invalid_cloud",

@@ -20,6 +20,13 @@ pub enum DataPlaneError {
         /// What is wrong.
         reason: String,
     },
+    /// An exchange with the data plane ended without an answer: the task running it
+    /// ended abnormally or its runtime is gone. Not transient.
+    #[error("the data plane request was abandoned: {reason}")]
+    RequestAbandoned {
+        /// Why.
+        reason: &'static str,
+    },
     /// The data plane answered 2xx with a body that is not what the operation returns.
     #[error("the data plane answered HTTP {status} with an unusable body: {reason}")]
     InvalidResponse {
@@ -38,6 +45,7 @@ impl DataPlaneError {
             DataPlaneError::Service(_) => "data_plane",
             DataPlaneError::InvalidChallenge { .. } => "invalid_challenge",
             DataPlaneError::InvalidResponse { .. } => "invalid_data_plane_response",
+            DataPlaneError::RequestAbandoned { .. } => "data_plane_request_abandoned",
         }
     }
 }

@@ -55,6 +55,13 @@ pub enum KeyVaultError {
         /// Why the link was not followed.
         fault: LinkFault,
     },
+    /// An exchange with Key Vault ended without an answer: the task running it ended
+    /// abnormally or its runtime is gone. Not transient.
+    #[error("the Key Vault request was abandoned: {reason}")]
+    RequestAbandoned {
+        /// Why.
+        reason: &'static str,
+    },
     /// A stored secret is not a credential of the storage format (no value, not the
     /// credential JSON, a name without the `msi-`/`uamsi-` prefix, ...).
     #[error("stored secret `{name}` is not usable: {reason}")]
@@ -78,6 +85,7 @@ impl KeyVaultError {
             KeyVaultError::InvalidResponse { .. } => "invalid_key_vault_response",
             KeyVaultError::RefusedLink { .. } => "refused_link",
             KeyVaultError::InvalidStoredSecret { .. } => "invalid_stored_secret",
+            KeyVaultError::RequestAbandoned { .. } => "key_vault_request_abandoned",
         }
     }
 }

@@ -95,13 +95,15 @@ impl Error {
     /// what the Azure SDK's retry policy retries). Not transient: a server certificate the
     /// client does not trust or another TLS failure, an answer that breaks HTTP (a
     /// malformed header), bad files, bad certificates, a credential outside its validity,
-    /// 400/401 answers and [`TokenError::RequestAbandoned`] (no Tokio runtime, or one
+    /// 400/401 answers and an exchange abandoned ([`TokenError::RequestAbandoned`] and
+    /// its data plane, Key Vault and reload counterparts: no Tokio runtime, or one
     /// shutting down).
     pub fn is_transient(&self) -> bool {
         self.kind.is_transient()
     }
 
-    /// What to do about this error: see [`ErrorCategory`] for the table. A file error
+    /// What to do about this error: see [`ErrorCategory`] for the table of every failure's
+    /// category. A file error
     /// counts as [`CredentialFile`](ErrorCategory::CredentialFile) when the file is a
     /// credential file (or none is named), as
     /// [`Configuration`](ErrorCategory::Configuration) for other files (a cloud config, a
@@ -257,11 +259,13 @@ pub enum ErrorKind {
 /// | category | what to do | examples |
 /// |---|---|---|
 /// | [`Transient`](Self::Transient) | try again later (the crate's own retries are already spent) | connection refused, reset or closed before the answer, timeout, HTTP 408, 429, 500, 502, 503, 504 |
-/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an invalid application id, an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, a server certificate not trusted (or another TLS failure: which roots to trust is configuration), no Tokio runtime |
+/// | [`Configuration`](Self::Configuration) | fix the program's configuration | a bad scope, conflicting options, an invalid application id, an argument refused (a Key Vault URL, a secret version, a client id, a tenant, an authority passed in code), an unknown cloud, a missing environment variable, a tenant not allowed, an unusable cloud config or CA file, a server certificate not trusted (or another TLS failure: which roots to trust is configuration), no Tokio runtime |
 /// | [`CredentialFile`](Self::CredentialFile) | fix or replace the credential file (a rotation may be on its way) | unreadable, not JSON, missing keys, unusable certificate bundle, an unusable `authentication_endpoint`, expired or not yet valid, a key that cannot sign |
 /// | [`Service`](Self::Service) | the service refused or failed: read [`Error::service_code`], quote [`Error::request_id`] to support | an Entra `AADSTS` error, a data plane or Key Vault error answer, an unusable answer, an answer that breaks HTTP (a malformed header), a link refused |
 ///
 /// Marked `#[non_exhaustive]`: treat an unknown category as [`Service`](Self::Service).
+///
+#[doc = include_str!("categories.md")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorCategory {
@@ -347,32 +351,60 @@ impl ErrorKind {
     }
 
     /// What to do, given whether the file concerned (if any) is a credential file.
+    ///
+    /// Every variant is named here, none by a wildcard: each failure's category is
+    /// decided where its variant is chosen (by the layer that meets it), and a new
+    /// variant cannot compile without one. `categories.md` is the table of it, checked
+    /// by a test.
     fn category(&self, credential_file: bool) -> ErrorCategory {
+        use ErrorCategory::{Configuration, CredentialFile, Service};
         if self.is_transient() {
             return ErrorCategory::Transient;
         }
         match self {
-            ErrorKind::File(_) if credential_file => ErrorCategory::CredentialFile,
-            // The authority is the credential file's `authentication_endpoint`.
-            ErrorKind::Config(ConfigError::InvalidAuthority { .. }) => {
-                ErrorCategory::CredentialFile
-            }
-            ErrorKind::File(_) | ErrorKind::Config(_) => ErrorCategory::Configuration,
-            ErrorKind::Token(TokenError::Signing) => ErrorCategory::CredentialFile,
-            ErrorKind::Token(TokenError::RequestAbandoned { .. }) => ErrorCategory::Configuration,
-            // A stopped watch leaves the credential serving; the runtime that ran it is
-            // gone, which is the program's doing.
-            ErrorKind::Reload(_) => ErrorCategory::Configuration,
-            // Where to listen, the secret, the identities: the program's setup.
-            ErrorKind::Serve(_) => ErrorCategory::Configuration,
+            // A credential file's content is the file's; any other file the crate reads
+            // (a cloud config, a CA file) is the program's configuration.
+            ErrorKind::File(_) if credential_file => CredentialFile,
+            ErrorKind::File(_) => Configuration,
+            // Values the caller chose, passed or set in the environment.
+            ErrorKind::Config(_) => Configuration,
             // Which roots to trust is this side's configuration (a missing CA file, a
             // distroless image without roots, a proxy's own CA); so is a request that
             // cannot be built. A malformed answer is the service's.
             ErrorKind::Transport(e) => match e.fault {
-                TransportFault::Tls | TransportFault::Request => ErrorCategory::Configuration,
-                TransportFault::Passing | TransportFault::Protocol => ErrorCategory::Service,
+                TransportFault::Tls | TransportFault::Request => Configuration,
+                TransportFault::Passing | TransportFault::Protocol => Service,
             },
-            _ => ErrorCategory::Service,
+            ErrorKind::Token(e) => match e {
+                TokenError::Endpoint(_)
+                | TokenError::InvalidResponse { .. }
+                | TokenError::External { .. } => Service,
+                // The key in the credential file cannot sign.
+                TokenError::Signing => CredentialFile,
+                // No runtime, or one shutting down: the program's doing.
+                TokenError::RequestAbandoned { .. } => Configuration,
+            },
+            // A stopped watch or an abandoned read leaves the credential serving; the
+            // runtime that ran it is gone, which is the program's doing.
+            ErrorKind::Reload(e) => match e {
+                ReloadError::Stopped { .. } | ReloadError::ReadAbandoned { .. } => Configuration,
+            },
+            ErrorKind::DataPlane(e) => match e {
+                DataPlaneError::Service(_)
+                | DataPlaneError::InvalidChallenge { .. }
+                | DataPlaneError::InvalidResponse { .. } => Service,
+                DataPlaneError::RequestAbandoned { .. } => Configuration,
+            },
+            ErrorKind::KeyVault(e) => match e {
+                KeyVaultError::Service { .. }
+                | KeyVaultError::SecretNameHeldByDeletedSecret { .. }
+                | KeyVaultError::InvalidResponse { .. }
+                | KeyVaultError::RefusedLink { .. }
+                | KeyVaultError::InvalidStoredSecret { .. } => Service,
+                KeyVaultError::RequestAbandoned { .. } => Configuration,
+            },
+            // Where to listen, the secret, the identities: the program's setup.
+            ErrorKind::Serve(_) => Configuration,
         }
     }
 }
@@ -639,6 +671,326 @@ mod tests {
         )));
         let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
         assert_eq!(source.map(|s| s.kind()), Some(std::io::ErrorKind::NotFound));
+    }
+
+    /// One failure of every variant, with the category it must have (no file attached;
+    /// a file error counts as the credential file's).
+    fn one_of_each() -> Vec<(ErrorKind, ErrorCategory)> {
+        use ErrorCategory::{Configuration as Cfg, CredentialFile as Cred, Service as Svc};
+        let at = time::macros::datetime!(2026-01-01 00:00 UTC);
+        let io = || Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let r = || "r".to_owned();
+        let transport = |fault| {
+            ErrorKind::Transport(TransportError::new(
+                "token",
+                "https://h/",
+                false,
+                fault,
+                r(),
+                None,
+            ))
+        };
+        let token = |status| {
+            ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
+                status,
+                ..Default::default()
+            })))
+        };
+        let data_plane = |status| {
+            ErrorKind::DataPlane(DataPlaneError::Service(Box::new(DataPlaneServiceError {
+                status,
+                ..Default::default()
+            })))
+        };
+        let key_vault = |status| {
+            ErrorKind::KeyVault(KeyVaultError::Service {
+                operation: "get",
+                name: "n".into(),
+                status,
+                code: None,
+                message: None,
+            })
+        };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let file = |e| (ErrorKind::File(e), Cred);
+        let config = |e| (ErrorKind::Config(e), Cfg);
+        vec![
+            file(FileError::Io { source: io() }),
+            file(FileError::NotARegularFile { kind: "FIFO" }),
+            file(FileError::FileTooLarge { size: 2, limit: 1 }),
+            file(FileError::Json {
+                line: 1,
+                column: 1,
+                message: r(),
+            }),
+            file(FileError::MissingFields {
+                fields: vec!["client_id"],
+            }),
+            file(FileError::CamelCaseKeys {
+                keys: vec![],
+                expected: vec![],
+            }),
+            file(FileError::InvalidField {
+                field: "f",
+                reason: r(),
+            }),
+            file(FileError::SecretNotBase64 { reason: r() }),
+            file(FileError::UnknownBundleFormat { reason: r() }),
+            file(FileError::Pkcs12 { reason: r() }),
+            file(FileError::Pkcs12Limit {
+                what: r(),
+                value: 2,
+                limit: 1,
+            }),
+            file(FileError::NoPrivateKey),
+            file(FileError::MultiplePrivateKeys { count: 2 }),
+            file(FileError::EncryptedPrivateKey { format: "f" }),
+            file(FileError::UnsupportedKeyType { algorithm: r() }),
+            file(FileError::KeyTooSmall {
+                bits: 1024,
+                min_bits: 2048,
+            }),
+            file(FileError::InvalidPrivateKey { reason: r() }),
+            file(FileError::NoCertificate),
+            file(FileError::InvalidCertificate {
+                index: 0,
+                reason: r(),
+            }),
+            file(FileError::NoMatchingCertificate { certificates: 1 }),
+            file(FileError::TooManyCertificates { count: 2, limit: 1 }),
+            file(FileError::CredentialExpired {
+                expired_at: at,
+                now: at,
+            }),
+            file(FileError::CredentialNotYetValid {
+                valid_from: at,
+                now: at,
+            }),
+            config(ConfigError::InvalidAuthority {
+                authority: r(),
+                reason: r(),
+            }),
+            config(ConfigError::InvalidScopes { reason: r() }),
+            config(ConfigError::ConflictingOptions {
+                first: "a",
+                second: "b",
+                hint: "h",
+            }),
+            config(ConfigError::InvalidOption {
+                option: "o",
+                reason: r(),
+            }),
+            config(ConfigError::InvalidArgument {
+                argument: "a",
+                reason: r(),
+            }),
+            config(ConfigError::HttpClient { reason: r() }),
+            config(ConfigError::UnknownCloud { name: r() }),
+            config(ConfigError::InvalidCloud {
+                field: "name",
+                reason: r(),
+            }),
+            config(ConfigError::ConflictingIdentitySources { identity_path: r() }),
+            config(ConfigError::NoIdentityPath {
+                uses_managed_identity_extension: true,
+            }),
+            config(ConfigError::MissingEnvironmentVariable { name: "X" }),
+            config(ConfigError::InvalidEnvironmentVariable {
+                name: "X",
+                reason: r(),
+            }),
+            config(ConfigError::InvalidKubernetesObject {
+                field: "f",
+                reason: r(),
+            }),
+            config(ConfigError::InvalidIdentityUrl {
+                url: r(),
+                reason: r(),
+            }),
+            config(ConfigError::TenantNotAllowed {
+                tenant: r(),
+                credential_tenant: r(),
+            }),
+            config(ConfigError::InvalidSecretName {
+                name: r(),
+                reason: "r",
+            }),
+            config(ConfigError::MissingStorageTime { field: "not_after" }),
+            config(ConfigError::InvalidManagedIdentities {
+                problems: vec![r()],
+            }),
+            (transport(TransportFault::Passing), ErrorCategory::Transient),
+            (transport(TransportFault::Tls), Cfg),
+            (transport(TransportFault::Request), Cfg),
+            (transport(TransportFault::Protocol), Svc),
+            (token(401), Svc),
+            (token(503), ErrorCategory::Transient),
+            (
+                ErrorKind::Token(TokenError::InvalidResponse {
+                    status: 200,
+                    reason: r(),
+                }),
+                Svc,
+            ),
+            (ErrorKind::Token(TokenError::External { message: r() }), Svc),
+            (ErrorKind::Token(TokenError::Signing), Cred),
+            (
+                ErrorKind::Token(TokenError::RequestAbandoned { reason: "r" }),
+                Cfg,
+            ),
+            (ErrorKind::Reload(ReloadError::Stopped { reason: "r" }), Cfg),
+            (
+                ErrorKind::Reload(ReloadError::ReadAbandoned { reason: "r" }),
+                Cfg,
+            ),
+            (data_plane(404), Svc),
+            (data_plane(429), ErrorCategory::Transient),
+            (
+                ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { reason: r() }),
+                Svc,
+            ),
+            (
+                ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
+                    status: 200,
+                    reason: r(),
+                }),
+                Svc,
+            ),
+            (
+                ErrorKind::DataPlane(DataPlaneError::RequestAbandoned { reason: "r" }),
+                Cfg,
+            ),
+            (key_vault(403), Svc),
+            (key_vault(500), ErrorCategory::Transient),
+            (
+                ErrorKind::KeyVault(KeyVaultError::SecretNameHeldByDeletedSecret { name: r() }),
+                Svc,
+            ),
+            (
+                ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
+                    operation: "get",
+                    reason: r(),
+                }),
+                Svc,
+            ),
+            (
+                ErrorKind::KeyVault(KeyVaultError::RefusedLink {
+                    service: "Key Vault",
+                    operation: "list",
+                    fault: LinkFault::Loop { page: 2 },
+                }),
+                Svc,
+            ),
+            (
+                ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
+                    name: r(),
+                    reason: r(),
+                }),
+                Svc,
+            ),
+            (
+                ErrorKind::KeyVault(KeyVaultError::RequestAbandoned { reason: "r" }),
+                Cfg,
+            ),
+            (
+                ErrorKind::Serve(ServeError::NonLoopbackAddress { addr }),
+                Cfg,
+            ),
+            (
+                ErrorKind::Serve(ServeError::Bind { addr, source: io() }),
+                Cfg,
+            ),
+            (
+                ErrorKind::Serve(ServeError::InvalidSecret {
+                    origin: r(),
+                    reason: r(),
+                }),
+                Cfg,
+            ),
+            (ErrorKind::Serve(ServeError::NoIdentity), Cfg),
+            (
+                ErrorKind::Serve(ServeError::DuplicateIdentity {
+                    field: "client_id",
+                    value: r(),
+                }),
+                Cfg,
+            ),
+            (
+                ErrorKind::Serve(ServeError::InvalidOption {
+                    option: "o",
+                    reason: r(),
+                }),
+                Cfg,
+            ),
+        ]
+    }
+
+    /// The table in `categories.md` (the docs of `ErrorCategory`): code, category text.
+    fn documented_categories() -> Vec<(&'static str, &'static str)> {
+        include_str!("categories.md")
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let code = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((code, *cells.get(3)?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_failure_has_the_category_its_table_row_says() {
+        let table = documented_categories();
+        let samples = one_of_each();
+        for (kind, expected) in &samples {
+            let code = kind.code();
+            let e = Error::from(kind.clone());
+            assert_eq!(e.category(), *expected, "{code}");
+            let row = table.iter().find(|(c, _)| *c == code);
+            let Some((_, documented)) = row else {
+                panic!("`{code}` has no row in categories.md");
+            };
+            assert!(
+                documented.contains(&format!("{expected:?}")),
+                "`{code}` is {expected:?}, categories.md says {documented}"
+            );
+        }
+        // Every row is a failure the crate has (no stale row), listed once.
+        for (code, _) in &table {
+            assert!(
+                samples.iter().any(|(k, _)| k.code() == *code),
+                "stale row `{code}`"
+            );
+            assert_eq!(
+                table.iter().filter(|(c, _)| c == code).count(),
+                1,
+                "`{code}`"
+            );
+        }
+        // A row whose failure is transient only by its status names its other
+        // category first.
+        for (kind, expected) in &samples {
+            let code = kind.code();
+            let Some((_, documented)) = table.iter().find(|(c, _)| *c == code) else {
+                continue;
+            };
+            if *expected != ErrorCategory::Transient && code != "transport" {
+                assert!(documented.starts_with(&format!("{expected:?}")), "`{code}`");
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_error_is_configuration_for_a_file_other_than_a_credential_file() {
+        let kind = ErrorKind::File(FileError::Json {
+            line: 1,
+            column: 1,
+            message: "m".into(),
+        });
+        let cloud_config =
+            Error::from(kind.clone()).with_file(Path::new("/c"), "cloud config file");
+        assert_eq!(cloud_config.category(), ErrorCategory::Configuration);
+        let credential = Error::from(kind).with_path(Path::new("/f"));
+        assert_eq!(credential.category(), ErrorCategory::CredentialFile);
     }
 
     #[test]

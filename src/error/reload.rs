@@ -15,6 +15,14 @@ pub enum ReloadError {
         /// Why.
         reason: &'static str,
     },
+    /// Reading the credential file in the background ended without a result: the
+    /// blocking task ended abnormally or its runtime is shutting down. The active
+    /// credential keeps serving.
+    #[error("reading the credential file was abandoned: {reason}")]
+    ReadAbandoned {
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 impl ReloadError {
@@ -23,6 +31,7 @@ impl ReloadError {
     pub fn code(&self) -> &'static str {
         match self {
             ReloadError::Stopped { .. } => "reload_stopped",
+            ReloadError::ReadAbandoned { .. } => "read_abandoned",
         }
     }
 }

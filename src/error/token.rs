@@ -33,7 +33,12 @@ pub enum TokenError {
     /// Signing the client assertion failed.
     #[error("cannot sign the client assertion")]
     Signing,
-    /// The shared token request this call waited on ended without an answer.
+    /// The token request this call waited on ended without an answer (no Tokio runtime
+    /// to run it on, one shutting down, or the exchange's task ended abnormally). For the
+    /// token endpoint only: the data plane, Key Vault and the credential file's reading
+    /// report theirs ([`DataPlaneError::RequestAbandoned`](crate::DataPlaneError::RequestAbandoned),
+    /// [`KeyVaultError::RequestAbandoned`](crate::KeyVaultError::RequestAbandoned),
+    /// [`ReloadError::ReadAbandoned`](crate::ReloadError::ReadAbandoned)).
     #[error("the token request was abandoned: {reason}")]
     RequestAbandoned {
         /// Why.

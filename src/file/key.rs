@@ -41,12 +41,12 @@ pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
     match raw {
         RawKey::Refused(kind) => Err(kind.into()),
         RawKey::Pkcs1(der) => load_pkcs1(&der),
-        RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfo::from_der(&der) {
+        RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfoRef::from_der(&der) {
             Ok(info) => {
                 let oid = info.algorithm.oid.to_string();
                 match oid.as_str() {
                     OID_RSA => {
-                        let bits = rsa_bits(info.private_key)?;
+                        let bits = rsa_bits(info.private_key.as_bytes())?;
                         check_bits(bits)?;
                         let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
                         Ok(LoadedKey { pair, bits })
@@ -72,7 +72,7 @@ fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
 
 /// The modulus size of a PKCS#1 `RSAPrivateKey`, read without loading the key.
 fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
-    let key = pkcs1::RsaPrivateKey::from_der(pkcs1_der).map_err(|e| {
+    let key = pkcs1::RsaPrivateKeyRef::from_der(pkcs1_der).map_err(|e| {
         ErrorKind::File(FileError::InvalidPrivateKey {
             reason: format!(
                 "neither PKCS#8 nor PKCS#1 RSA DER ({})",

@@ -24,16 +24,9 @@ use tokio::runtime::{Builder, Handle};
 use tokio::task::JoinHandle;
 
 /// Why an exchange ended without an answer: the I/O runtime could not be started, or the
-/// exchange task ended abnormally.
+/// exchange task ended abnormally. Each caller reports it as its own layer's error.
 #[derive(Debug)]
 pub(crate) struct Abandoned(pub &'static str);
-
-/// An exchange without an answer is a request abandoned, as one whose runtime is gone.
-impl From<Abandoned> for crate::error::Error {
-    fn from(a: Abandoned) -> Self {
-        crate::error::TokenError::RequestAbandoned { reason: a.0 }.into()
-    }
-}
 
 /// The I/O runtime's handle; `None` when its thread could not be started (the exchange
 /// then runs on the caller's task, as before pooling).

@@ -194,7 +194,7 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`FileError::Json`] when it is not JSON of this shape;
+    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
     /// [`ConfigError::InvalidManagedIdentities`] listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let raw: RawFile =

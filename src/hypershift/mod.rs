@@ -41,9 +41,8 @@
 //! `reload/` (the credential from the environment) and `keyvault/` (secret names).
 
 #[cfg(feature = "k8s")]
-#[doc(hidden)]
+#[cfg_attr(docsrs, doc(cfg(feature = "k8s")))]
 pub mod k8s;
-#[doc(hidden)]
 pub mod managed_identities;
 #[cfg(feature = "k8s")]
 mod sidecar;

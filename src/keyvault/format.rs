@@ -8,7 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
+use crate::error::{ConfigError, Error, ErrorKind, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
 
@@ -78,7 +78,7 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// [`FileError::InvalidField`] naming `version`.
+/// [`ConfigError::InvalidArgument`] naming `version`.
 ///
 /// ```
 /// use msi_dataplane::keyvault::validate_secret_version;
@@ -89,8 +89,8 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
     if version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(());
     }
-    Err(ErrorKind::File(FileError::InvalidField {
-        field: "version",
+    Err(ErrorKind::Config(ConfigError::InvalidArgument {
+        argument: "version",
         reason: format!(
             "`{}` is not a Key Vault secret version (32 hexadecimal digits)",
             crate::untrusted_text::quoted_input(version)
@@ -108,7 +108,7 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
 ///
 /// - [`ConfigError::MissingStorageTime`] naming the first of `not_after`, `not_before`,
 ///   `renew_after`, `cannot_renew_after` that is absent;
-/// - [`FileError::InvalidField`] when one of them is not RFC 3339;
+/// - [`FileError::InvalidField`](crate::FileError::InvalidField) when one of them is not RFC 3339;
 /// - [`ConfigError::InvalidSecretName`] when the name breaks Key Vault's rule.
 pub fn format_user_assigned_identity_credentials_for_storage(
     identifier: &str,
@@ -151,8 +151,8 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 /// # Errors
 ///
 /// As [`format_user_assigned_identity_credentials_for_storage`], and
-/// [`FileError::InvalidField`] naming `explicit_identities` when it holds two or more
-/// (which one's times would be ambiguous).
+/// [`ConfigError::InvalidArgument`] naming `credentials` when their
+/// `explicit_identities` hold two or more (which one's times would be ambiguous).
 pub fn format_managed_identity_credentials_for_storage(
     identifier: &str,
     credentials: &ManagedIdentityCredentials,
@@ -172,10 +172,11 @@ pub fn format_managed_identity_credentials_for_storage(
             cannot_renew_after: one.cannot_renew_after.as_deref(),
         },
         more => {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "explicit_identities",
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "credentials",
                 reason: format!(
-                    "holds {} identities; the storage format takes its times from at most one",
+                    "`explicit_identities` holds {} identities; the storage format takes its \
+                     times from at most one",
                     more.len()
                 ),
             })

@@ -1,7 +1,10 @@
-//! What renewing one stored identity did ([`CredentialStore::renew`], feature
-//! `keyvault`).
+//! What renewing did: one stored identity ([`CredentialStore::renew`]) and a pass over
+//! the vault ([`CredentialStore::renew_due`]), feature `keyvault`. Reached through
+//! `keyvault::renewal`, the home of everything about renewal.
 
 use time::OffsetDateTime;
+
+use crate::error::Error;
 
 use crate::keyvault::renewal::StoredProperties;
 #[cfg(doc)]
@@ -31,4 +34,18 @@ pub enum RenewalOutcome {
         /// The offered credential's `not_before`.
         offered_not_before: OffsetDateTime,
     },
+}
+
+/// What a renewal pass ([`CredentialStore::renew_due`]) did: secret names by outcome.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct RenewalPass {
+    /// How many stored credentials were past `renew_after`.
+    pub due: usize,
+    /// Renewed: a newer credential is now stored.
+    pub renewed: Vec<String>,
+    /// The data plane offered nothing newer.
+    pub not_newer: Vec<String>,
+    /// The renewal failed, with why.
+    pub failed: Vec<(String, Error)>,
 }

@@ -6,6 +6,10 @@
 //! (`keyvault::store::CredentialStore`, feature `keyvault`) produces the
 //! [`StoredProperties`]; everything here is independent of it and of any I/O.
 //!
+//! Renewing itself (feature `keyvault`) is the store's: `CredentialStore::renew` returns
+//! a [`RenewalOutcome`] and `CredentialStore::renew_due` a [`RenewalPass`], both here with
+//! the decisions.
+//!
 //! For each stored credential, in this order:
 //!
 //! 1. not `msi-`/`uamsi-` named, or missing/malformed `renew_after`/`cannot_renew_after`
@@ -39,6 +43,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::clock::rfc3339;
+#[cfg(feature = "keyvault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyvault")))]
+pub use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
 
 use crate::keyvault::{
     CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,

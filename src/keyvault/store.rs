@@ -56,7 +56,7 @@ use time::OffsetDateTime;
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
 use crate::error::{
-    Error, ErrorKind, FileError, KeyVaultError, LinkFault, Result, TokenError, TransportError,
+    ConfigError, Error, ErrorKind, KeyVaultError, LinkFault, Result, TokenError, TransportError,
     TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
@@ -67,7 +67,7 @@ use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::listing::{
     self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
 };
-use crate::keyvault::renew::RenewalOutcome;
+use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
 use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
@@ -95,7 +95,7 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 #[non_exhaustive]
 pub struct StoreOptions {
     /// The HTTP settings: the client (or extra roots for the crate-built one; setting
-    /// both is refused with [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions)), the request timeout
+    /// both is refused with [`ConfigError::ConflictingOptions`]), the request timeout
     /// (default 30 s), the application id of the `User-Agent`. Set with
     /// [`with_http_options`](Self::with_http_options); the same value can serve the
     /// credential and the data plane client. See [`HttpOptions`]. Its
@@ -283,23 +283,24 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`] naming `vault_url` when it is not an `https` URL;
-    /// [`ConfigError::HttpClient`](crate::ConfigError::HttpClient) when the HTTP client cannot be built;
-    /// [`ConfigError::ConflictingOptions`](crate::ConfigError::ConflictingOptions) when both an HTTP client and extra roots are set.
+    /// [`ConfigError::InvalidArgument`] naming
+    /// `vault_url` when it is not an `https` URL;
+    /// [`ConfigError::HttpClient`] when the HTTP client cannot be built;
+    /// [`ConfigError::ConflictingOptions`] when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
         options: StoreOptions,
     ) -> Result<Self> {
         let parsed = url::Url::parse(vault_url).map_err(|e| {
-            ErrorKind::File(FileError::InvalidField {
-                field: "vault_url",
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "vault_url",
                 reason: format!("`{vault_url}` is not a URL: {e}"),
             })
         })?;
         if parsed.scheme() != "https" || parsed.host_str().is_none() {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "vault_url",
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "vault_url",
                 reason: format!("`{vault_url}` is not an https URL with a host"),
             })
             .into());
@@ -329,8 +330,8 @@ impl CredentialStore {
         }
         let client =
             SecretClient::new(parsed.as_str(), credential, Some(sdk_options)).map_err(|e| {
-                ErrorKind::File(FileError::InvalidField {
-                    field: "vault_url",
+                ErrorKind::Config(ConfigError::InvalidArgument {
+                    argument: "vault_url",
                     reason: e.to_string(),
                 })
             })?;
@@ -1221,20 +1222,6 @@ fn invalid(name: &str, reason: &str) -> crate::error::Error {
         reason: reason.to_owned(),
     })
     .into()
-}
-
-/// What a renewal pass ([`CredentialStore::renew_due`]) did: secret names by outcome.
-#[derive(Debug, Default)]
-#[non_exhaustive]
-pub struct RenewalPass {
-    /// How many stored credentials were past `renew_after`.
-    pub due: usize,
-    /// Renewed: a newer credential is now stored.
-    pub renewed: Vec<String>,
-    /// The data plane offered nothing newer.
-    pub not_newer: Vec<String>,
-    /// The renewal failed, with why.
-    pub failed: Vec<(String, Error)>,
 }
 
 /// One store operation in its `keyvault_request` span, counted by outcome with its

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::clock::{Rfc3339, saturating_add, to_time};
-use crate::error::{Error, ErrorKind, ReloadError, Result, TokenError};
+use crate::error::{Error, ErrorKind, ReloadError, Result};
 use crate::reload::rule::{self, Candidate, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::telemetry;
@@ -425,7 +425,7 @@ fn spawn_dedicated(task: ReloadTask) -> Result<()> {
 }
 
 fn abandoned() -> Error {
-    ErrorKind::Token(TokenError::RequestAbandoned {
+    ErrorKind::Reload(ReloadError::ReadAbandoned {
         reason: "the blocking task reading the credential file did not finish",
     })
     .into()

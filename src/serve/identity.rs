@@ -19,7 +19,7 @@ use crate::untrusted_text::bounded;
 /// How long before expiry a served identity's tokens are refreshed, at least (see
 /// [`ServedIdentity::load`]): its clients treat a token with 5 minutes left as stale and
 /// ask again on every call, so the server keeps a margin of three times that.
-pub const REFRESH_WINDOW: Duration = Duration::from_secs(15 * 60);
+pub const SERVED_TOKEN_REFRESH_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// One identity the token server serves: a reloading credential (so CSI rotations, the
 /// backstop and keep-last-good apply) and the ids a request may name it by: its client
@@ -61,14 +61,17 @@ impl ServedIdentity {
     }
 
     /// Load the credential file at `path` as a reloading credential for serving (its
-    /// refresh window widened to at least [`REFRESH_WINDOW`], so that a served token has
+    /// refresh window widened to at least [`SERVED_TOKEN_REFRESH_WINDOW`], so that a served token has
     /// comfortably more than the clients' 5-minute staleness margin left), named by its
     /// client id and by the object and resource ids its file holds.
     pub async fn load(
         path: impl Into<PathBuf>,
         mut options: UserAssignedIdentityCredentialOptions,
     ) -> Result<Self> {
-        let window = options.client.refresh_window.max(REFRESH_WINDOW);
+        let window = options
+            .client
+            .refresh_window
+            .max(SERVED_TOKEN_REFRESH_WINDOW);
         options.client = options.client.with_refresh_window(window);
         let credential = UserAssignedIdentityCredential::new(path, options).await?;
         Self::from_credential(credential).await

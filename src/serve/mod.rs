@@ -18,7 +18,7 @@
 //! - **Identities**: one or more [`ServedIdentity`], each a reloading credential; a
 //!   request names one by `client_id`, `object_id` (or its alias `principal_id`) or
 //!   `mi_res_id`; with none, the only one when there is one.
-//! - **Tokens** come from the identity's cache, refreshed at least [`REFRESH_WINDOW`]
+//! - **Tokens** come from the identity's cache, refreshed at least [`SERVED_TOKEN_REFRESH_WINDOW`]
 //!   (15 minutes) ahead when loaded with [`ServedIdentity::load`], so a served token keeps
 //!   comfortably more than the clients' 5-minute staleness margin. The token is requested
 //!   for `<resource>/.default` (a resource that already ends with `/.default` as is).
@@ -60,12 +60,12 @@ mod secret;
 mod server;
 
 pub use answer::DEFAULT_RETRY_AFTER_SECS;
-pub use identity::{REFRESH_WINDOW, ServedIdentity};
+pub use identity::{SERVED_TOKEN_REFRESH_WINDOW, ServedIdentity};
 pub use listener::{HEAD_LIMIT_BYTES, MAX_CONNECTIONS_LIMIT};
 pub use metrics_server::{METRICS_CONTENT_TYPE, METRICS_PATH, MetricsServer, MetricsServerOptions};
 pub use request::{
-    API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT, MAX_TARGET_BYTES,
-    MAX_VALUE_CHARS,
+    APP_SERVICE_API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT,
+    MAX_TARGET_BYTES, MAX_VALUE_CHARS,
 };
 pub use secret::{IdentityHeaderSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
 pub use server::{DEFAULT_PORT, DEFAULT_TOKEN_PATH, HEALTH_PATH, ServeOptions, TokenServer};

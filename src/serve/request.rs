@@ -14,7 +14,7 @@ use crate::serve::answer::Refusal;
 use crate::untrusted_text::quoted_input;
 
 /// The `api-version` every client of the protocol sends.
-pub const API_VERSION: &str = "2019-08-01";
+pub const APP_SERVICE_API_VERSION: &str = "2019-08-01";
 
 /// The longest request target (path and query) answered; longer is refused with 414.
 pub const MAX_TARGET_BYTES: usize = 4096;
@@ -303,13 +303,13 @@ pub(crate) fn token_query(query: &str) -> Result<TokenQuery, Refusal> {
         *slot = Some(value.into_owned());
     }
     match api_version.as_deref() {
-        Some(API_VERSION) => {}
+        Some(APP_SERVICE_API_VERSION) => {}
         Some(other) => {
             return Err(Refusal::new(
                 400,
                 "invalid_request",
                 format!(
-                    "api-version {} is not served; use {API_VERSION}",
+                    "api-version {} is not served; use {APP_SERVICE_API_VERSION}",
                     quoted_input(other)
                 ),
             ));
@@ -318,7 +318,7 @@ pub(crate) fn token_query(query: &str) -> Result<TokenQuery, Refusal> {
             return Err(Refusal::new(
                 400,
                 "invalid_request",
-                format!("query parameter `api-version` is missing (use {API_VERSION})"),
+                format!("query parameter `api-version` is missing (use {APP_SERVICE_API_VERSION})"),
             ));
         }
     }

@@ -76,7 +76,7 @@ pub struct ClientCertificateCredentialOptions {
     /// How long before a cached token expires its background refresh starts, at least
     /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
     /// tokens over 2 hours may start it earlier). Default and minimum
-    /// [`REFRESH_WINDOW`](crate::limits::REFRESH_WINDOW), 5 minutes: what `azure_core`'s
+    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what `azure_core`'s
     /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
     /// that treat a token with 5 minutes left as stale, as the token server does.
     pub refresh_window: Duration,
@@ -242,6 +242,7 @@ struct Spare {
     signed_at: OffsetDateTime,
     /// The thread that signed it: tests check it was not the caller's.
     #[cfg(test)]
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     signed_on: Option<String>,
 }
 
@@ -303,6 +304,7 @@ impl ClientCertificateCredential {
             ),
             options,
         )
+        .map_err(file_authority)
     }
 
     /// Build a credential from its parts: an application (a service, often multi-tenant)
@@ -335,8 +337,10 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`FileError::InvalidField`] for an empty client id or a tenant that is not usable
-    /// in a URL path; [`ConfigError::InvalidAuthority`] for an unusable authority.
+    /// [`ConfigError::InvalidArgument`] naming `client_id` when it is empty, or
+    /// `tenant_id` when it is not usable in a URL path; [`ConfigError::InvalidAuthority`]
+    /// for an unusable authority: each the caller's value, so
+    /// [`ErrorCategory::Configuration`](crate::ErrorCategory::Configuration).
     #[doc(alias = "NewClientCertificateCredential")]
     pub fn from_parts(
         authority: &str,
@@ -345,9 +349,9 @@ impl ClientCertificateCredential {
         certificate: ClientCertificate,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        let invalid = |field: &'static str, reason: &str| -> Error {
-            ErrorKind::File(FileError::InvalidField {
-                field,
+        let invalid = |argument: &'static str, reason: &str| -> Error {
+            ErrorKind::Config(ConfigError::InvalidArgument {
+                argument,
                 reason: reason.to_owned(),
             })
             .into()
@@ -484,8 +488,8 @@ impl ClientCertificateCredential {
     ///
     /// [`ConfigError::TenantNotAllowed`] when `tenant` is neither the credential's own nor
     /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
-    /// (nor is `*` there); [`FileError::InvalidField`] for a tenant that cannot be used
-    /// in a URL path; otherwise as [`get_token`](Self::get_token).
+    /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
+    /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
         let inner = &self.inner;
         let tenant = tenant.trim();
@@ -588,6 +592,7 @@ impl ClientCertificateCredential {
     /// A weak reference to the credential's state (its key among it): for tests that
     /// check when it is freed.
     #[cfg(test)]
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
         Arc::downgrade(&self.inner)
     }
@@ -624,8 +629,8 @@ impl Inner {
             .into());
         }
         if !is_url_safe_tenant(tenant) {
-            return Err(ErrorKind::File(FileError::InvalidField {
-                field: "tenant_id",
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "tenant",
                 reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
             })
             .into());
@@ -941,6 +946,22 @@ pub(crate) fn tenant_allowed(tenant: &str, allowed: &[String]) -> bool {
 }
 
 /// A tenant id usable as a URL path segment (the rule credential files follow).
+/// The authority of a credential file is the file's `authentication_endpoint`: an
+/// unusable one is the file's error, naming that key (the same check on a caller's
+/// authority, in [`ClientCertificateCredential::from_parts`], stays the caller's).
+fn file_authority(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Config(ConfigError::InvalidAuthority { authority, reason }) => {
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                reason: format!("`{authority}` is not usable: {reason}"),
+            })
+            .into()
+        }
+        _ => e,
+    }
+}
+
 fn is_url_safe_tenant(tenant: &str) -> bool {
     !tenant.is_empty()
         && tenant

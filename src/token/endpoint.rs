@@ -130,7 +130,7 @@ pub(crate) async fn send(
         Ok((status, retry_after, body))
     })
     .await
-    .map_err(Error::from)?
+    .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
     .map_err(transport)?;
     let Some(body) = body else {
         return Err(too_large(status));
