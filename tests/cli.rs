@@ -37,6 +37,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 fn cli() -> assert_cmd::Command {
     let mut cmd = assert_cmd::Command::new(BIN);
     cmd.env_remove("MSI_CREDENTIAL_LOG")
+        .env_remove("RUST_LOG")
         .env("NO_PROXY", "127.0.0.1,localhost")
         .env("no_proxy", "127.0.0.1,localhost")
         .timeout(Duration::from_secs(120));
@@ -371,6 +372,43 @@ fn inspect_unloadable_files_exit_4_naming_the_file() {
 // ---------------------------------------------------------------------------------------
 // the command line
 // ---------------------------------------------------------------------------------------
+
+/// `RUST_LOG` is read when `--log` is not given (and `--log` wins); logs written to a file
+/// carry no ANSI colour codes.
+#[test]
+fn rust_log_is_honoured_and_logs_off_a_terminal_have_no_colour() {
+    let file = credential_path("ec-key");
+    let file = path_str(&file);
+    // `watch` of a file it cannot load ends at once (exit 4), after its first events.
+    let traced = cli()
+        .env("RUST_LOG", "trace")
+        .args(["watch", "--no-watch", file])
+        .output()
+        .unwrap();
+    assert_eq!(traced.status.code(), Some(4), "{traced:?}");
+    let stderr = String::from_utf8_lossy(&traced.stderr);
+    assert!(stderr.contains(" TRACE "), "RUST_LOG=trace: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "an escape code in a log file: {stderr:?}"
+    );
+    let quiet = cli()
+        .env("RUST_LOG", "trace")
+        .args(["--log", "off", "watch", "--no-watch", file])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains(" TRACE "));
+    let bad = cli()
+        .env("RUST_LOG", "=[")
+        .args(["watch", "--no-watch", file])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("RUST_LOG"),
+        "{bad:?}"
+    );
+}
 
 #[test]
 fn help_documents_the_exit_codes() {

@@ -581,7 +581,12 @@ async fn malformed_bundles_leave_no_secret_in_status_or_logs() {
             STANDARD.encode(&bundle).as_bytes(),
         );
         let before = rx.borrow().last_check;
-        std::fs::write(&path, credential_json(&bundle, Some(&server.base_url()))).unwrap();
+        // A later `not_before` than the active file's, so that the bundle is read (a file
+        // that is not newer is refused on its times, before its bundle is decoded).
+        let mut creds: UserAssignedIdentityCredentials =
+            serde_json::from_str(&credential_json(&bundle, Some(&server.base_url()))).unwrap();
+        creds.not_before = Some(format!("2026-11-22T08:{:02}:00Z", index % 60));
+        std::fs::write(&path, creds.to_json().unwrap()).unwrap();
         tokio::time::timeout(
             Duration::from_secs(10),
             rx.wait_for(|s| s.last_check != before && s.last_error.is_some()),

@@ -83,7 +83,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     assert!(
         refused
             .iter()
-            .any(|l| l.contains(&cid) && l.contains("outcome=\"error\"")),
+            .any(|l| l.contains(&cid) && l.contains("outcome=\"refused\"")),
         "{refused:?}"
     );
 
@@ -129,7 +129,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     assert!(
         kv_spans
             .iter()
-            .any(|l| l.contains("outcome=\"error\"") && l.contains("error_code=\"404\"")),
+            .any(|l| l.contains("outcome=\"refused\"") && l.contains("error_code=\"404\"")),
         "{kv_spans:?}"
     );
 

@@ -175,7 +175,7 @@ impl ServeOptions {
     /// let err = ServeOptions::default().with_listen("0.0.0.0:50342".parse().unwrap()).validate();
     /// assert_eq!(err.unwrap_err().kind().code(), "non_loopback_address");
     /// let err = ServeOptions::default().with_max_connections(1 << 40).validate();
-    /// assert_eq!(err.unwrap_err().kind().code(), "invalid_option");
+    /// assert_eq!(err.unwrap_err().kind().code(), "invalid_serve_option");
     /// ```
     pub fn validate(&self) -> Result<()> {
         if !self.listen.ip().is_loopback() {
