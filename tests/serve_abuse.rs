@@ -13,9 +13,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use msi_dataplane::serve::{MetricsServer, MetricsServerOptions, ServeOptions};
+use msi_dataplane::serve::{MetricsServer, MetricsServerOptions, ServeOptions, TokenServer};
 use msi_dataplane::testing::EntraServer;
 use serving::{ARM, Mounted, SECRET, raw, start, token_request};
+
+/// The kit's Entra server, one identity mounted as the CSI driver mounts it, and a token
+/// server for it with `options`.
+async fn one_identity(options: ServeOptions) -> (EntraServer, Mounted, TokenServer) {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    (entra, a, server)
+}
 
 /// A blocking connection that has sent `sent` and nothing more.
 fn hold(addr: SocketAddr, sent: &[u8]) -> TcpStream {
@@ -40,14 +49,7 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_without_the_secret_costs_the_legitimate_client_nothing() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    // The default limits.
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (_entra, _a, server) = one_identity(ServeOptions::default()).await;
     let endpoint = server.endpoint();
     let url = format!("{endpoint}?api-version=2019-08-01&resource={ARM}");
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -114,14 +116,12 @@ async fn a_flood_without_the_secret_costs_the_legitimate_client_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_cannot_hold_every_slot() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
     // A long first-byte timeout: what frees the slots here is closing the oldest idle.
     let options = ServeOptions::default()
         .with_max_connections(16)
         .with_first_byte_timeout(Duration::from_secs(60))
         .with_idle_timeout(Duration::from_secs(60));
-    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let (_entra, _a, server) = one_identity(options).await;
     let addr = server.local_addr();
     let mut held = tokio::task::spawn_blocking(move || {
         let mut held: Vec<TcpStream> = (0..8).map(|_| hold(addr, b"")).collect();
@@ -184,12 +184,10 @@ fn exchange(stream: &mut TcpStream, head: &str) -> std::io::Result<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_connections_without_the_secret_closes_its_own_not_the_clients() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
     let options = ServeOptions::default()
         .with_max_connections(8)
         .with_first_byte_timeout(Duration::from_secs(60));
-    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let (_entra, _a, server) = one_identity(options).await;
     let addr = server.local_addr();
     let request = token_request(&server, ARM, "", SECRET);
     let no_secret =
@@ -221,10 +219,8 @@ async fn a_flood_of_connections_without_the_secret_closes_its_own_not_the_client
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_closed_after_the_first_byte_timeout() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
     let options = ServeOptions::default().with_first_byte_timeout(Duration::from_millis(300));
-    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let (_entra, _a, server) = one_identity(options).await;
     let addr = server.local_addr();
     let closed = tokio::task::spawn_blocking(move || {
         let mut silent = hold(addr, b"");
@@ -240,13 +236,7 @@ async fn a_silent_connection_is_closed_after_the_first_byte_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_past_the_limits_get_the_json_refusal() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (_entra, _a, server) = one_identity(ServeOptions::default()).await;
     let addr = server.local_addr();
     let request = token_request(&server, ARM, "", SECRET);
     let many: String = (0..100).map(|i| format!("\r\nX-Extra-{i}: {i}")).collect();
@@ -268,13 +258,7 @@ async fn heads_past_the_limits_get_the_json_refusal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absolute_form_targets_and_proxy_headers_are_judged() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (_entra, _a, server) = one_identity(ServeOptions::default()).await;
     let addr = server.local_addr();
     let query = format!("/msi/token?api-version=2019-08-01&resource={ARM}");
     let absolute = |authority: String| {
