@@ -514,3 +514,49 @@ async fn a_request_finishing_on_a_retired_credential_leaves_the_new_ones_gauges(
         "the retired credential's request wrote its own end over the new one's"
     );
 }
+
+/// Statuses outside the known set, from a hostile or broken token endpoint, are one
+/// `error_code` label, `other` (418 and 599: refusals, neither is retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unexpected_statuses_are_labelled_other() {
+    let _serial = one_at_a_time().await;
+    snapshotter();
+    let fx = IdentityFixture::start().await;
+    let cid = fx.identity.client_id.as_str();
+    let teapot = fx
+        .entra
+        .on(Match::any().client_id(cid).scope(VAULT))
+        .respond(Scripted::status(418))
+        .expect(1)
+        .mount_scoped();
+    let refused = fx.credential.get_token(&[VAULT]).await.unwrap_err();
+    assert_eq!(refused.status(), Some(418));
+    drop(teapot);
+    let odd = fx
+        .entra
+        .on(Match::any().client_id(cid).scope(GRAPH))
+        .respond(Scripted::status(599))
+        .expect(1)
+        .mount_scoped();
+    let refused = fx.credential.get_token(&[GRAPH]).await.unwrap_err();
+    assert_eq!(refused.status(), Some(599));
+    drop(odd);
+
+    let all = snapshot();
+    let requests = telemetry::TOKEN_REQUESTS;
+    let other = [
+        ("client_id", cid),
+        ("outcome", "refused"),
+        ("error_code", "other"),
+    ];
+    assert_eq!(
+        counter(&all, requests, &other),
+        2,
+        "{:#?}",
+        all.get(requests)
+    );
+    for series in all.get(requests).into_iter().flatten() {
+        let code = &series.0["error_code"];
+        assert!(!["418", "599"].contains(&code.as_str()), "{code}");
+    }
+}
