@@ -6,13 +6,21 @@
 //! swaps it in → the next token is signed by the new certificate, and no `get_token` call
 //! failed across the rotation.
 //!
+//! The producer side's metrics, as an operator would scrape them: the flow installs the
+//! Prometheus recorder (`metrics-exporter-prometheus`) before building any credential,
+//! and ends by writing its scrape (the text format `promtool check metrics` reads): the
+//! data plane and Key Vault calls, the renewal, the token requests and the credential
+//! gauges of both credentials. It goes to the file named by the first argument, or to
+//! stdout.
+//!
 //! Every service is a server of the testing kit (`msi_dataplane::testing`, feature
 //! `test-util`) on 127.0.0.1: Entra, the data plane and Key Vault, over HTTPS with the
 //! kit's CA; every key and certificate is made at run time. The flow checks each step and
 //! fails (exit code 1) when one goes wrong; `cargo test` runs it as a test too.
 //!
 //! ```text
-//! cargo run --example identity_flow --features keyvault,test-util
+//! cargo run --example identity_flow --features keyvault,metrics,test-util -- flow.prom
+//! promtool check metrics < flow.prom
 //! ```
 
 use std::process::ExitCode;
@@ -25,6 +33,7 @@ use msi_dataplane::hypershift::Component;
 use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
 use msi_dataplane::keyvault::renewal::{RenewalOutcome, needing_renewal};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
+use msi_dataplane::telemetry;
 use msi_dataplane::testing::{
     CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
@@ -46,7 +55,17 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match flow().await {
+    let written = flow().await.and_then(|scrape| {
+        match std::env::args_os().nth(1) {
+            Some(path) => {
+                std::fs::write(&path, scrape)?;
+                println!("10. metrics written to {}", path.to_string_lossy());
+            }
+            None => println!("10. metrics:\n{scrape}"),
+        }
+        Ok(())
+    });
+    match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -55,19 +74,19 @@ async fn main() -> ExitCode {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_whole_flow_with_a_rotation_and_no_failed_token_request() {
-    if let Err(e) = flow().await {
-        panic!("{e}");
-    }
-}
-
 /// `Err(what)` unless `ok`.
 fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), BoxError> {
     if ok { Ok(()) } else { Err(what().into()) }
 }
 
-async fn flow() -> Result<(), BoxError> {
+/// The whole flow; its metrics' scrape when every step went as it should.
+async fn flow() -> Result<String, BoxError> {
+    // 0. The metrics recorder, before any credential is built: each credential then sets
+    //    its series at 0 as it is built, and `initialize` the ones known in advance.
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    telemetry::describe();
+    telemetry::initialize();
+
     // 1. Where HyperShift starts: the managed identities file names the vault and the
     //    control-plane operator's secret.
     let file = ManagedIdentities::from_slice(&std::fs::read(MANAGED_IDENTITIES)?)?;
@@ -268,5 +287,71 @@ async fn flow() -> Result<(), BoxError> {
     })?;
     check(calls > 0 && failures == 0, || {
         format!("{failures} of {calls} get_token calls failed during the rotation")
-    })
+    })?;
+    Ok(metrics.render())
+}
+
+/// Prometheus's own linter on the scrape, and the values the flow implies.
+#[cfg(test)]
+#[path = "../tests/support/promtool.rs"]
+mod promtool;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_flow_with_a_rotation_and_no_failed_token_request() {
+    let scrape = flow().await.unwrap_or_else(|e| panic!("{e}"));
+    promtool::check_metrics(&scrape);
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        sample(&scrape, name, labels)
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in:\n{scrape}"))
+    };
+    let ok = |operation| {
+        [
+            ("operation", operation),
+            ("outcome", "success"),
+            ("error_code", "none"),
+        ]
+    };
+    // The data plane: the issue (step 2) and the renewal's request (step 7).
+    assert_eq!(
+        value(telemetry::DATAPLANE_REQUESTS, &ok("get_user_assigned")),
+        2.0
+    );
+    // Key Vault: the put (3), the reads for the CSI writer (4, 8), the listing and the
+    // renewal (7), which stores the new version (a second put) after reading the stored one.
+    for (operation, n) in [("put", 2.0), ("get", 3.0), ("list", 1.0), ("renew", 1.0)] {
+        assert_eq!(
+            value(telemetry::KEYVAULT_REQUESTS, &ok(operation)),
+            n,
+            "{operation}"
+        );
+    }
+    // Nothing failed, and the counters a rule reads were there at 0.
+    assert!(!scrape.contains("outcome=\"transient\"") && !scrape.contains("outcome=\"refused\""));
+    // The renewal: one stored; none refused for not being newer, none failed.
+    let renewals = telemetry::RENEWALS;
+    assert_eq!(value(renewals, &[("outcome", "renewed")]), 1.0);
+    assert_eq!(value(renewals, &[("outcome", "not_newer")]), 0.0);
+    assert_eq!(value(renewals, &[("outcome", "failed")]), 0.0);
+}
+
+/// The value of the sample `name` with exactly `labels` in a Prometheus text scrape.
+#[cfg(test)]
+fn sample(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut want: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    want.sort();
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let mut have: Vec<String> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect();
+            have.sort();
+            (metric == name && have == want).then(|| value.parse().ok())?
+        })
 }

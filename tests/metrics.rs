@@ -31,6 +31,13 @@ fn snapshotter() -> &'static Snapshotter {
     })
 }
 
+/// The debugging recorder's snapshot takes counters and gauges (it sets them to 0): the
+/// tests here run one at a time, so that none takes another's values.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 type Labels = BTreeMap<String, String>;
 
 /// Every metric now: name -> [(labels, value)].
@@ -123,6 +130,7 @@ const UA: &str = "/subscriptions/1d3e5f7a-9b2c-4d6e-8f0a-2b4c6d8e0f1a/resourcegr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_flow_is_counted_with_bounded_labels() {
+    let _serial = one_at_a_time().await;
     snapshotter();
     let mut fx = IdentityFixture::start().await;
     let id = fx.identity.client_id.clone();
@@ -446,4 +454,109 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         }
     }
     assert!(seen > 20, "{seen} labels checked");
+}
+
+/// A token request in flight on a credential that a rotation then retires ends after the
+/// swap: the credential gauges keep the new certificate's times, not the old one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_finishing_on_a_retired_credential_leaves_the_new_ones_gauges() {
+    let _serial = one_at_a_time().await;
+    snapshotter();
+    let mut fx = IdentityFixture::start().await;
+    let cid = fx.identity.client_id.clone();
+    let old_hex = fx.certificate.sha256_hex();
+    // Entra answers this scope 3 s late: long past the rotation below.
+    fx.entra
+        .set_scope_delay(GRAPH, std::time::Duration::from_secs(3));
+    let in_flight = tokio::spawn({
+        let credential = fx.credential.clone();
+        async move { credential.get_token(&[GRAPH]).await }
+    });
+    let arrived = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fx
+        .entra
+        .requests()
+        .iter()
+        .any(|r| r.scope.as_deref() == Some(GRAPH))
+    {
+        assert!(
+            std::time::Instant::now() < arrived,
+            "the request never came"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+
+    // Newer than the first (from an hour ago), and ending 10 days earlier: the two ends
+    // tell the credentials apart.
+    let now = time::OffsetDateTime::now_utc();
+    let next = TestCertificate::builder()
+        .validity(
+            now - time::Duration::minutes(30),
+            now + time::Duration::days(20),
+        )
+        .self_signed();
+    let next_end = next.not_after().unix_timestamp() as f64;
+    assert!(next_end < fx.certificate.not_after().unix_timestamp() as f64 - 86_400.0);
+    fx.rotate_to(next, BundleFormat::Pem).await;
+    assert!(
+        !in_flight.is_finished(),
+        "the request ended before the swap: the test proves nothing"
+    );
+    let token = in_flight.await.unwrap().unwrap();
+    // It was the old credential's request, ended after the swap.
+    assert_eq!(
+        fx.entra.issued(token.token()).unwrap().cert_sha256_hex,
+        old_hex
+    );
+    assert_eq!(
+        gauge(&snapshot(), telemetry::CREDENTIAL_NOT_AFTER, &cid),
+        Some(next_end),
+        "the retired credential's request wrote its own end over the new one's"
+    );
+}
+
+/// Statuses outside the known set, from a hostile or broken token endpoint, are one
+/// `error_code` label, `other` (418 and 599: refusals, neither is retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unexpected_statuses_are_labelled_other() {
+    let _serial = one_at_a_time().await;
+    snapshotter();
+    let fx = IdentityFixture::start().await;
+    let cid = fx.identity.client_id.as_str();
+    let teapot = fx
+        .entra
+        .on(Match::any().client_id(cid).scope(VAULT))
+        .respond(Scripted::status(418))
+        .expect(1)
+        .mount_scoped();
+    let refused = fx.credential.get_token(&[VAULT]).await.unwrap_err();
+    assert_eq!(refused.status(), Some(418));
+    drop(teapot);
+    let odd = fx
+        .entra
+        .on(Match::any().client_id(cid).scope(GRAPH))
+        .respond(Scripted::status(599))
+        .expect(1)
+        .mount_scoped();
+    let refused = fx.credential.get_token(&[GRAPH]).await.unwrap_err();
+    assert_eq!(refused.status(), Some(599));
+    drop(odd);
+
+    let all = snapshot();
+    let requests = telemetry::TOKEN_REQUESTS;
+    let other = [
+        ("client_id", cid),
+        ("outcome", "refused"),
+        ("error_code", "other"),
+    ];
+    assert_eq!(
+        counter(&all, requests, &other),
+        2,
+        "{:#?}",
+        all.get(requests)
+    );
+    for series in all.get(requests).into_iter().flatten() {
+        let code = &series.0["error_code"];
+        assert!(!["418", "599"].contains(&code.as_str()), "{code}");
+    }
 }

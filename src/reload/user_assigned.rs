@@ -592,6 +592,9 @@ impl Reloader {
                 *refusal = None;
                 prefetch = Some((self.active.load_full(), loaded.credential.clone()));
                 telemetry::reload_client(loaded.credential.client_id());
+                // The old credential writes no gauge from now on (not even for a token
+                // request still in flight on it); the new one sets them.
+                self.active.load().credential.retire_gauges();
                 self.active.store(Arc::new(active_from(*loaded)));
                 (ReloadOutcome::Swapped, None, true)
             }

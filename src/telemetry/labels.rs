@@ -113,16 +113,27 @@ pub(crate) const MAX_AADSTS_CODES: usize = 64;
 /// The `error_code` of an AADSTS code past [`MAX_AADSTS_CODES`].
 pub(crate) const OTHER_AADSTS: &str = "AADSTS_other";
 
+/// The HTTP statuses an `error_code` label names as themselves; any other status a
+/// service answers with is [`OTHER_STATUS`].
+pub(crate) const ERROR_STATUSES: &[&str] = &[
+    "400", "401", "403", "404", "408", "409", "429", "500", "502", "503", "504",
+];
+
+/// The `error_code` of an HTTP status outside [`ERROR_STATUSES`] (a hostile or broken
+/// service cannot grow the label set with made-up statuses).
+pub(crate) const OTHER_STATUS: &str = "other";
+
 /// The `error_code` label of a failure: the HTTP status of a transient answer (`"503"`,
 /// whatever its body says: an AADSTS code in a 503 names no refusal); else `AADSTS<n>`
 /// when the token endpoint sent an AADSTS code; else the HTTP status a service answered
 /// with (`"403"`); else the crate's own snake_case code for the failure (`"transport"`,
-/// `"credential_expired"`, ...).
+/// `"credential_expired"`, ...). A status is one of [`ERROR_STATUSES`] or
+/// [`OTHER_STATUS`].
 pub(crate) fn error_code(error: &Error) -> Cow<'static, str> {
     if error.is_transient()
         && let Some(status) = error.status()
     {
-        return Cow::Owned(status.to_string());
+        return Cow::Borrowed(error_status(status));
     }
     if let ErrorKind::Token(TokenError::Endpoint(e)) = error.kind()
         && let Some(code) = e.aadsts_code()
@@ -130,9 +141,19 @@ pub(crate) fn error_code(error: &Error) -> Cow<'static, str> {
         return aadsts(code);
     }
     if let Some(status) = error.status() {
-        return Cow::Owned(status.to_string());
+        return Cow::Borrowed(error_status(status));
     }
     Cow::Borrowed(error.kind().code())
+}
+
+/// An HTTP status a service answered with, as an `error_code`: one of
+/// [`ERROR_STATUSES`], or [`OTHER_STATUS`].
+pub(crate) fn error_status(status: u16) -> &'static str {
+    ERROR_STATUSES
+        .iter()
+        .find(|known| known.parse() == Ok(status))
+        .copied()
+        .unwrap_or(OTHER_STATUS)
 }
 
 /// A status the token server answers with, as a label: one of the statuses it sends, or
@@ -172,6 +193,17 @@ fn aadsts(code: i64) -> Cow<'static, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_status_is_a_known_one_or_other() {
+        let labels: BTreeSet<&str> = (0..=u16::MAX).map(error_status).collect();
+        let mut want: BTreeSet<&str> = ERROR_STATUSES.iter().copied().collect();
+        want.insert(OTHER_STATUS);
+        assert_eq!(labels, want);
+        for (status, label) in [(503, "503"), (409, "409"), (418, "other"), (599, "other")] {
+            assert_eq!(error_status(status), label, "{status}");
+        }
+    }
 
     #[test]
     fn aadsts_codes_past_the_cap_are_one_label() {

@@ -50,6 +50,9 @@
 //!   cannot grow the set); else the HTTP status answered (`403`); else the crate's code
 //!   for the failure ([`ErrorKind::code`](crate::error::ErrorKind::code): `transport`,
 //!   `credential_expired`, ...).
+//! - HTTP statuses in `error_code`: `400`, `401`, `403`, `404`, `408`, `409`, `429`,
+//!   `500`, `502`, `503`, `504`, and `other` for any other status a service answers with
+//!   (a broken or hostile endpoint cannot grow the set with made-up statuses).
 //! - `reason` (reloads): `none`, `not_newer`, `not_found`, `unreadable`, `malformed_json`,
 //!   `bad_bundle`, `outside_validity`, `other`. `none` goes with `swapped` and
 //!   `unchanged`; the others with `kept_last_good`: the file is older than (or as old as)
@@ -64,8 +67,9 @@
 //!   `get_deleted`, `purge_deleted`, `recover_deleted`, `list`, `list_deleted`, `renew`.
 //!
 //! The credential gauges follow the credential in use: set when a credential file is
-//! loaded or a rotation swapped in, and at each token obtained; a time the credential in
-//! use does not have (`renew_after`, `cannot_renew_after` are optional in the file) is
+//! loaded or a rotation swapped in, and at each token the credential in use obtains (a
+//! credential a rotation replaced writes none, even for a request that ends after the
+//! swap); a time the credential in use does not have (`renew_after`, `cannot_renew_after` are optional in the file) is
 //! `NaN`, never the previous credential's, and no comparison with `NaN` is true, so no
 //! rule fires on it. The token expiry is that of the newest token obtained for the client
 //! id; the consecutive failures count the token requests of the client id that failed
@@ -221,6 +225,12 @@ mod tests {
         assert_eq!(
             doc_list(docs, "//! - `outcome` (reloads):"),
             set(labels::RELOAD_OUTCOMES)
+        );
+        let mut statuses = set(labels::ERROR_STATUSES);
+        statuses.insert(labels::OTHER_STATUS.to_owned());
+        assert_eq!(
+            doc_list(docs, "//! - HTTP statuses in `error_code`:"),
+            statuses
         );
         let requests = doc_list(
             docs,

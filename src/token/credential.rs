@@ -234,6 +234,10 @@ struct Inner {
     refilling: AtomicBool,
     /// Woken when a refill ends.
     refilled: Notify,
+    /// Whether the credential still writes its client id's credential gauges: until a
+    /// reloading credential retires it for the next file's. Held while writing, so that a
+    /// request in flight on a retired credential cannot overwrite its successor's times.
+    writes_gauges: Mutex<bool>,
 }
 
 /// A signed client assertion for the credential's own token URL, not yet sent.
@@ -430,6 +434,7 @@ impl ClientCertificateCredential {
                 spare: Mutex::new(None),
                 refilling: AtomicBool::new(false),
                 refilled: Notify::new(),
+                writes_gauges: Mutex::new(true),
             }),
         };
         // The first ready assertion is signed in the background, not here: building
@@ -582,6 +587,17 @@ impl ClientCertificateCredential {
     /// the one in use for its client id.
     pub(crate) fn record_times(&self) {
         self.inner.record_times();
+    }
+
+    /// The credential is no longer the one in use (a reloading credential swapped in
+    /// another): from now on it writes none of its client id's credential gauges, not
+    /// even for a token request that was in flight.
+    pub(crate) fn retire_gauges(&self) {
+        *self
+            .inner
+            .writes_gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
     }
 
     /// The assertion algorithm in use.
@@ -740,14 +756,21 @@ impl Inner {
         result
     }
 
-    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`.
+    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`;
+    /// nothing once it is retired.
     fn record_times(&self) {
-        telemetry::credential_times(
-            &self.client_id,
-            self.end(),
-            self.renew_after,
-            self.cannot_renew_after,
-        );
+        let writes = self
+            .writes_gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *writes {
+            telemetry::credential_times(
+                &self.client_id,
+                self.end(),
+                self.renew_after,
+                self.cannot_renew_after,
+            );
+        }
     }
 
     /// One token request: check validity, sign, POST, parse.
