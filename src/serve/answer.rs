@@ -120,8 +120,8 @@ pub(crate) fn correlation_id(
 /// Pure: the answer for a token request that failed, for the identity `client_id` and
 /// `resource`. Statuses are chosen so that the clients retry only what a retry can mend:
 ///
-/// - a transient failure (the token endpoint unreachable, or answering 408, 429, 500, 502, 503 or 504,
-///   after this server's own retries): 503 with `Retry-After` (the endpoint's, bounded to
+/// - a transient failure (the token endpoint unreachable, or answering 408, 429, 500,
+///   502, 503 or 504, after this server's own retries): 503 with `Retry-After` (the endpoint's, bounded to
 ///   1..=60 s, else 5 s), which the clients retry;
 /// - anything else (Entra refusing the identity with an `AADSTS` error, a credential
 ///   outside its validity, an unusable answer): 403, which no client retries, with the

@@ -37,9 +37,9 @@
 //!
 //! - `client_id`: a loaded credential's client id (one per credential the process loads).
 //! - `outcome` (token, data plane and Key Vault requests): `success`; `transient` (a
-//!   failure that trying again later can fix: a 408, 429, 500, 502, 503 or 504 answer, a refused or
-//!   broken connection); `refused` (any other failure: an AADSTS refusal, another 4xx,
-//!   an expired credential, an unusable answer).
+//!   failure that trying again later can fix: a 408, 429, 500, 502, 503 or 504 answer, a
+//!   refused or broken connection); `refused` (any other failure: an AADSTS refusal,
+//!   another 4xx or 5xx, an expired credential, an unusable answer).
 //! - `outcome` (reloads): `swapped`, `unchanged` (the file last decided on, read again:
 //!   the active credential's, or the one already refused), `kept_last_good` (a file
 //!   refused, counted once per file).
