@@ -15,4 +15,6 @@ pub use crate::file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_P
 pub use crate::http::body::MAX_RESPONSE_BYTES;
 pub use crate::token::assertion::ASSERTION_LIFETIME;
 pub use crate::token::credential::NOT_BEFORE_SKEW;
-pub use crate::token::refresh::{EXPIRY_MARGIN, MIN_REFRESH_BACKOFF, REFRESH_WINDOW};
+pub use crate::token::refresh::{
+    EXPIRY_MARGIN, FAILURE_MEMORY, MAX_CACHED_SCOPES, MIN_REFRESH_BACKOFF, REFRESH_WINDOW,
+};

@@ -20,13 +20,22 @@ const EXPIRY_MARGIN_MS: i64 = EXPIRY_MARGIN.as_millis() as i64;
 /// Tokens living longer than this are refreshed at half-life.
 const LONG_LIVED: time::Duration = time::Duration::hours(2);
 
+/// How long a failed token request's error is the answer for its scope (callers without
+/// a usable token get it again rather than a new request), by default
+/// ([`ClientCertificateCredentialOptions::failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
+pub const FAILURE_MEMORY: Duration = Duration::from_secs(5);
+
+/// How many scope sets (per tenant) a credential caches tokens for, by default
+/// ([`ClientCertificateCredentialOptions::max_cached_scopes`](crate::ClientCertificateCredentialOptions::max_cached_scopes)).
+pub const MAX_CACHED_SCOPES: usize = 1_000;
+
 /// The first wait after a failed background refresh; it doubles per failure.
 pub const MIN_REFRESH_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(600);
 
 /// An entry is left out of the table once it has had nothing to hand out for this long
 /// (milliseconds).
-const IDLE_GRACE: i64 = 60_000;
+pub(crate) const IDLE_GRACE: i64 = 60_000;
 
 /// How usable a cached token is at a given time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
