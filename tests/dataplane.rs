@@ -1102,7 +1102,8 @@ async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
     let (clock, credential) = service_credential_on_clock(&entra);
-    let factory = ClientFactory::new(credential, AUDIENCE, client_options()).unwrap();
+    let options = client_options().with_clock(clock.clone());
+    let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     client
         .get_system_assigned_identity_credentials()
