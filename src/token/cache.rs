@@ -1,29 +1,20 @@
-//! The token cache: one entry per tenant and scope set, single flight, refresh ahead,
-//! a bound on its size and a short memory of failures.
+//! The token cache: the one cache of a credential's tokens (its own tenant, its other
+//! tenants, the data plane client, the token server), keyed by tenant (`None`: the
+//! fetcher's own; others lower-cased by the callers) and the scope list **as given**.
 //!
-//! The one cache of a credential's tokens: its own tenant, its other tenants, the data
-//! plane client and the token server all read it. Keyed by tenant (`None`: the fetcher's
-//! own; others lower-cased by the callers) and the scope list **as given** (same scopes,
-//! same order, same entry).
-//!
-//! - **Publication**: a concurrent hash map ([`papaya`]) from entry to its token; adding
-//!   an entry or replacing a token writes one slot (no copy of the table), and what it
-//!   replaces is freed once no reader holds it. Writers (new entries, new tokens,
-//!   evictions) take one short lock; readers never do.
-//! - **Hit path**: a map lookup by the borrowed key (no lock, no allocation), a coarse
-//!   clock read, the entry's last use noted, and a clone of the token's handle for this
-//!   CPU.
-//! - **Single flight**: a miss joins the entry's one request or starts it, in a spawned
-//!   task (a caller that gives up cancels nothing); every waiter gets its result.
+//! - **Publication**: a concurrent map ([`papaya`]) from entry to token. A new entry or
+//!   token writes one slot, never a copy of the table; readers take no lock, writers
+//!   one short lock; what is replaced is freed once no reader holds it.
+//! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
+//!   a clone of the token's handle for this CPU: no lock, no allocation.
+//! - **Single flight**: a miss joins the entry's one request or starts it in a spawned
+//!   task; every waiter gets its result. After a failure, callers without a usable token
+//!   get its error for `failure_memory`.
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request replaces it; after a failure the next waits
-//!   [`refresh_backoff`]. A refused token is replaced past the cache
-//!   ([`TokenCache::get_replacing`]).
-//! - **Failures remembered**: for `failure_memory` after a failed request, callers
-//!   without a usable token get its error again rather than a new request.
-//! - **Memory**: at most `max_entries` entries (plus those with a request in flight):
-//!   the least recently used leave first, an eighth at a time; entries idle for a minute
-//!   ([`evictable`]) leave at the next sweep (at most one a minute).
+//!   and one background request replaces it, [`refresh_backoff`] apart after failures.
+//! - **Bound**: at most `max_entries` (besides those in flight); past it the least
+//!   recently used eighth leaves; entries idle for a minute ([`evictable`]) leave at the
+//!   next sweep (at most one a minute).
 
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -37,25 +28,15 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
+use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
 use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{
-    Freshness, IDLE_GRACE, evictable, freshness, refresh_at, refresh_backoff,
+    Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, refresh_at, refresh_backoff,
 };
 
 /// The cache (see the module docs).
 pub(crate) struct TokenCache(Arc<Shared>);
-
-/// How a cache is bounded and how long it remembers a failure.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
-    /// Refresh tokens at least this long before they expire ([`refresh_at`]).
-    pub(crate) window: Duration,
-    /// At most this many entries (≥ 1), besides those with a request in flight.
-    pub(crate) max_entries: usize,
-    /// After a failed request, callers without a usable token get its error for this long.
-    pub(crate) failure_memory: Duration,
-}
 
 /// What the cache and its requests in flight share.
 struct Shared {
@@ -234,27 +215,16 @@ impl TokenCache {
     /// Drop every cached token and remembered failure (entries stay). Requests in flight
     /// complete and are cached.
     pub(crate) fn clear(&self) {
-        let entries: Vec<Arc<Entry>> = {
-            let _writer = self.0.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            let map = self.0.map.pin();
-            let entries: Vec<_> = map.iter().map(|(e, _)| e.clone()).collect();
-            entries.iter().for_each(|e| _ = map.insert(e.clone(), None));
-            entries
-        };
-        // After the writer lock: a request ending takes the state lock, then the writer's.
-        for entry in entries {
+        let _writer = self.0.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.0.map.pin();
+        for (entry, _) in map.iter() {
+            map.insert(entry.clone(), None);
             entry
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .failed = None;
         }
-    }
-
-    /// How many entries it holds.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.map.len()
     }
 }
 
@@ -297,14 +267,8 @@ impl Shared {
         if map.len() < max {
             return;
         }
-        let mut idle: Vec<_> = map
-            .iter()
-            .filter(|(e, _)| !e.busy())
-            .map(|(e, _)| e)
-            .collect();
-        let excess = (map.len() + 1 + max / 8)
-            .saturating_sub(max)
-            .min(idle.len());
+        let mut idle: Vec<_> = map.iter().map(|(e, _)| e).filter(|e| !e.busy()).collect();
+        let excess = evict_count(map.len(), max).min(idle.len());
         if excess == 0 {
             return;
         }
@@ -315,8 +279,28 @@ impl Shared {
         tracing::debug!(
             evicted = excess,
             max,
-            "token cache full; least recently used left"
+            "token cache full; the least recently used left"
         );
+    }
+
+    /// Cache `token` (obtained by a request started at `started`) in the entry's slot,
+    /// unless the entry left meanwhile (its waiters still get the token).
+    fn publish(&self, entry: &Arc<Entry>, token: &AccessToken, started: OffsetDateTime) {
+        let (expires, asked, jitter) = (token.expires_on(), token.refresh_on(), jitter());
+        let at = refresh_at(started, expires, asked, self.limits.window, jitter);
+        let cached = Cached {
+            handles: PerCpu::new(token),
+            refresh_at: unix_millis(at),
+            expires_on: unix_millis(expires),
+        };
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.map.pin();
+        if map
+            .get_key_value(&**entry)
+            .is_some_and(|(e, _)| Arc::ptr_eq(e, entry))
+        {
+            map.insert(entry.clone(), Some(cached));
+        }
     }
 
     /// The entry's token, if it can be handed out now.
@@ -430,51 +414,37 @@ fn hash_key<'s, H: Hasher>(h: &mut H, tenant: Option<&str>, scopes: impl Iterato
     }
 }
 
+/// `now` (Unix ms) plus `wait`.
+fn after(now: i64, wait: Duration) -> i64 {
+    now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Ends the entry's request however it ends (completion, panic, or its task dropped at
 /// runtime shutdown), so the next caller can start a new one.
 struct Flight(Option<(Arc<Entry>, Arc<Shared>)>);
 
 impl Flight {
-    /// Record the result and end the request, in one critical section and before any
-    /// waiter is woken: whoever comes next sees the new token (or the error and backoff)
-    /// and no request in flight.
+    /// Record the result and end the request before any waiter is woken. A token is
+    /// published first, then the request ended under the state lock: whoever finds no
+    /// request in flight finds the new token (or the error and the backoff).
     fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime) {
         let Some((entry, shared)) = self.0.take() else {
             return;
         };
+        if let Ok(token) = result {
+            shared.publish(&entry, token, started);
+        }
         let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = shared.clock.now_unix_millis();
-        let jitter = crate::http::retry::jitter();
         let quiet_until = match result {
-            Ok(token) => {
-                let (expires, asked) = (token.expires_on(), token.refresh_on());
-                let at = refresh_at(started, expires, asked, shared.limits.window, jitter);
-                let (refresh_at, expires_on) = (unix_millis(at), unix_millis(token.expires_on()));
-                let handles = PerCpu::new(token);
-                let cached = Cached {
-                    handles,
-                    refresh_at,
-                    expires_on,
-                };
-                // Not found: the entry left meanwhile; its waiters get the token.
-                let _writer = shared.writer.lock().unwrap_or_else(PoisonError::into_inner);
-                let map = shared.map.pin();
-                if map
-                    .get_key_value(&*entry)
-                    .is_some_and(|(e, _)| Arc::ptr_eq(e, &entry))
-                {
-                    map.insert(entry.clone(), Some(cached));
-                }
+            Ok(_) => {
                 (state.failures, state.failed) = (0, None);
                 i64::MIN
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
-                let memory = shared.limits.failure_memory;
-                let remembered =
-                    now.saturating_add(i64::try_from(memory.as_millis()).unwrap_or(i64::MAX));
-                state.failed = Some((error.clone(), remembered));
-                let wait = refresh_backoff(state.failures, jitter);
+                state.failed = Some((error.clone(), after(now, shared.limits.failure_memory)));
+                let wait = refresh_backoff(state.failures, jitter());
                 tracing::warn!(
                     scope = %entry.joined,
                     error = %error,
@@ -483,7 +453,7 @@ impl Flight {
                     serving_cached = shared.usable(&entry).is_some(),
                     "token request failed"
                 );
-                now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+                after(now, wait)
             }
         };
         entry.settle(&mut state, now, quiet_until);

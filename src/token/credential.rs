@@ -22,9 +22,9 @@ use crate::secret::SecretString;
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
-use crate::token::cache::{Fetch, Limits, TokenCache};
+use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
-use crate::token::refresh::{FAILURE_MEMORY, MAX_CACHED_SCOPES, REFRESH_WINDOW};
+use crate::token::refresh::{FAILURE_MEMORY, Limits, MAX_CACHED_SCOPES, REFRESH_WINDOW};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
