@@ -19,10 +19,11 @@
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use papaya::{Equivalent, HashMap};
+use seize::Collector;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
@@ -99,7 +100,14 @@ pub(crate) trait Fetch: Send + Sync + 'static {
 impl TokenCache {
     /// An empty cache whose times come from `clock`, within `limits`.
     pub(crate) fn new(clock: Arc<dyn Clock>, limits: Limits) -> Self {
-        let map = HashMap::with_hasher(foldhash::fast::RandomState::default());
+        // One collector for every cache: its per-thread state is made once per process.
+        static COLLECTOR: OnceLock<Arc<Collector>> = OnceLock::new();
+        let collector = COLLECTOR.get_or_init(|| Arc::new(Collector::new())).clone();
+        let hasher = foldhash::fast::RandomState::default();
+        let map = HashMap::builder()
+            .hasher(hasher)
+            .shared_collector(collector)
+            .build();
         let limits = Limits {
             max_entries: limits.max_entries.max(1),
             ..limits
@@ -443,7 +451,10 @@ impl Flight {
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
-                state.failed = Some((error.clone(), after(now, shared.limits.failure_memory)));
+                // An answer or a transport failure; not a refusal made here (validity).
+                let reached = matches!(error.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
+                let until = after(now, shared.limits.failure_memory);
+                state.failed = reached.then(|| (error.clone(), until));
                 let wait = refresh_backoff(state.failures, jitter());
                 tracing::warn!(
                     scope = %entry.joined,

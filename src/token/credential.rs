@@ -86,9 +86,11 @@ pub struct ClientCertificateCredentialOptions {
     /// own tenant, its other tenants, data plane clients over it, the token server.
     /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
     pub max_cached_scopes: usize,
-    /// After a token request for a scope failed (its retries spent), callers without a
-    /// usable token for that scope get the same error for this long instead of a new
-    /// request to Entra (callers with one keep getting it). Default
+    /// After a token request for a scope failed at Entra or on the way there (its answer
+    /// or a transport failure, once its retries are spent), callers without a usable token
+    /// for that scope get the same error for this long instead of a new request (callers
+    /// with one keep getting it). Refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
     /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
     pub failure_memory: Duration,
 }
