@@ -55,9 +55,11 @@
 //! OS thread), not on the runtime that drives the measured futures: the client-side
 //! measurement then never pays for scheduling the server's tasks on its own thread, the
 //! two sides run in parallel on the two cores as a real client and Entra would, and both
-//! cold benches see exactly the same server. The client side of the cold group runs on a
-//! current-thread runtime (criterion's `to_async`), so the reqwest connection task and the
-//! measured future share one thread and no cross-thread wake-ups are timed. The replay
+//! cold benches see exactly the same server. The client side of the `cold` group runs on a
+//! current-thread runtime (criterion's `to_async`): the raw baseline's connection task
+//! and the measured future share one thread, while the crate hands each of its
+//! exchanges to its I/O thread (a hop there and back); `cold_mt` runs the same on a
+//! multi-threaded runtime, where both drive their exchanges from the caller's task. The replay
 //! check is off for the whole cold group so that both POSTs cost the server the same
 //! (the raw one replays one `jti`; every other verification, including the signature,
 //! still runs).
