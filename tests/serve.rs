@@ -288,11 +288,7 @@ async fn a_token_endpoint_refusal_is_passed_on_once_with_its_aadsts_code() {
     // Each scripted answer reaches the next request: no failure memory (tests/cache.rs).
     let client = msi_dataplane::ClientCertificateCredentialOptions::default()
         .with_failure_memory(std::time::Duration::ZERO);
-    let server = start(
-        vec![a.serve(&entra, client).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let server = start(vec![a.serve(&entra, client).await], ServeOptions::default()).await;
     entra.enqueue(Scripted::aadsts(
         401,
         "invalid_client",

@@ -483,9 +483,13 @@ impl ClientCertificateCredential {
     ///   background request replaces it; if that fails, the cached token keeps being
     ///   served and the next attempt waits at least 30 s.
     /// - Failed requests are retried per [`RetryPolicy`]; an error reaches callers only
-    ///   when no usable token is cached.
+    ///   when no usable token is cached, and for
+    ///   [`failure_memory`](ClientCertificateCredentialOptions::failure_memory) (5 s) after
+    ///   a failed request its callers get that error again rather than a new request.
     ///
-    /// The cache key is the scope list as given (same scopes, same order).
+    /// The cache key is the scope list as given (same scopes, same order); at most
+    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) keys
+    /// (1,000) are cached, the least recently used leaving first.
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         if let Some(token) = self.cached_token(scopes) {
             return Ok(token);
