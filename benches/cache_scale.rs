@@ -38,6 +38,10 @@ static GLOBAL: Counting = Counting;
 
 const SIZES: [usize; 4] = [10, 1_000, 10_000, 50_000];
 
+/// In criterion's test mode (`cargo test --benches`: no `--bench` argument), where each
+/// bench runs once to prove it works, small sizes: filling 50,000 scopes takes a minute.
+const TEST_MODE_SIZES: [usize; 2] = [10, 100];
+
 /// Scope names never repeated across the whole run.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -80,7 +84,9 @@ fn bench_scale(c: &mut Criterion) {
             .iter(|| async { baseline.request_token(&[ARM]).await.expect("token") })
     });
 
-    for n in SIZES {
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if measuring { &SIZES } else { &TEST_MODE_SIZES };
+    for &n in sizes {
         let cred = credential(n);
         client_rt.block_on(cred.get_token(&[ARM])).expect("token");
         let before = live_bytes();
