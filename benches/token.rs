@@ -29,6 +29,9 @@
 //!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
 //!   channel). The credential keeps a signed assertion ready (signed in the background
 //!   after each use), so the request does not wait for the signature.
+//! - `cold/get_token_miss_spaced_in_task`: the spaced miss timed inside a spawned task
+//!   (on `cold_mt`, a worker thread, where an application's callers run; on `cold`, the
+//!   same thread as `block_on`).
 //! - `cold/get_token_miss_no_spare`: the same miss with `with_ready_assertion(false)`:
 //!   each request signs on the spot.
 //! - `cold/get_token_miss_spaced{,_no_spare}`: the same two misses with an untimed 3 ms
@@ -421,6 +424,15 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
     };
     g.bench_function("get_token_miss_spaced", |b| {
         b.to_async(client_rt).iter_custom(spaced(cred.clone()))
+    });
+    server.clear_requests();
+    // The same, timed inside a task of the runtime (on a worker of a multi-threaded one,
+    // where an application's callers run) rather than in `block_on`'s thread.
+    g.bench_function("get_token_miss_spaced_in_task", |b| {
+        b.to_async(client_rt).iter_custom(|iters| {
+            let timed = spaced(cred.clone())(iters);
+            async move { tokio::spawn(timed).await.expect("task") }
+        })
     });
     server.clear_requests();
 
