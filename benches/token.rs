@@ -29,6 +29,9 @@
 //!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
 //!   channel). The credential keeps a signed assertion ready (signed in the background
 //!   after each use), so the request does not wait for the signature.
+//! - `cold/get_token_miss_spaced_in_task`: the spaced miss timed inside a spawned task
+//!   (on `cold_mt`, a worker thread, where an application's callers run; on `cold`, the
+//!   same thread as `block_on`).
 //! - `cold/get_token_miss_no_spare`: the same miss with `with_ready_assertion(false)`:
 //!   each request signs on the spot.
 //! - `cold/get_token_miss_spaced{,_no_spare}`: the same two misses with an untimed 3 ms
@@ -46,13 +49,20 @@
 //!   The crate's own cold-path overhead is about
 //!   `cold/get_token - (cold/sign_only + cold/raw_https_round_trip)`.
 //!
+//! - `cold_mt/*`: the same benches with the client side on a multi-threaded runtime (two
+//!   workers), where the crate runs each exchange on the caller's task instead of
+//!   handing it to its I/O thread as it does for the current-thread `cold/*`: the two
+//!   groups, in one run, are the hop and no hop side by side.
+//!
 //! The Entra-compatible server runs on its own single-worker multi-thread runtime (its own
 //! OS thread), not on the runtime that drives the measured futures: the client-side
 //! measurement then never pays for scheduling the server's tasks on its own thread, the
 //! two sides run in parallel on the two cores as a real client and Entra would, and both
-//! cold benches see exactly the same server. The client side of the cold group runs on a
-//! current-thread runtime (criterion's `to_async`), so the reqwest connection task and the
-//! measured future share one thread and no cross-thread wake-ups are timed. The replay
+//! cold benches see exactly the same server. The client side of the `cold` group runs on a
+//! current-thread runtime (criterion's `to_async`): the raw baseline's connection task
+//! and the measured future share one thread, while the crate hands each of its
+//! exchanges to its I/O thread (a hop there and back); `cold_mt` runs the same on a
+//! multi-threaded runtime, where both drive their exchanges from the caller's task. The replay
 //! check is off for the whole cold group so that both POSTs cost the server the same
 //! (the raw one replays one `jti`; every other verification, including the signature,
 //! still runs).
@@ -313,13 +323,26 @@ fn bench_cached(c: &mut Criterion) {
 
 fn bench_cold(c: &mut Criterion) {
     recorder_if_asked();
-    let server_rt = server_runtime();
-    let server = server_rt.block_on(EntraServer::start());
-    server.set_replay_check(false);
-    let client_rt = tokio::runtime::Builder::new_current_thread()
+    // A current-thread caller: its exchanges go to the crate's I/O thread.
+    let current_thread = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("client runtime");
+    cold_group(c, "cold", &current_thread);
+    // A multi-threaded caller: its exchanges run on its own tasks (no hop).
+    let multi_thread = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    cold_group(c, "cold_mt", &multi_thread);
+}
+
+/// The cold benches (module docs) with the client side on `client_rt`.
+fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtime) {
+    let server_rt = server_runtime();
+    let server = server_rt.block_on(EntraServer::start());
+    server.set_replay_check(false);
     let client = https_client();
     let cred = support::harness::credential_with(
         &server,
@@ -362,18 +385,18 @@ fn bench_cold(c: &mut Criterion) {
     });
     server.clear_requests();
 
-    let mut g = c.benchmark_group("cold");
+    let mut g = c.benchmark_group(group);
     g.sample_size(30);
     g.measurement_time(Duration::from_secs(4));
 
     g.bench_function("get_token", |b| {
-        b.to_async(&client_rt)
+        b.to_async(client_rt)
             .iter(|| async { black_box(cred.request_token(&[ARM]).await.expect("request_token")) })
     });
     server.clear_requests();
 
     g.bench_function("get_token_miss", |b| {
-        b.to_async(&client_rt).iter(|| async {
+        b.to_async(client_rt).iter(|| async {
             cred.clear_cache();
             black_box(cred.get_token(&[ARM]).await.expect("get_token"))
         })
@@ -400,7 +423,16 @@ fn bench_cold(c: &mut Criterion) {
         }
     };
     g.bench_function("get_token_miss_spaced", |b| {
-        b.to_async(&client_rt).iter_custom(spaced(cred.clone()))
+        b.to_async(client_rt).iter_custom(spaced(cred.clone()))
+    });
+    server.clear_requests();
+    // The same, timed inside a task of the runtime (on a worker of a multi-threaded one,
+    // where an application's callers run) rather than in `block_on`'s thread.
+    g.bench_function("get_token_miss_spaced_in_task", |b| {
+        b.to_async(client_rt).iter_custom(|iters| {
+            let timed = spaced(cred.clone())(iters);
+            async move { tokio::spawn(timed).await.expect("task") }
+        })
     });
     server.clear_requests();
 
@@ -414,13 +446,13 @@ fn bench_cold(c: &mut Criterion) {
             .with_ready_assertion(false),
     );
     g.bench_function("get_token_miss_no_spare", |b| {
-        b.to_async(&client_rt).iter(|| async {
+        b.to_async(client_rt).iter(|| async {
             no_spare.clear_cache();
             black_box(no_spare.get_token(&[ARM]).await.expect("get_token"))
         })
     });
     g.bench_function("get_token_miss_spaced_no_spare", |b| {
-        b.to_async(&client_rt).iter_custom(spaced(no_spare.clone()))
+        b.to_async(client_rt).iter_custom(spaced(no_spare.clone()))
     });
     server.clear_requests();
 
@@ -438,7 +470,7 @@ fn bench_cold(c: &mut Criterion) {
     );
     let (connections, tokens) = (server.connections(), server.tokens_issued());
     g.bench_function("get_token_miss_crate_client", |b| {
-        b.to_async(&client_rt).iter(|| async {
+        b.to_async(client_rt).iter(|| async {
             crate_client.clear_cache();
             black_box(crate_client.get_token(&[ARM]).await.expect("get_token"))
         })
@@ -446,14 +478,14 @@ fn bench_cold(c: &mut Criterion) {
     let handshakes = server.connections() - connections;
     let requests = server.tokens_issued() - tokens;
     println!(
-        "cold/get_token_miss_crate_client: {handshakes} TLS handshakes for {requests} token \
-         requests ({:.4} per request)",
+        "{group}/get_token_miss_crate_client: {handshakes} TLS handshakes for {requests} \
+         token requests ({:.4} per request)",
         handshakes as f64 / requests.max(1) as f64
     );
     server.clear_requests();
 
     g.bench_function("raw_https_round_trip", |b| {
-        b.to_async(&client_rt).iter(|| async {
+        b.to_async(client_rt).iter(|| async {
             let (status, body) = raw().await;
             debug_assert_eq!(status, 200);
             black_box(body)

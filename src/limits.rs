@@ -16,4 +16,6 @@ pub use crate::http::body::MAX_RESPONSE_BYTES;
 pub use crate::token::assertion::ASSERTION_LIFETIME;
 pub use crate::token::credential::NOT_BEFORE_SKEW;
 pub use crate::token::refresh::REFRESH_WINDOW as MIN_REFRESH_WINDOW;
-pub use crate::token::refresh::{EXPIRY_MARGIN, MIN_REFRESH_BACKOFF};
+pub use crate::token::refresh::{
+    EXPIRY_MARGIN, FAILURE_MEMORY, MAX_CACHED_SCOPES, MIN_REFRESH_BACKOFF,
+};

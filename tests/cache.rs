@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
+use msi_dataplane::limits::{FAILURE_MEMORY, MIN_REFRESH_BACKOFF};
 use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy, TokenError};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::harness::{
@@ -280,7 +280,8 @@ async fn a_400_is_not_retried() {
     assert!(!err.is_transient());
     assert_eq!(server.token_requests(), 1);
     assert!(clock.sleeps().is_empty());
-    // 401 neither.
+    // 401 neither (once the first failure is no longer the answer).
+    clock.advance(FAILURE_MEMORY);
     server.enqueue(Scripted::aadsts(401, "invalid_client", 700027, "no"));
     cred.get_token(&[ARM]).await.unwrap_err();
     assert_eq!(server.token_requests(), 2);
@@ -394,4 +395,107 @@ async fn a_refused_token_is_replaced_once_past_the_cache() {
         .unwrap();
     assert_eq!(late.token(), new);
     assert_eq!(server.token_requests(), 2, "already replaced: no request");
+}
+
+fn resource(i: usize) -> String {
+    format!("https://r{i}.example/.default")
+}
+
+#[tokio::test]
+async fn past_the_bound_the_least_recently_used_scope_leaves() {
+    let server = EntraServer::start().await;
+    let (clock, cred) =
+        credential_on_clock(&server, "pem-pkcs8", options().with_max_cached_scopes(4));
+    let step = Duration::from_secs(1);
+    for i in 0..4 {
+        cred.get_token(&[&resource(i)]).await.unwrap();
+        clock.advance(step);
+    }
+    // r0 used again: r1 is now the least recently used.
+    cred.get_token(&[&resource(0)]).await.unwrap();
+    clock.advance(step);
+    assert_eq!(server.token_requests(), 4);
+    cred.get_token(&[&resource(4)]).await.unwrap();
+    assert_eq!(server.token_requests(), 5);
+    for i in [0, 2, 3, 4] {
+        cred.get_token(&[&resource(i)]).await.unwrap();
+    }
+    assert_eq!(
+        server.token_requests(),
+        5,
+        "the four most recent stay cached"
+    );
+    cred.get_token(&[&resource(1)]).await.unwrap();
+    assert_eq!(server.token_requests(), 6, "r1 had left");
+}
+
+#[tokio::test]
+async fn never_more_scopes_cached_than_the_bound() {
+    let server = EntraServer::start().await;
+    let (clock, cred) =
+        credential_on_clock(&server, "pem-pkcs8", options().with_max_cached_scopes(16));
+    for i in 0..40 {
+        cred.get_token(&[&resource(i)]).await.unwrap();
+        clock.advance(Duration::from_millis(10));
+    }
+    assert_eq!(server.token_requests(), 40);
+    // Newest first: each hit is a scope still cached; a miss brings it back and evicts
+    // older ones, which are asked for later and miss too.
+    for i in (0..40).rev() {
+        cred.get_token(&[&resource(i)]).await.unwrap();
+    }
+    let hits = 80 - server.token_requests();
+    assert!(
+        (14..=16).contains(&hits),
+        "{hits} of 40 scopes were still cached with a bound of 16 (an eighth leaves at a time)"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_scope_answers_its_error_for_the_failure_memory() {
+    let server = EntraServer::start().await;
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", no_retry());
+    server.enqueue(Scripted::aadsts(
+        400,
+        "invalid_request",
+        90002,
+        "tenant not found",
+    ));
+    let code = |e: msi_dataplane::Error| match e.kind() {
+        ErrorKind::Token(TokenError::Endpoint(t)) => t.aadsts_code(),
+        _ => panic!("{e:?}"),
+    };
+    assert_eq!(code(cred.get_token(&[ARM]).await.unwrap_err()), Some(90002));
+    for _ in 0..50 {
+        assert_eq!(code(cred.get_token(&[ARM]).await.unwrap_err()), Some(90002));
+    }
+    assert_eq!(
+        server.token_requests(),
+        1,
+        "repeats within the memory reach no one"
+    );
+    // Another scope is not held back.
+    cred.get_token(&[GRAPH]).await.unwrap();
+    assert_eq!(server.token_requests(), 2);
+    clock.advance(FAILURE_MEMORY - Duration::from_millis(1));
+    cred.get_token(&[ARM]).await.unwrap_err();
+    assert_eq!(server.token_requests(), 2);
+    clock.advance(Duration::from_millis(1));
+    cred.get_token(&[ARM]).await.unwrap();
+    assert_eq!(server.token_requests(), 3, "past the memory: a new request");
+    // Cleared with the cache, and configurable down to nothing.
+    server.enqueue(Scripted::status(400));
+    cred.get_token(&[&resource(1)]).await.unwrap_err();
+    cred.clear_cache();
+    cred.get_token(&[&resource(1)]).await.unwrap();
+    assert_eq!(server.token_requests(), 5);
+    let forgetful = support::harness::credential_with(
+        &server,
+        "pem-pkcs8",
+        no_retry().with_failure_memory(Duration::ZERO),
+    );
+    server.enqueue(Scripted::status(400));
+    forgetful.get_token(&[ARM]).await.unwrap_err();
+    forgetful.get_token(&[ARM]).await.unwrap();
+    assert_eq!(server.token_requests(), 7);
 }

@@ -10,6 +10,7 @@ use msi_dataplane::dataplane::{
     Client, ClientFactory, ClientOptions, ManagedIdentityCredentials, MoveIdentityRequest,
     UserAssignedIdentitiesRequest,
 };
+use msi_dataplane::limits::MIN_REFRESH_BACKOFF;
 use msi_dataplane::testing::{DataPlaneRequest, DataPlaneServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, ErrorCategory,
@@ -1067,4 +1068,123 @@ fn data_plane_types_built_in_code_match_the_wire() {
     let shown = format!("{moved:?} {}", moved.identity_url.as_ref().unwrap());
     assert!(!shown.contains("S1GNATURE"), "{shown}");
     assert_eq!(SignedUrl::new(url).expose_secret(), url);
+}
+
+/// The service credential on a manual clock (returned too), without retries.
+fn service_credential_on_clock(
+    entra: &EntraServer,
+) -> (
+    std::sync::Arc<msi_dataplane::ManualClock>,
+    ClientCertificateCredential,
+) {
+    let clock = support::harness::manual_clock();
+    let creds = load(SERVICE);
+    let client_id = creds.client_id.clone().unwrap();
+    entra.register_certificate_file(&client_id, HOME_TENANT, leaf_pem_path(SERVICE));
+    let credential = ClientCertificateCredential::from_parts(
+        &entra.base_url(),
+        HOME_TENANT,
+        &client_id,
+        ClientCertificate::from_credentials(&creds).unwrap(),
+        options()
+            .with_retry_policy(RetryPolicy::none())
+            .with_clock(clock.clone()),
+    )
+    .unwrap();
+    (clock, credential)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_and_the_credential_share_one_cache_and_one_request() {
+    let entra = EntraServer::start().await;
+    let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
+    dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
+    let credential = service_credential(&entra, &[]);
+    let factory = ClientFactory::new(credential.clone(), AUDIENCE, client_options()).unwrap();
+    let scope = factory.scope().to_owned();
+    entra.set_scope_delay(&scope, Duration::from_millis(400));
+    // The credential's own caller starts the request; the data plane call, challenged,
+    // joins it rather than starting another.
+    let direct = tokio::spawn({
+        let (credential, scope) = (credential.clone(), scope.clone());
+        async move { credential.get_token(&[&scope]).await }
+    });
+    support::harness::wait_for_token_requests(&entra, 1).await;
+    let client = factory.client(&dp.identity_url()).unwrap();
+    client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    let token = direct.await.unwrap().unwrap();
+    assert_eq!(
+        entra.token_requests(),
+        1,
+        "one request across both consumers"
+    );
+    // The client sent the credential's cached token: one cache, not two.
+    let sent = bearer(dp.requests().last().unwrap());
+    assert_eq!(sent.trim_start_matches("Bearer "), token.token());
+    client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    credential.clear_cache();
+    client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    assert_eq!(
+        entra.token_requests(),
+        2,
+        "cleared in the credential, gone for the client"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
+    let entra = EntraServer::start().await;
+    // 500 s tokens: the refresh window opens at half-life, at most 250 s after issue.
+    entra.set_token_shape(TokenShape {
+        expires_in: 500,
+        ..TokenShape::default()
+    });
+    let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
+    dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
+    let (clock, credential) = service_credential_on_clock(&entra);
+    let options = client_options().with_clock(clock.clone());
+    let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
+    let client = factory.client(&dp.identity_url()).unwrap();
+    client
+        .get_system_assigned_identity_credentials()
+        .await
+        .unwrap();
+    assert_eq!(entra.token_requests(), 1);
+
+    // Entra goes down; the token is past its refresh point and still valid for 240 s.
+    for _ in 0..200 {
+        entra.enqueue(Scripted::status(503));
+    }
+    clock.advance(Duration::from_secs(260));
+    let (calls, step) = (100u32, Duration::from_secs(2));
+    for _ in 0..calls {
+        client
+            .get_system_assigned_identity_credentials()
+            .await
+            .unwrap();
+        clock.advance(step);
+    }
+    // Background attempts at most at 0, 30, 90, 210 s... (the backoff doubles from
+    // MIN_REFRESH_BACKOFF, jitter only lengthens it) within the calls' 200 s.
+    let span = step * calls;
+    let (mut at, mut wait, mut schedule) = (Duration::ZERO, MIN_REFRESH_BACKOFF, 0);
+    while at <= span {
+        (schedule, at, wait) = (schedule + 1, at + wait, wait * 2);
+    }
+    let outage_requests = entra.token_requests() - 1;
+    assert!(
+        (1..=schedule).contains(&outage_requests),
+        "{calls} data plane calls made {outage_requests} token requests; the schedule allows {schedule}"
+    );
+    // Every call was served with the still-valid token, after one challenge in all.
+    assert_eq!(dp.challenges_sent(), 1);
 }

@@ -15,8 +15,12 @@ use support::harness::{
     ARM, credential, credential_with, https_options, leaf_sha256_hex, options, register,
 };
 
+/// Without retries, and without the failure memory: each scripted answer reaches the
+/// next call (tests/cache.rs tests the memory).
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
-    options().with_retry_policy(RetryPolicy::none())
+    options()
+        .with_retry_policy(RetryPolicy::none())
+        .with_failure_memory(Duration::ZERO)
 }
 
 #[tokio::test]

@@ -16,8 +16,12 @@ use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, credential, credential_with, options, register};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Without retries, and without the failure memory: each scripted answer reaches the
+/// next call (tests/cache.rs tests the memory).
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
-    options().with_retry_policy(RetryPolicy::none())
+    options()
+        .with_retry_policy(RetryPolicy::none())
+        .with_failure_memory(Duration::ZERO)
 }
 
 // ---- limits ----

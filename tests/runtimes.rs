@@ -248,3 +248,137 @@ fn a_dedicated_thread_keeps_following_the_file_after_the_runtime_ends() {
     let s = wait_status(&cred, "the task to stop", |s| !s.watching);
     assert!(s.last_error.is_none(), "{s:#?}");
 }
+
+/// A connector layer that notes the name of the thread each connection is opened on:
+/// the thread that performs the exchange's I/O.
+#[derive(Clone, Default)]
+struct ConnectThreads(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[derive(Clone)]
+struct Noting<S>(S, ConnectThreads);
+
+impl<S> tower_layer::Layer<S> for ConnectThreads {
+    type Service = Noting<S>;
+    fn layer(&self, inner: S) -> Noting<S> {
+        Noting(inner, self.clone())
+    }
+}
+
+impl<S: tower_service::Service<R>, R> tower_service::Service<R> for Noting<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+    fn call(&mut self, request: R) -> S::Future {
+        let name = std::thread::current().name().unwrap_or("?").to_owned();
+        self.1.0.lock().unwrap().push(name);
+        self.0.call(request)
+    }
+}
+
+/// A credential over a client of its own whose connections note their thread.
+fn noting_credential(
+    server: &EntraServer,
+    name: &str,
+) -> (ConnectThreads, ClientCertificateCredential) {
+    let threads = ConnectThreads::default();
+    let ca = reqwest::Certificate::from_pem(&EntraServer::ca_pem()).expect("test CA");
+    let client = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .connector_layer(threads.clone())
+        .build()
+        .expect("client");
+    let creds = load_with_endpoint(name, &server.base_url());
+    let options = ClientCertificateCredentialOptions::default()
+        .with_http_options(HttpOptions::default().with_http_client(client))
+        .with_retry_policy(RetryPolicy::none());
+    let credential = ClientCertificateCredential::new(&creds, options).expect("new");
+    (threads, credential)
+}
+
+/// From one multi-threaded runtime, the caller's own workers open the connections and
+/// drive the exchanges (no hop to the crate's I/O thread); from a current-thread
+/// runtime, the crate's I/O thread does.
+#[test]
+fn the_exchange_runs_where_the_caller_is_on_a_multi_threaded_runtime() {
+    let name = "pem-pkcs8";
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = server_rt.block_on(EntraServer::start());
+    register(&server, name);
+    // No idle connection kept: each request opens one, on the thread doing its I/O.
+    let (threads, credential) = noting_credential(&server, name);
+    let caller = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("caller-worker")
+        .enable_all()
+        .build()
+        .expect("caller runtime");
+    caller.block_on(async {
+        for i in 0..3 {
+            let scope = format!("https://mt{i}.example/.default");
+            let credential = credential.clone();
+            tokio::spawn(async move { credential.get_token(&[&scope]).await })
+                .await
+                .unwrap()
+                .expect("token");
+        }
+    });
+    let seen = std::mem::take(&mut *threads.0.lock().unwrap());
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|t| t == "caller-worker"), "{seen:?}");
+
+    short_runtime().block_on(async {
+        credential
+            .get_token(&["https://ct.example/.default"])
+            .await
+            .expect("token");
+    });
+    let seen = threads.0.lock().unwrap().clone();
+    assert_eq!(seen, ["msi-dataplane-io"]);
+}
+
+/// Multi-threaded runtimes one after the other, each getting a cold token through the
+/// crate's shared client without retries: a connection left by a runtime that ended is
+/// never used (it closed with its runtime), so no request fails on it.
+#[test]
+fn multi_threaded_runtimes_dropped_in_sequence_each_get_tokens() {
+    let name = "pem-pkcs8";
+    let (_server_rt, server) = http_server(name);
+    let creds = load_with_endpoint(name, &server.base_url());
+    let shared = ClientCertificateCredential::new(&creds, shared_client_options()).expect("new");
+    for round in 0..4 {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let scope = format!("https://mt-seq{round}.example/.default");
+            let token = shared
+                .get_token(&[&scope])
+                .await
+                .unwrap_or_else(|e| panic!("runtime {round}: {e}"));
+            assert!(server.issued(token.token()).is_some());
+        });
+        // A current-thread caller in between reuses what is pooled (or the I/O thread's).
+        short_runtime().block_on(async {
+            let scope = format!("https://ct-seq{round}.example/.default");
+            shared
+                .get_token(&[&scope])
+                .await
+                .unwrap_or_else(|e| panic!("runtime {round}: {e}"));
+        });
+    }
+    assert_eq!(server.tokens_issued(), 8);
+}

@@ -694,7 +694,9 @@ async fn the_testing_kit_prints_and_logs_no_secret() {
         UserAssignedIdentityCredentialOptions::default()
             .with_client_options(
                 options()
-                    .with_http_options(HttpOptions::default().with_http_client(server.client())),
+                    .with_http_options(HttpOptions::default().with_http_client(server.client()))
+                    // The scripted failure, then a token at once.
+                    .with_failure_memory(Duration::ZERO),
             )
             .with_debounce(Duration::from_millis(50)),
     )

@@ -21,7 +21,8 @@ const ARM: &str = "https://management.azure.com/.default";
 const VAULT: &str = "https://vault.azure.net/.default";
 
 /// A credential for a new identity registered with `entra`, in `tenant` when given; one
-/// attempt per token (no retries), so that each scripted answer reaches the caller.
+/// attempt per token (no retries) and no failure memory, so that each scripted answer
+/// reaches the caller.
 fn credential(
     entra: &EntraServer,
     tenant: Option<&str>,
@@ -36,7 +37,8 @@ fn credential(
     let http = HttpOptions::default().with_http_client(entra.client());
     let options = ClientCertificateCredentialOptions::default()
         .with_http_options(http)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(1));
+        .with_retry_policy(RetryPolicy::default().with_max_attempts(1))
+        .with_failure_memory(std::time::Duration::ZERO);
     let credential = ClientCertificateCredential::new(&creds, options).unwrap();
     (identity, credential)
 }

@@ -28,8 +28,6 @@ use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
-use crate::token::cache::{Fetch, TokenCache};
-use crate::token::refresh::REFRESH_WINDOW;
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -111,10 +109,13 @@ impl fmt::Debug for ClientOptions {
 /// **Authentication**: the first request to a data plane host goes without a token; its
 /// 401 names the tenant (`WWW-Authenticate: Bearer authorization="https://login.../<tenant>"`),
 /// the source is asked for `<audience>/.default` in that tenant, and the request is sent
-/// again. The tenant is then kept per host, and the token per tenant in the cache the
-/// credentials use: later requests to that host carry the token at once (no 401 round
-/// trip); inside its refresh window one background request asks the source for a new one
-/// while the cached token is still sent, and concurrent requests share one token request.
+/// again. The tenant is then kept per host; the tokens stay in the source's own cache
+/// (for this crate's credentials, the one cache every consumer of the credential reads:
+/// no second copy here). Later requests to that host carry the source's cached token at
+/// once (no 401 round trip); inside its refresh window one background request replaces
+/// it while the cached token is still sent, concurrent requests share one token request,
+/// and a failed request is not repeated for every call (the credential's backoff and
+/// [`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
 ///
 /// ```no_run
 /// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
@@ -164,30 +165,6 @@ struct FactoryInner {
     /// Per data plane host (`host:port`) and identity URL tenant (`tid`): the tenant
     /// tokens are requested in, learned from the first challenge.
     hosts: Mutex<HashMap<HostTenant, Arc<str>>>,
-    /// The source's tokens, per tenant (and the one scope).
-    tokens: TokenCache,
-    fetch: Arc<SourceFetch>,
-}
-
-/// Token requests to the source, for the cache.
-struct SourceFetch(Arc<dyn TokenSource>);
-
-impl Fetch for SourceFetch {
-    fn fetch(
-        self: &Arc<Self>,
-        tenant: Option<Arc<str>>,
-        scope: Arc<str>,
-        rejected: Option<AccessToken>,
-    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
-        let source = self.0.clone();
-        async move {
-            let tenant = tenant.as_deref().unwrap_or_default();
-            match &rejected {
-                Some(rejected) => source.replacement_token(rejected, &scope, tenant).await,
-                None => source.token(&scope, tenant).await,
-            }
-        }
-    }
 }
 
 /// A data plane host (`host:port`) and the tenant its identity URL names (`tid`,
@@ -195,19 +172,17 @@ impl Fetch for SourceFetch {
 type HostTenant = (String, Option<Arc<str>>);
 
 impl FactoryInner {
-    /// A token for the scope in `tenant`: cached, single flight, refreshed ahead.
+    /// A token for the scope in `tenant`, from the source (whose cache is the only one:
+    /// a hit there costs no request, concurrent misses share one).
     async fn token(&self, tenant: &str) -> Result<AccessToken> {
-        let scopes = [self.scope.as_str()];
-        self.tokens.get(Some(tenant), &scopes, &self.fetch).await
+        self.source.token(&self.scope, tenant).await
     }
 
-    /// A token for the scope in `tenant` to replace `rejected`: past this cache and the
-    /// source's, unless another caller replaced it already.
+    /// A token for the scope in `tenant` to replace `rejected`: past the source's cache,
+    /// unless another caller replaced it already.
     async fn replacement(&self, tenant: &str, rejected: &AccessToken) -> Result<AccessToken> {
-        let scopes = [self.scope.as_str()];
-        let tokens = &self.tokens;
-        tokens
-            .get_replacing(Some(tenant), &scopes, &self.fetch, rejected)
+        self.source
+            .replacement_token(rejected, &self.scope, tenant)
             .await
     }
 }
@@ -255,8 +230,6 @@ impl ClientFactory {
         };
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
-                fetch: Arc::new(SourceFetch(source.clone())),
-                tokens: TokenCache::new(options.clock.clone(), REFRESH_WINDOW),
                 source,
                 audience: audience.to_owned(),
                 scope: scope_for_audience(audience),

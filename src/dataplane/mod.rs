@@ -12,7 +12,9 @@
 //! What a challenge decides, and what it does not:
 //!
 //! - The first request for a host and identity URL tenant goes without a token; its 401
-//!   says a token is needed. Later ones carry the cached token at once.
+//!   says a token is needed. Later ones carry the source's cached token at once (the
+//!   client keeps no tokens of its own: for this crate's credentials, one cache serves
+//!   the client and every other caller of the credential).
 //! - Tokens are asked in the identity URL's tenant (its `tid` query parameter); only a URL
 //!   without `tid` takes the tenant from the challenge's `authorization` URL. A token of
 //!   one tenant is never sent for another tenant's identity URL, even on one host.
@@ -20,7 +22,7 @@
 //!   ignored: the token comes from the [`TokenSource`]'s own authority for the factory's
 //!   `<audience>/.default`. A host that answers with a challenge of its choosing cannot
 //!   redirect the credential or obtain a token for another audience.
-//! - A 401 to a request that carried a token: one token fetched past every cache
+//! - A 401 to a request that carried a token: one token fetched past the source's cache
 //!   ([`TokenSource::replacement_token`]) and one more try; a second 401 is the error.
 
 pub mod challenge;

@@ -19,8 +19,9 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Se
 /// Implemented by [`ClientCertificateCredential`] (tokens in other tenants as its
 /// `additionally_allowed_tenants` allow), by [`UserAssignedIdentityCredential`] (its own
 /// tenant only) and, with the `azure_core` feature, by `AzureTokenCredential` around any
-/// `azure_core` `TokenCredential`. The client keeps the tokens it gets in its own cache
-/// (per tenant) and asks the source again only inside a token's refresh window.
+/// `azure_core` `TokenCredential`. The client keeps no tokens of its own: it asks the
+/// source for every request, so a source must cache (this crate's credentials do, in the
+/// one cache all their consumers share; `azure_identity`'s credentials do too).
 pub trait TokenSource: Send + Sync + std::fmt::Debug {
     /// A token for `scope` (`<audience>/.default`) in `tenant` (a GUID or a domain).
     fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a>;

@@ -1,18 +1,23 @@
-//! Where the crate's HTTP exchanges run: one I/O runtime the crate owns.
+//! Where the crate's HTTP exchanges run: on the caller's task when it runs on a
+//! multi-threaded runtime, else on one I/O runtime the crate owns.
 //!
-//! A pooled connection is served by a task on the runtime that opened it. Callers come
-//! from any runtime (one per test, a runtime per thread, a runtime that ends while the
-//! credential lives on), so connections opened on a caller's runtime would hang or fail
-//! on the next caller's. Every exchange (send the request, read the bounded answer) runs
-//! on a single-threaded runtime in a thread of the crate's own, started on first use and
-//! alive for the rest of the process, as `reqwest::blocking` does; the caller awaits the
-//! result from wherever it is. Connections are pooled there and reused by every caller:
+//! A pooled connection is served by a task on the runtime that opened it. A
+//! multi-threaded runtime (the common case: one runtime for the process) always runs its
+//! tasks, so its caller drives its own exchange, with no thread hop: a connection it
+//! opens is served by that runtime's workers and reused by every later caller, from any
+//! runtime, for as long as that runtime lives (when it ends, its connections close and
+//! leave the pool). A current-thread runtime runs its tasks only while someone drives it
+//! (one per test, a runtime per job, a runtime that ends while the credential lives on):
+//! a connection opened there would hang the next caller from elsewhere. Those callers,
+//! and callers without a runtime, hand their exchange to a single-threaded runtime in a
+//! thread of the crate's own, started on first use and alive for the rest of the
+//! process, as `reqwest::blocking` does. Connections are pooled in the client either way:
 //! a cold token or a refresh does not pay a new TCP and TLS handshake.
 //!
-//! A caller that stops waiting aborts its exchange (the request's own timeout bounds it
-//! in any case).
+//! A caller that stops waiting drops or aborts its exchange (the request's own timeout
+//! bounds it in any case).
 //!
-//! The same runtime's blocking threads sign the credentials' ready assertions, so that
+//! The I/O runtime's blocking threads sign the credentials' ready assertions, so that
 //! neither building a credential nor a request's caller pays for them.
 
 use std::future::Future;
@@ -20,7 +25,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
-use tokio::runtime::{Builder, Handle};
+use tokio::runtime::{Builder, Handle, RuntimeFlavor};
 use tokio::task::JoinHandle;
 
 /// Why an exchange ended without an answer: the I/O runtime could not be started, or the
@@ -53,18 +58,28 @@ fn io_runtime() -> Option<&'static Handle> {
     .as_ref()
 }
 
-/// Run one exchange on the I/O runtime and wait for it from the caller's task.
+/// Run one exchange: on the caller's task on a multi-threaded runtime, else on the I/O
+/// runtime, waited for from the caller's task.
 pub(crate) async fn run<F, T>(exchange: F) -> Result<T, Abandoned>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
+    if on_multi_threaded_runtime() {
+        return Ok(exchange.await);
+    }
     match io_runtime() {
         Some(io) => AbortOnDrop(io.spawn(exchange))
             .await
             .map_err(|_| Abandoned("the HTTP exchange task ended without an answer")),
         None => Ok(exchange.await),
     }
+}
+
+/// Whether the caller runs on a runtime that drives its tasks whoever awaits them (not a
+/// current-thread one).
+fn on_multi_threaded_runtime() -> bool {
+    Handle::try_current().is_ok_and(|h| h.runtime_flavor() != RuntimeFlavor::CurrentThread)
 }
 
 /// Run blocking work of the crate's own (signing a ready assertion) on the I/O runtime's
@@ -103,7 +118,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exchanges_run_on_one_thread_whatever_runtime_awaits_them() {
+    fn on_a_multi_threaded_runtime_the_callers_task_runs_the_exchange() {
+        let caller = Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("caller-worker")
+            .build()
+            .unwrap();
+        let thread = caller.block_on(async {
+            let exchange = run(async { std::thread::current().name().map(str::to_owned) });
+            tokio::spawn(exchange).await.unwrap().unwrap()
+        });
+        assert_eq!(thread.as_deref(), Some("caller-worker"));
+    }
+
+    #[test]
+    fn current_thread_runtimes_hand_their_exchanges_to_one_thread() {
         let names: Vec<String> = (0..2)
             .map(|_| {
                 let caller = Builder::new_current_thread().build().unwrap();

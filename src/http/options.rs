@@ -56,9 +56,9 @@ pub struct HttpOptions {
     /// authority, pooled connections: see SECURITY.md and the README's "Runtimes").
     /// Supply your own for explicit proxies; disable redirects on it
     /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. Every
-    /// exchange, with either client, runs on the crate's own I/O thread, so pooled
-    /// connections work whatever runtime the caller uses; a client of your own that you
-    /// also use on your runtimes should not share its pool with the crate.
+    /// exchange, with either client, runs on the caller's task when it is on a
+    /// multi-threaded runtime and on the crate's own I/O thread otherwise, so pooled
+    /// connections work whatever runtime the caller uses (the README's "Runtimes").
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for hosts behind a private CA. Setting both this and `http_client` is
@@ -257,9 +257,9 @@ pub(crate) fn client_with_extra_roots() -> Error {
 /// certificate validation on, no redirects (a token request is never re-sent elsewhere),
 /// proxies from the environment unless `direct`.
 ///
-/// It pools connections: every exchange runs on the crate's own I/O runtime
-/// ([`exchange`](crate::http::exchange)), so a pooled connection never belongs to a
-/// caller's runtime that may stop.
+/// It pools connections: an exchange runs on a multi-threaded caller's runtime or on the
+/// crate's own I/O runtime ([`exchange`](crate::http::exchange)), so a pooled connection
+/// never belongs to a runtime that stops being driven while it lives.
 pub(crate) fn build_http_client(
     extra_roots: Vec<reqwest::Certificate>,
     direct: bool,

@@ -43,7 +43,9 @@ pub struct IdentityFixture {
     pub certificate: TestCertificate,
     /// The mount holding the credential file, named as the CSI driver names it.
     pub mount: CsiMount,
-    /// The reloading credential on the mounted file.
+    /// The reloading credential on the mounted file. It forgets a failed token request at
+    /// once (`failure_memory` zero), so that each scripted answer reaches the next call;
+    /// build a credential of your own to test the failure memory.
     pub credential: UserAssignedIdentityCredential,
 }
 
@@ -67,7 +69,8 @@ impl IdentityFixture {
         let mount =
             CsiMount::with_credentials_named(&format!("uamsi-{}", identity.client_id), &file);
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+            .with_http_options(HttpOptions::default().with_http_client(entra.client()))
+            .with_failure_memory(Duration::ZERO);
         let options = UserAssignedIdentityCredentialOptions::default()
             .with_client_options(client)
             .with_debounce(Duration::from_millis(50));

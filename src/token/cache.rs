@@ -1,61 +1,55 @@
-//! The token cache: one entry per tenant and scope set, single flight, refresh ahead.
+//! The token cache: the one cache of a credential's tokens (its own tenant, its other
+//! tenants, the data plane client, the token server), keyed by tenant (`None`: the
+//! fetcher's own; others lower-cased by the callers) and the scope list **as given**.
 //!
-//! One design for a credential's own tenant, its other tenants and the data plane's
-//! tokens, keyed by tenant (`None`: the fetcher's own; others lower-cased by the callers)
-//! and the scope list **as given** (same scopes, same order, same entry).
-//!
-//! - **Publication**: an immutable table behind an [`ArcSwap`], replaced whole when an
-//!   entry or a token is added; a replaced table is freed when its last reader returns.
-//! - **Hit path**: one `ArcSwap` load, a hash lookup by the borrowed key, a coarse clock
-//!   read and a clone of the token's handle for this CPU: no lock, no allocation.
-//! - **Single flight**: a miss joins the entry's one request or starts it, in a spawned
-//!   task (a caller that gives up cancels nothing); every waiter gets its result.
+//! - **Publication**: a concurrent map ([`papaya`]) from entry to token. A new entry or
+//!   token writes one slot, never a copy of the table; readers take no lock, writers
+//!   one short lock; what is replaced is freed once no reader holds it.
+//! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
+//!   a clone of the token's handle for this CPU: no lock, no allocation.
+//! - **Single flight**: a miss joins the entry's one request or starts it in a spawned
+//!   task; every waiter gets its result. After a failure, callers without a usable token
+//!   get its error for `failure_memory`.
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request replaces it; after a failure the next waits
-//!   [`refresh_backoff`]. A refused token is replaced past the cache
-//!   ([`TokenCache::get_replacing`]).
-//! - **Memory**: no cap; entries idle for a minute ([`evictable`]) leave the next table.
+//!   and one background request replaces it, [`refresh_backoff`] apart after failures.
+//! - **Bound**: at most `max_entries` (besides those in flight); past it the least
+//!   recently used eighth leaves; entries idle for a minute ([`evictable`]) leave at the
+//!   next sweep (at most one a minute).
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use hashbrown::HashTable;
+use papaya::{Equivalent, HashMap};
+use seize::Collector;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, unix_millis};
-use crate::error::{ErrorKind, Result, TokenError};
+use crate::error::{Error, ErrorKind, Result, TokenError};
+use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
 use crate::token::per_cpu::PerCpu;
-use crate::token::refresh::{Freshness, evictable, freshness, refresh_at, refresh_backoff};
+use crate::token::refresh::{
+    Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, refresh_at, refresh_backoff,
+};
 
 /// The cache (see the module docs).
 pub(crate) struct TokenCache(Arc<Shared>);
 
 /// What the cache and its requests in flight share.
 struct Shared {
-    table: ArcSwap<HashTable<Slot>>,
-    writer: Mutex<()>, // serializes the table's replacements
-    hasher: foldhash::fast::RandomState,
+    map: HashMap<Arc<Entry>, Option<Cached>, foldhash::fast::RandomState>,
+    /// Serializes the map's writers; holds when the next idle sweep is due (Unix ms).
+    writer: Mutex<i64>,
     clock: Arc<dyn Clock>,
-    /// How long before expiry the refresh window opens at least ([`refresh_at`]).
-    window: Duration,
-}
-
-/// A key's place in the table: its entry and, once fetched, its token.
-#[derive(Clone)]
-struct Slot {
-    entry: Arc<Entry>,
-    cached: Option<Arc<Cached>>,
+    limits: Limits,
 }
 
 /// One tenant and scope set, and its request state.
 struct Entry {
-    hash: u64,
     tenant: Option<Arc<str>>,
     scopes: Box<[Box<str>]>,
     joined: Arc<str>,
@@ -64,6 +58,8 @@ struct Entry {
     quiet_until: AtomicI64,
     /// When the entry was made or its last request ended (Unix ms).
     settled_at: AtomicI64,
+    /// When a caller last asked for it (Unix ms): the least recently used leave first.
+    used_at: AtomicI64,
     state: Mutex<State>,
 }
 
@@ -73,6 +69,8 @@ type Answer = watch::Receiver<Option<Result<AccessToken>>>;
 struct State {
     inflight: Option<Answer>,
     failures: u32,
+    /// The last request's error and until when (Unix ms) it is the answer.
+    failed: Option<(Error, i64)>,
 }
 
 /// A token and its times (Unix ms), with one handle per CPU.
@@ -80,6 +78,12 @@ struct Cached {
     handles: PerCpu,
     refresh_at: i64,
     expires_on: i64,
+}
+
+/// A key as callers hold it: borrowed, hashed and compared like the entry it finds.
+struct Key<'a> {
+    tenant: Option<&'a str>,
+    scopes: &'a [&'a str],
 }
 
 /// What the caller supplies: a fetch of a new token, runnable in a spawned task.
@@ -94,17 +98,26 @@ pub(crate) trait Fetch: Send + Sync + 'static {
 }
 
 impl TokenCache {
-    /// An empty cache whose times come from `clock`, refreshing tokens at least `window`
-    /// before they expire.
-    pub(crate) fn new(clock: Arc<dyn Clock>, window: Duration) -> Self {
-        let (table, writer) = (ArcSwap::from_pointee(HashTable::new()), Mutex::new(()));
-        let hasher = Default::default();
+    /// An empty cache whose times come from `clock`, within `limits`.
+    pub(crate) fn new(clock: Arc<dyn Clock>, limits: Limits) -> Self {
+        // One collector for every cache: its per-thread state is made once per process.
+        static COLLECTOR: OnceLock<Arc<Collector>> = OnceLock::new();
+        let collector = COLLECTOR.get_or_init(|| Arc::new(Collector::new())).clone();
+        let hasher = foldhash::fast::RandomState::default();
+        let map = HashMap::builder()
+            .hasher(hasher)
+            .shared_collector(collector)
+            .build();
+        let limits = Limits {
+            max_entries: limits.max_entries.max(1),
+            ..limits
+        };
+        let writer = Mutex::new(clock.now_unix_millis().saturating_add(IDLE_GRACE));
         TokenCache(Arc::new(Shared {
-            table,
+            map,
             writer,
-            hasher,
             clock,
-            window,
+            limits,
         }))
     }
 
@@ -118,16 +131,19 @@ impl TokenCache {
     ) -> Option<AccessToken> {
         let shared = &self.0;
         let now = shared.clock.now_unix_millis();
-        let hash = shared.hash(tenant, scopes);
-        let table = shared.table.load();
-        let slot = table.find(hash, |s| s.entry.matches(hash, tenant, scopes))?;
-        let cached = slot.cached.as_deref()?;
+        let guard = shared.map.guard();
+        let (entry, cached) = shared.map.get_key_value(&Key { tenant, scopes }, &guard)?;
+        let cached = cached.as_ref()?;
         match freshness(now, cached.refresh_at, cached.expires_on) {
             Freshness::Expired => return None,
-            Freshness::RefreshAhead if now >= slot.entry.quiet_until.load(Ordering::Acquire) => {
-                slot.entry.refresh_in_background(shared, fetcher);
+            Freshness::RefreshAhead if now >= entry.quiet_until.load(Ordering::Acquire) => {
+                entry.refresh_in_background(shared, fetcher);
             }
             _ => {}
+        }
+        // Written at most once per clock tick: hits on other CPUs rarely share the line.
+        if entry.used_at.load(Ordering::Relaxed) < now {
+            entry.used_at.store(now, Ordering::Relaxed);
         }
         cached.handles.token()
     }
@@ -161,7 +177,8 @@ impl TokenCache {
         }
     }
 
-    /// Join or start the entry's request, unless it holds a usable token (not `rejected`).
+    /// Join or start the entry's request, unless it holds a usable token (not `rejected`)
+    /// or its last request failed within the failure memory.
     async fn fetch<F: Fetch>(
         &self,
         tenant: Option<&str>,
@@ -177,9 +194,13 @@ impl TokenCache {
             if let Some(token) = shared.usable(&entry).filter(other) {
                 return Ok(token);
             }
-            match &state.inflight {
-                Some(rx) => rx.clone(),
-                None => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
+            match (&state.inflight, &state.failed) {
+                (Some(rx), _) => rx.clone(),
+                (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
+                    tracing::debug!(scope = %entry.joined, "the last token request failed moments ago; its error again");
+                    return Err(error.clone());
+                }
+                _ => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
             }
         };
         let reason = "the task running it ended without an answer (runtime shutting down?)";
@@ -192,106 +213,123 @@ impl TokenCache {
     /// Up to `max` scope sets holding an unexpired token in `tenant`: recently served.
     pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
-        let table = self.0.table.load();
-        let ours = table.iter().filter(|s| s.entry.tenant.as_deref() == tenant);
-        let live = ours.filter(|s| s.cached.as_ref().is_some_and(|c| now < c.expires_on));
-        let scopes = |s: &Slot| s.entry.scopes.iter().map(|s| s.to_string()).collect();
+        let map = self.0.map.pin();
+        let ours = map.iter().filter(|(e, _)| e.tenant.as_deref() == tenant);
+        let live = ours.filter(|(_, c)| c.as_ref().is_some_and(|c| now < c.expires_on));
+        let scopes = |(e, _): (&Arc<Entry>, _)| e.scopes.iter().map(|s| s.to_string()).collect();
         live.take(max).map(scopes).collect()
     }
 
-    /// Drop every cached token (entries stay). Requests in flight complete and are cached.
+    /// Drop every cached token and remembered failure (entries stay). Requests in flight
+    /// complete and are cached.
     pub(crate) fn clear(&self) {
-        let forget = |table: &mut HashTable<Slot>| table.iter_mut().for_each(|s| s.cached = None);
-        self.0.replace(i64::MIN, forget);
+        let _writer = self.0.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.0.map.pin();
+        for (entry, _) in map.iter() {
+            map.insert(entry.clone(), None);
+            entry
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .failed = None;
+        }
     }
 }
 
 impl Shared {
-    fn hash(&self, tenant: Option<&str>, scopes: &[&str]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        if let Some(tenant) = tenant {
-            h.write(tenant.as_bytes());
-        }
-        for s in scopes {
-            h.write_u8(0xff);
-            h.write(s.as_bytes());
-        }
-        h.finish()
-    }
-
-    /// The entry for the key, added if need be.
+    /// The entry for the key, added if need be (evicting others if the cache is full).
     fn entry(&self, tenant: Option<&str>, scopes: &[&str]) -> Arc<Entry> {
-        let hash = self.hash(tenant, scopes);
-        let find = |table: &HashTable<Slot>| {
-            let slot = table.find(hash, |s| s.entry.matches(hash, tenant, scopes));
-            slot.map(|s| s.entry.clone())
-        };
-        if let Some(entry) = find(&self.table.load()) {
-            return entry;
+        let key = Key { tenant, scopes };
+        if let Some((entry, _)) = self.map.pin().get_key_value(&key) {
+            return entry.clone();
+        }
+        let mut next_sweep = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.map.pin();
+        if let Some((entry, _)) = map.get_key_value(&key) {
+            return entry.clone();
         }
         let now = self.clock.now_unix_millis();
-        self.replace(now, |table| {
-            if let Some(entry) = find(table) {
-                return entry;
-            }
-            let entry = Arc::new(Entry {
-                hash,
-                tenant: tenant.map(Arc::from),
-                scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
-                joined: Arc::from(scopes.join(" ")),
-                quiet_until: AtomicI64::new(i64::MIN),
-                settled_at: AtomicI64::new(now),
-                state: Mutex::new(State::default()),
-            });
-            let slot = Slot {
-                entry: entry.clone(),
-                cached: None,
-            };
-            table.insert_unique(hash, slot, |s| s.entry.hash);
-            entry
-        })
+        if map.len() >= self.limits.max_entries || now >= *next_sweep {
+            *next_sweep = now.saturating_add(IDLE_GRACE);
+            self.sweep(now);
+        }
+        let entry = Arc::new(Entry {
+            tenant: tenant.map(Arc::from),
+            scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
+            joined: Arc::from(scopes.join(" ")),
+            quiet_until: AtomicI64::new(i64::MIN),
+            settled_at: AtomicI64::new(now),
+            used_at: AtomicI64::new(now),
+            state: Mutex::new(State::default()),
+        });
+        map.insert(entry.clone(), None);
+        entry
     }
 
-    /// Publish a copy of the table changed by `change`, leaving out the slots evictable
-    /// at `now` (under the writer lock: changes are serialized).
-    fn replace<R>(&self, now: i64, change: impl FnOnce(&mut HashTable<Slot>) -> R) -> R {
-        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = self.table.load();
-        let mut next = HashTable::with_capacity(current.len() + 1);
-        for slot in current.iter().filter(|s| !s.evictable(now)) {
-            next.insert_unique(slot.entry.hash, slot.clone(), |s| s.entry.hash);
+    /// Under the writer lock: drop the entries [`evictable`] at `now`, then, if the cache
+    /// is still full, the least recently used eighth (none with a request in flight).
+    fn sweep(&self, now: i64) {
+        let map = self.map.pin();
+        map.retain(|entry, cached| !entry.evictable(now, cached.as_ref()));
+        let max = self.limits.max_entries;
+        if map.len() < max {
+            return;
         }
-        let result = change(&mut next);
-        self.table.store(Arc::new(next));
-        result
+        let mut idle: Vec<_> = map.iter().map(|(e, _)| e).filter(|e| !e.busy()).collect();
+        let excess = evict_count(map.len(), max).min(idle.len());
+        if excess == 0 {
+            return;
+        }
+        idle.select_nth_unstable_by_key(excess - 1, |e| e.used_at.load(Ordering::Relaxed));
+        for entry in &idle[..excess] {
+            map.remove(&***entry);
+        }
+        tracing::debug!(
+            evicted = excess,
+            max,
+            "token cache full; the least recently used left"
+        );
+    }
+
+    /// Cache `token` (obtained by a request started at `started`) in the entry's slot,
+    /// unless the entry left meanwhile (its waiters still get the token).
+    fn publish(&self, entry: &Arc<Entry>, token: &AccessToken, started: OffsetDateTime) {
+        let (expires, asked, jitter) = (token.expires_on(), token.refresh_on(), jitter());
+        let at = refresh_at(started, expires, asked, self.limits.window, jitter);
+        let cached = Cached {
+            handles: PerCpu::new(token),
+            refresh_at: unix_millis(at),
+            expires_on: unix_millis(expires),
+        };
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.map.pin();
+        if map
+            .get_key_value(&**entry)
+            .is_some_and(|(e, _)| Arc::ptr_eq(e, entry))
+        {
+            map.insert(entry.clone(), Some(cached));
+        }
     }
 
     /// The entry's token, if it can be handed out now.
     fn usable(&self, entry: &Arc<Entry>) -> Option<AccessToken> {
         let now = self.clock.now_unix_millis();
-        let table = self.table.load();
-        let slot = table.find(entry.hash, |s| Arc::ptr_eq(&s.entry, entry))?;
-        let c = slot.cached.as_deref()?;
+        let map = self.map.pin();
+        let (found, cached) = map.get_key_value(&**entry)?;
+        let c = cached.as_ref().filter(|_| Arc::ptr_eq(found, entry))?;
         let usable = freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired;
         usable.then(|| c.handles.token()).flatten()
     }
 }
 
-impl Slot {
-    fn evictable(&self, now: i64) -> bool {
-        let (entry, expires) = (&self.entry, self.cached.as_ref().map(|c| c.expires_on));
-        let busy = entry.quiet_until.load(Ordering::Acquire) == i64::MAX;
-        let settled = entry.settled_at.load(Ordering::Acquire);
-        evictable(now, settled, expires, busy)
-    }
-}
-
 impl Entry {
-    fn matches(&self, hash: u64, tenant: Option<&str>, scopes: &[&str]) -> bool {
-        self.hash == hash
-            && self.scopes.len() == scopes.len()
-            && self.scopes.iter().zip(scopes).all(|(a, b)| **a == **b)
-            && self.tenant.as_deref() == tenant
+    fn busy(&self) -> bool {
+        self.quiet_until.load(Ordering::Acquire) == i64::MAX
+    }
+
+    fn evictable(&self, now: i64, cached: Option<&Cached>) -> bool {
+        let settled = self.settled_at.load(Ordering::Acquire);
+        evictable(now, settled, cached.map(|c| c.expires_on), self.busy())
     }
 
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {
@@ -341,45 +379,83 @@ impl Entry {
     }
 }
 
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_key(h, self.tenant.as_deref(), self.scopes.iter().map(|s| &**s));
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.tenant == other.tenant && self.scopes == other.scopes
+    }
+}
+
+impl Eq for Entry {}
+
+impl Hash for Key<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_key(h, self.tenant, self.scopes.iter().copied());
+    }
+}
+
+impl Equivalent<Arc<Entry>> for Key<'_> {
+    fn equivalent(&self, entry: &Arc<Entry>) -> bool {
+        entry.tenant.as_deref() == self.tenant
+            && entry.scopes.len() == self.scopes.len()
+            && entry
+                .scopes
+                .iter()
+                .zip(self.scopes)
+                .all(|(a, b)| **a == **b)
+    }
+}
+
+/// The one hash of a key, owned or borrowed.
+fn hash_key<'s, H: Hasher>(h: &mut H, tenant: Option<&str>, scopes: impl Iterator<Item = &'s str>) {
+    if let Some(tenant) = tenant {
+        h.write(tenant.as_bytes());
+    }
+    for s in scopes {
+        h.write_u8(0xff);
+        h.write(s.as_bytes());
+    }
+}
+
+/// `now` (Unix ms) plus `wait`.
+fn after(now: i64, wait: Duration) -> i64 {
+    now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Ends the entry's request however it ends (completion, panic, or its task dropped at
 /// runtime shutdown), so the next caller can start a new one.
 struct Flight(Option<(Arc<Entry>, Arc<Shared>)>);
 
 impl Flight {
-    /// Record the result and end the request, in one critical section and before any
-    /// waiter is woken: whoever comes next sees the new token (or the backoff) and no
-    /// request in flight.
+    /// Record the result and end the request before any waiter is woken. A token is
+    /// published first, then the request ended under the state lock: whoever finds no
+    /// request in flight finds the new token (or the error and the backoff).
     fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime) {
         let Some((entry, shared)) = self.0.take() else {
             return;
         };
+        if let Ok(token) = result {
+            shared.publish(&entry, token, started);
+        }
         let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = shared.clock.now_unix_millis();
-        let jitter = crate::http::retry::jitter();
         let quiet_until = match result {
-            Ok(token) => {
-                let (expires, asked) = (token.expires_on(), token.refresh_on());
-                let at = refresh_at(started, expires, asked, shared.window, jitter);
-                let (refresh_at, expires_on) = (unix_millis(at), unix_millis(token.expires_on()));
-                let handles = PerCpu::new(token);
-                let cached = Arc::new(Cached {
-                    handles,
-                    refresh_at,
-                    expires_on,
-                });
-                // Not found: the entry was left out meanwhile; its waiters get the token.
-                shared.replace(now, |table| {
-                    let slot = table.find_mut(entry.hash, |s| Arc::ptr_eq(&s.entry, &entry));
-                    if let Some(slot) = slot {
-                        slot.cached = Some(cached);
-                    }
-                });
-                state.failures = 0;
+            Ok(_) => {
+                (state.failures, state.failed) = (0, None);
                 i64::MIN
             }
             Err(error) => {
                 state.failures = state.failures.saturating_add(1);
-                let wait = refresh_backoff(state.failures, jitter);
+                // An answer or a transport failure; not a refusal made here (validity).
+                let reached = matches!(error.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
+                let until = after(now, shared.limits.failure_memory);
+                state.failed = reached.then(|| (error.clone(), until));
+                let wait = refresh_backoff(state.failures, jitter());
                 tracing::warn!(
                     scope = %entry.joined,
                     error = %error,
@@ -388,7 +464,7 @@ impl Flight {
                     serving_cached = shared.usable(&entry).is_some(),
                     "token request failed"
                 );
-                now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+                after(now, wait)
             }
         };
         entry.settle(&mut state, now, quiet_until);

@@ -24,7 +24,7 @@ use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
-use crate::token::refresh::REFRESH_WINDOW;
+use crate::token::refresh::{FAILURE_MEMORY, Limits, MAX_CACHED_SCOPES, REFRESH_WINDOW};
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
@@ -80,6 +80,19 @@ pub struct ClientCertificateCredentialOptions {
     /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
     /// that treat a token with 5 minutes left as stale, as the token server does.
     pub refresh_window: Duration,
+    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
+    /// the least recently used leave, an eighth of the bound at a time (those with a
+    /// request in flight stay). Every consumer of the credential shares the bound: its
+    /// own tenant, its other tenants, data plane clients over it, the token server.
+    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
+    pub max_cached_scopes: usize,
+    /// After a token request for a scope failed at Entra or on the way there (its answer
+    /// or a transport failure, once its retries are spent), callers without a usable token
+    /// for that scope get the same error for this long instead of a new request (callers
+    /// with one keep getting it). Refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
+    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
+    pub failure_memory: Duration,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -93,6 +106,8 @@ impl Default for ClientCertificateCredentialOptions {
             additionally_allowed_tenants: Vec::new(),
             ready_assertion: true,
             refresh_window: REFRESH_WINDOW,
+            max_cached_scopes: MAX_CACHED_SCOPES,
+            failure_memory: FAILURE_MEMORY,
         }
     }
 }
@@ -147,6 +162,20 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
+    /// Cache tokens for at most this many scope sets (see
+    /// [`max_cached_scopes`](Self::max_cached_scopes); 0 is taken as 1).
+    pub fn with_max_cached_scopes(mut self, max: usize) -> Self {
+        self.max_cached_scopes = max.max(1);
+        self
+    }
+
+    /// Answer a scope's failed request with its error for this long (see
+    /// [`failure_memory`](Self::failure_memory)).
+    pub fn with_failure_memory(mut self, memory: Duration) -> Self {
+        self.failure_memory = memory;
+        self
+    }
+
     /// Allow tokens in these tenants too (`"*"` for any), through
     /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
     pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
@@ -173,6 +202,8 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
             )
             .field("ready_assertion", &self.ready_assertion)
             .field("refresh_window", &self.refresh_window)
+            .field("max_cached_scopes", &self.max_cached_scopes)
+            .field("failure_memory", &self.failure_memory)
             .finish()
     }
 }
@@ -420,7 +451,14 @@ impl ClientCertificateCredential {
                 user_agent: options.http.user_agent_header(),
                 timeout: options.http.request_timeout,
                 retry: options.retry_policy,
-                cache: TokenCache::new(options.clock.clone(), options.refresh_window),
+                cache: TokenCache::new(
+                    options.clock.clone(),
+                    Limits {
+                        window: options.refresh_window,
+                        max_entries: options.max_cached_scopes,
+                        failure_memory: options.failure_memory,
+                    },
+                ),
                 clock: options.clock,
                 authority: authority.trim().to_owned(),
                 allow_http_loopback: options.http.allow_http_loopback,
@@ -455,9 +493,13 @@ impl ClientCertificateCredential {
     ///   background request replaces it; if that fails, the cached token keeps being
     ///   served and the next attempt waits at least 30 s.
     /// - Failed requests are retried per [`RetryPolicy`]; an error reaches callers only
-    ///   when no usable token is cached.
+    ///   when no usable token is cached, and for
+    ///   [`failure_memory`](ClientCertificateCredentialOptions::failure_memory) (5 s) after
+    ///   a failed request its callers get that error again rather than a new request.
     ///
-    /// The cache key is the scope list as given (same scopes, same order).
+    /// The cache key is the scope list as given (same scopes, same order); at most
+    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) keys
+    /// (1,000) are cached, the least recently used leaving first.
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         if let Some(token) = self.cached_token(scopes) {
             return Ok(token);

@@ -20,13 +20,33 @@ const EXPIRY_MARGIN_MS: i64 = EXPIRY_MARGIN.as_millis() as i64;
 /// Tokens living longer than this are refreshed at half-life.
 const LONG_LIVED: time::Duration = time::Duration::hours(2);
 
+/// How long a failed token request's error is the answer for its scope (callers without
+/// a usable token get it again rather than a new request), by default
+/// ([`ClientCertificateCredentialOptions::failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
+pub const FAILURE_MEMORY: Duration = Duration::from_secs(5);
+
+/// How many scope sets (per tenant) a credential caches tokens for, by default
+/// ([`ClientCertificateCredentialOptions::max_cached_scopes`](crate::ClientCertificateCredentialOptions::max_cached_scopes)).
+pub const MAX_CACHED_SCOPES: usize = 1_000;
+
 /// The first wait after a failed background refresh; it doubles per failure.
 pub const MIN_REFRESH_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(600);
 
 /// An entry is left out of the table once it has had nothing to hand out for this long
 /// (milliseconds).
-const IDLE_GRACE: i64 = 60_000;
+pub(crate) const IDLE_GRACE: i64 = 60_000;
+
+/// How a token cache is bounded, and how long it remembers a failure.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Refresh tokens at least this long before they expire ([`refresh_at`]).
+    pub(crate) window: Duration,
+    /// At most this many entries (≥ 1), besides those with a request in flight.
+    pub(crate) max_entries: usize,
+    /// After a failed request, callers without a usable token get its error for this long.
+    pub(crate) failure_memory: Duration,
+}
 
 /// How usable a cached token is at a given time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +118,17 @@ pub(crate) fn refresh_backoff(failures: u32, jitter: f64) -> Duration {
 pub(crate) fn evictable(now: i64, settled_at: i64, expires_on: Option<i64>, busy: bool) -> bool {
     let unusable = expires_on.map_or(i64::MIN, |e| e.saturating_sub(EXPIRY_MARGIN_MS));
     !busy && now >= settled_at.max(unusable).saturating_add(IDLE_GRACE)
+}
+
+/// Pure: how many entries to evict from a cache holding `len` (all idle) of at most `max`
+/// before adding one: none while there is room, else enough for the new one and an
+/// eighth of `max` more, so that evictions (a scan of the cache) come once per `max / 8`
+/// new entries, not once per entry.
+pub(crate) fn evict_count(len: usize, max: usize) -> usize {
+    match len < max {
+        true => 0,
+        false => len + 1 + max / 8 - max,
+    }
 }
 
 #[cfg(test)]
@@ -172,6 +203,15 @@ mod tests {
         let secs = |n| refresh_backoff(n, 0.0).as_secs();
         assert_eq!([secs(1), secs(2), secs(3), secs(30)], [30, 60, 120, 600]);
         assert!(refresh_backoff(1, 0.99) <= Duration::from_secs(33));
+    }
+
+    #[test]
+    fn a_full_cache_evicts_an_eighth_at_a_time() {
+        assert_eq!(evict_count(999, 1000), 0);
+        assert_eq!(evict_count(1000, 1000), 126);
+        assert_eq!(evict_count(1003, 1000), 129);
+        assert_eq!(evict_count(4, 4), 1);
+        assert_eq!(evict_count(1, 1), 1);
     }
 
     #[test]
