@@ -153,6 +153,56 @@ fn serve_refuses_a_non_loopback_address_and_a_missing_secret() {
     }
 }
 
+/// One resource Entra refuses, asked for 50 times: one request reaches Entra and one
+/// warning reaches the log (the failure is remembered; the server logs no line of its own
+/// per answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resource_asked_for_again_and_again_costs_one_request_and_one_warning() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("cli-serve-refused");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let stderr_path = dir.join("stderr.log");
+    let _refusal = entra
+        .on(msi_dataplane::testing::Match::any().scope("api://refused/.default"))
+        .respond(msi_dataplane::testing::Scripted::aadsts(
+            400,
+            "invalid_scope",
+            70011,
+            "no such scope",
+        ))
+        .until_cleared()
+        .mount_scoped();
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("RUST_LOG")
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let (child, serving) = spawn_serve_in(command, &a, &ca, &[]);
+    let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for _ in 0..50 {
+        let answer = client
+            .get(format!(
+                "{endpoint}?api-version=2019-08-01&resource=api://refused"
+            ))
+            .header("X-IDENTITY-HEADER", SECRET)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 403);
+    }
+    assert_eq!(stop(child), Some(0));
+    let posts = entra
+        .requests()
+        .iter()
+        .filter(|r| r.scope.as_deref() == Some("api://refused/.default"))
+        .count();
+    assert_eq!(posts, 1);
+    let log = std::fs::read_to_string(&stderr_path).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+}
+
 /// A flood of connections on the metrics port of a process with few descriptors (256):
 /// the token listener keeps answering, a scrape still gets through, and stderr stays
 /// small (no log line per failed accept).

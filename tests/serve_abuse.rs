@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use msi_dataplane::ClientCertificateCredentialOptions;
 use msi_dataplane::serve::{MetricsServer, MetricsServerOptions, ServeOptions, TokenServer};
-use msi_dataplane::testing::EntraServer;
+use msi_dataplane::testing::{EntraServer, Match, Scripted};
 use serving::{ARM, Mounted, SECRET, raw, start, token_request};
 
 /// The kit's Entra server, one identity mounted as the CSI driver mounts it, and a token
@@ -317,6 +318,52 @@ async fn resources_outside_the_allow_list_never_reach_the_token_endpoint() {
         before,
         "no request for a refused resource"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_identity_caches_a_bounded_number_of_resources_and_remembers_failures() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let client = ClientCertificateCredentialOptions::default().with_max_cached_scopes(4);
+    let server = start(vec![a.serve(&entra, client).await], ServeOptions::default()).await;
+    let addr = server.local_addr();
+    let posts = |resource: &str| {
+        let scope = format!("{resource}/.default");
+        entra
+            .requests()
+            .iter()
+            .filter(|r| r.scope.as_deref() == Some(scope.as_str()))
+            .count()
+    };
+    for i in 0..10 {
+        let resource = format!("api://bounded-{i}");
+        let answer = raw(addr, token_request(&server, &resource, "", SECRET)).await;
+        assert_eq!(answer.status, 200);
+    }
+    // The most recent is cached; the first left when the bound of 4 was passed.
+    for resource in ["api://bounded-9", "api://bounded-0"] {
+        let answer = raw(addr, token_request(&server, resource, "", SECRET)).await;
+        assert_eq!(answer.status, 200);
+    }
+    assert_eq!(posts("api://bounded-9"), 1, "still cached");
+    assert_eq!(posts("api://bounded-0"), 2, "evicted, asked again");
+    // A resource Entra refuses, asked for 50 times in a row: one request reaches Entra.
+    let _refusal = entra
+        .on(Match::any().scope("api://refused/.default"))
+        .respond(Scripted::aadsts(
+            400,
+            "invalid_scope",
+            70011,
+            "no such scope",
+        ))
+        .until_cleared()
+        .mount_scoped();
+    for _ in 0..50 {
+        let answer = raw(addr, token_request(&server, "api://refused", "", SECRET)).await;
+        assert_eq!(answer.status, 403);
+        assert_eq!(answer.body["error"], "AADSTS70011");
+    }
+    assert_eq!(posts("api://refused"), 1, "the failure is remembered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -732,7 +732,7 @@ impl Reloader {
                     if failed.is_none() {
                         tracing::warn!(
                             path = %path.display(),
-                            scope,
+                            scope = %crate::untrusted_text::service_text(&scope),
                             error = %error,
                             old_still_valid = clock.now() < old_not_after,
                             old_not_after = %Rfc3339(old_not_after),

@@ -582,7 +582,9 @@ async fn answer_token(
                 ),
                 _ => answer::token_failure(&error, identity.client_id(), &query.resource),
             };
-            tracing::warn!(
+            // The credential logs each failed request to the token endpoint once (a
+            // warning); a failure answered again from its memory is not a new one.
+            tracing::debug!(
                 client_id = %identity.client_id(),
                 status = refusal.status,
                 error = %error,

@@ -35,6 +35,7 @@ use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{
     Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, refresh_at, refresh_backoff,
 };
+use crate::untrusted_text::service_text;
 
 /// The cache (see the module docs).
 pub(crate) struct TokenCache(Arc<Shared>);
@@ -197,7 +198,7 @@ impl TokenCache {
             match (&state.inflight, &state.failed) {
                 (Some(rx), _) => rx.clone(),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
-                    tracing::debug!(scope = %entry.joined, "the last token request failed moments ago; its error again");
+                    tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
                     return Err(error.clone());
                 }
                 _ => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
@@ -337,9 +338,9 @@ impl Entry {
         if let Ok(mut state) = self.state.try_lock()
             && state.inflight.is_none()
         {
-            tracing::debug!(scope = %self.joined, "refreshing token ahead of expiry");
+            tracing::debug!(scope = %service_text(&self.joined), "refreshing token ahead of expiry");
             if let Err(e) = self.start(&mut state, shared, fetcher, None) {
-                tracing::warn!(scope = %self.joined, error = %e, "cannot start the token refresh");
+                tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
             }
         }
     }
@@ -457,7 +458,7 @@ impl Flight {
                 state.failed = reached.then(|| (error.clone(), until));
                 let wait = refresh_backoff(state.failures, jitter());
                 tracing::warn!(
-                    scope = %entry.joined,
+                    scope = %service_text(&entry.joined),
                     error = %error,
                     failures = state.failures,
                     retry_in_secs = wait.as_secs(),

@@ -25,6 +25,7 @@ use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::{Fetch, TokenCache};
 use crate::token::endpoint::{self, TokenRequest};
 use crate::token::refresh::{FAILURE_MEMORY, Limits, MAX_CACHED_SCOPES, REFRESH_WINDOW};
+use crate::untrusted_text::service_text;
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
@@ -749,7 +750,7 @@ impl Inner {
             |attempt, delay, error| {
                 tracing::info!(
                     client_id = %self.client_id,
-                    scope,
+                    scope = %service_text(scope),
                     attempt,
                     delay_ms = delay.as_millis() as u64,
                     error = %error,
@@ -776,7 +777,7 @@ impl Inner {
             "token_request",
             client_id = %self.client_id,
             tenant,
-            scope,
+            scope = %service_text(scope),
             attempt,
             outcome = tracing::field::Empty,
             error_code = tracing::field::Empty,
@@ -849,13 +850,13 @@ impl Inner {
         match &result {
             Ok(token) => tracing::debug!(
                 client_id = %self.client_id,
-                scope,
+                scope = %service_text(scope),
                 expires_on = %Rfc3339(token.expires_on()),
                 "acquired access token"
             ),
             Err(e) => tracing::debug!(
                 client_id = %self.client_id,
-                scope,
+                scope = %service_text(scope),
                 error = %e,
                 "token request answered with an error"
             ),

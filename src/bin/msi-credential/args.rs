@@ -158,6 +158,10 @@ pub struct ServeArgs {
         alias = "max-requests-per-second"
     )]
     pub max_token_requests_per_second: u32,
+    /// Most resources whose tokens are cached per identity (the least recently used leave
+    /// first): bounds what a container with the secret can make the server hold.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_cached_resources: u32,
     /// Serve tokens for this resource only (repeat for more; e.g.
     /// `https://management.azure.com/`); any other is refused with 403. Default: any.
     #[arg(long = "allow-resource", value_name = "RESOURCE")]

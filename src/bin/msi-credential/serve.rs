@@ -164,7 +164,8 @@ fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions
         .with_max_total(Duration::from_secs(10));
     Ok(ClientCertificateCredentialOptions::default()
         .with_http_options(http)
-        .with_retry_policy(retry))
+        .with_retry_policy(retry)
+        .with_max_cached_scopes(usize::try_from(args.max_cached_resources).unwrap_or(usize::MAX)))
 }
 
 /// Run `probe`: GET the health URL (loopback only, no proxy); exit 0 when it answers 200,
