@@ -73,7 +73,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     for field in [
         format!("client_id={cid}"),
         format!("tenant=\"{tenant}\""),
-        "scope=\"https://management.azure.com/.default\"".to_owned(),
+        "scope=https://management.azure.com/.default".to_owned(),
         "attempt=1".to_owned(),
         "duration_ms=".to_owned(),
     ] {
