@@ -100,11 +100,19 @@ async fn a_flood_without_the_secret_costs_the_legitimate_client_nothing() {
     for task in flood {
         task.await.unwrap();
     }
-    let refused = refused.load(Ordering::Relaxed);
+    // The refusals' budget (bursts of 100, 50 a second) answered at once; past it each
+    // refusal held back a second, so four flooders got about one a second each.
+    let (refused, other) = (
+        refused.load(Ordering::Relaxed),
+        other.load(Ordering::Relaxed),
+    );
     assert!(
-        refused > 500,
-        "the flood was answered: {refused} refusals, {} other",
-        other.load(Ordering::Relaxed)
+        refused >= 100,
+        "the budget's refusals: {refused} ({other} other)"
+    );
+    assert!(
+        refused < 400,
+        "past the budget the flood waits: {refused} refusals"
     );
     assert!(statuses.len() > 20, "{} legitimate answers", statuses.len());
     assert!(

@@ -1,7 +1,8 @@
 //! The token server's budgets: token buckets, one over the token requests that reach the
 //! token endpoint (cache misses), so that a runaway client in the pod cannot turn the
-//! server into a flood of token requests, and one over refusals before the secret, so
-//! that a flood without it is pushed to reconnect for every request. The refill is a pure
+//! server into a flood of token requests, and one over refusals before the secret, past
+//! which a refusal is held back and its connection closed, so that a flood without the
+//! secret waits instead of taking the server's time. The refill is a pure
 //! function of the time.
 
 use std::sync::{Mutex, PoisonError};
@@ -66,6 +67,10 @@ fn take(bucket: Bucket, now: Instant, rate: f64, burst: f64) -> (bool, Bucket) {
 /// Refusals answered a second (bursts of twice that) before refused connections are
 /// closed after their answer.
 pub(crate) const REFUSALS_PER_SECOND: u32 = 50;
+
+/// How long a refusal past the refusals' budget is held back before it is answered (and
+/// its connection closed).
+pub(crate) const REFUSAL_HOLD_BACK: Duration = Duration::from_secs(1);
 
 /// How long a refused client is asked to wait.
 pub(crate) const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(1);

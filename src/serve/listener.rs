@@ -15,6 +15,8 @@
 //! - Heads bigger than [`HEAD_LIMIT_BYTES`] are answered by hyper (431 or 414, an empty
 //!   body) and the connection closed: the servers' own limits are lower, so anything up to
 //!   four times their limits gets their JSON refusal.
+//! - A handler may hold an answer back ([`HoldBack`]: a refusal past its budget); the
+//!   connection counts as idle meanwhile, so holding it costs a slot nobody waits for.
 //! - Accept errors (out of descriptors, say) are retried with a backoff from 5 ms to 1 s,
 //!   close the oldest idle connection when descriptors ran out, and are logged at most
 //!   once a minute with the number seen.
@@ -61,7 +63,13 @@ const DRAIN: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Trusted;
 
-/// How long a closed idle connection is given to go before it is dropped.
+/// Set on a response by a handler that wants it held back this long before it is written
+/// (a refusal past its budget): the connection counts as idle meanwhile, so it is the
+/// first closed for a new one, and a flood on it waits instead of costing the server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldBack(pub(crate) Duration);
+
+/// How long a closed connection that is answering a request is given to finish.
 const EVICTION_GRACE: Duration = Duration::from_secs(1);
 
 /// What a connection may cost.
@@ -369,6 +377,9 @@ async fn serve_connection<H, F>(
                 if conn.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
                     registry.changed.notify_one();
                 }
+                if let Some(HoldBack(delay)) = response.extensions().get::<HoldBack>().copied() {
+                    tokio::time::sleep(delay).await;
+                }
                 Ok::<_, std::convert::Infallible>(response)
             }
         })
@@ -383,7 +394,14 @@ async fn serve_connection<H, F>(
     let mut served = std::pin::pin!(served);
     let grace = tokio::select! {
         _ = served.as_mut() => return,
-        _ = conn.close.cancelled() => EVICTION_GRACE,
+        // Closed for a new connection: an idle one goes at once (an answer held back
+        // with it), one answering a request finishes that answer first.
+        _ = conn.close.cancelled() => {
+            if conn.busy.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            EVICTION_GRACE
+        }
         _ = stop.cancelled() => DRAIN,
     };
     served.as_mut().graceful_shutdown();

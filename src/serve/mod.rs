@@ -40,7 +40,7 @@
 //!   closed for a new one when full; a first byte within
 //!   [`first_byte_timeout`](ServeOptions::first_byte_timeout) and each head within
 //!   [`idle_timeout`](ServeOptions::idle_timeout); refusals before the secret on a budget
-//!   of their own (past it, the refused connection is closed); only cache misses take
+//!   of their own (past it, each is held back a second and its connection closed); only cache misses take
 //!   from [`max_token_requests_per_second`](ServeOptions::max_token_requests_per_second);
 //!   resources limited per identity with [`ServedIdentity::with_allowed_resources`].
 //! - **Health**: `GET /healthz`, never rate limited: 200 when every identity's

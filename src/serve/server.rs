@@ -20,8 +20,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, ErrorKind, Result, ServeError};
 use crate::serve::answer::{self, Refusal};
 use crate::serve::identity::{Identities, ServedIdentity};
-use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, REFUSALS_PER_SECOND, RateLimiter};
-use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT, Trusted};
+use crate::serve::limit::{
+    RATE_LIMITED_RETRY_AFTER, REFUSAL_HOLD_BACK, REFUSALS_PER_SECOND, RateLimiter,
+};
+use crate::serve::listener::{self, ConnectionLimits, HoldBack, MAX_CONNECTIONS_LIMIT, Trusted};
 use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
@@ -262,8 +264,8 @@ struct State {
     token_path: String,
     /// Token requests that reach the token endpoint (cache misses).
     token_requests: Option<RateLimiter>,
-    /// Refusals (no or wrong secret, bad requests): past it, the refused connection is
-    /// closed after its answer.
+    /// Refusals (no or wrong secret, bad requests): past it, each is held back and its
+    /// connection closed after it.
     refusals: RateLimiter,
     clock: Arc<dyn Clock>,
 }
@@ -454,8 +456,8 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
 
 /// [`handle`]'s work, in the order that keeps a caller without the secret from costing
 /// the others anything: the head's checks and the secret first (refusals have a budget of
-/// their own, past which the refused connection is closed), then the cache, and only a
-/// cache miss takes from the token requests' budget.
+/// their own, past which each is held back and its connection closed), then the cache,
+/// and only a cache miss takes from the token requests' budget.
 async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, _body) = req.into_parts();
     let headers = &parts.headers;
@@ -595,8 +597,9 @@ async fn answer_token(
     }
 }
 
-/// A refusal before the secret was accepted: answered, and past the refusals' budget the
-/// connection is closed after the answer (a flood must reconnect for each request).
+/// A refusal before the secret was accepted: answered at once within the refusals'
+/// budget; past it held back [`REFUSAL_HOLD_BACK`] and the connection closed after it,
+/// so that a flood without the secret waits instead of taking the server's time.
 fn refused_unauthenticated(
     state: &State,
     refusal: &Refusal,
@@ -607,6 +610,9 @@ fn refused_unauthenticated(
         response
             .headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
+        response
+            .extensions_mut()
+            .insert(HoldBack(REFUSAL_HOLD_BACK));
     }
     response
 }
