@@ -19,7 +19,7 @@
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use papaya::{Equivalent, HashMap};
@@ -101,13 +101,13 @@ pub(crate) trait Fetch: Send + Sync + 'static {
 impl TokenCache {
     /// An empty cache whose times come from `clock`, within `limits`.
     pub(crate) fn new(clock: Arc<dyn Clock>, limits: Limits) -> Self {
-        // One collector for every cache: its per-thread state is made once per process.
-        static COLLECTOR: OnceLock<Arc<Collector>> = OnceLock::new();
-        let collector = COLLECTOR.get_or_init(|| Arc::new(Collector::new())).clone();
+        // A collector of its own: papaya 0.2's map reclaims every object of its collector
+        // when dropped, so a collector shared with another cache would free that cache's
+        // retired entries under its readers (seen: a crash in a dropped credential's cache).
         let hasher = foldhash::fast::RandomState::default();
         let map = HashMap::builder()
             .hasher(hasher)
-            .shared_collector(collector)
+            .collector(Collector::new())
             .build();
         let limits = Limits {
             max_entries: limits.max_entries.max(1),
