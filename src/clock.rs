@@ -164,6 +164,23 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock stopped at the system's current time: for a test that moves time on from
+    /// now (certificates made at run time are valid from about now).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use msi_dataplane::{Clock as _, ManualClock};
+    ///
+    /// let clock = ManualClock::starting_now();
+    /// let start = clock.now();
+    /// assert!((time::OffsetDateTime::now_utc() - start).abs() < time::Duration::minutes(1));
+    /// clock.advance(Duration::from_secs(3600));
+    /// assert_eq!(clock.now() - start, time::Duration::hours(1));
+    /// ```
+    pub fn starting_now() -> Self {
+        ManualClock::new(OffsetDateTime::now_utc())
+    }
+
     /// A clock stopped at `start`.
     pub fn new(start: OffsetDateTime) -> Self {
         ManualClock {
