@@ -163,16 +163,7 @@ async fn a_refused_resource_asked_for_again_and_again_costs_one_request_and_one_
     let dir = TempDir::new("cli-serve-refused");
     let ca = EntraServer::write_ca_pem(dir.path());
     let stderr_path = dir.join("stderr.log");
-    let _refusal = entra
-        .on(msi_dataplane::testing::Match::any().scope("api://refused/.default"))
-        .respond(msi_dataplane::testing::Scripted::aadsts(
-            400,
-            "invalid_scope",
-            70011,
-            "no such scope",
-        ))
-        .until_cleared()
-        .mount_scoped();
+    let _refusal = serving::refuse(&entra, "api://refused");
     let mut command = Command::new(BIN);
     command
         .env_remove("RUST_LOG")
@@ -192,12 +183,7 @@ async fn a_refused_resource_asked_for_again_and_again_costs_one_request_and_one_
         assert_eq!(answer.status(), 403);
     }
     assert_eq!(stop(child), Some(0));
-    let posts = entra
-        .requests()
-        .iter()
-        .filter(|r| r.scope.as_deref() == Some("api://refused/.default"))
-        .count();
-    assert_eq!(posts, 1);
+    assert_eq!(serving::posts(&entra, "api://refused"), 1);
     let log = std::fs::read_to_string(&stderr_path).unwrap();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
     assert_eq!(warnings.len(), 1, "{log}");

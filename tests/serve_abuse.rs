@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use msi_dataplane::ClientCertificateCredentialOptions;
 use msi_dataplane::serve::{MetricsServer, MetricsServerOptions, ServeOptions, TokenServer};
-use msi_dataplane::testing::{EntraServer, Match, Scripted};
+use msi_dataplane::testing::EntraServer;
 use serving::{ARM, Mounted, SECRET, raw, start, token_request};
 
 /// The kit's Entra server, one identity mounted as the CSI driver mounts it, and a token
@@ -335,14 +335,7 @@ async fn each_identity_caches_a_bounded_number_of_resources_and_remembers_failur
     let client = ClientCertificateCredentialOptions::default().with_max_cached_scopes(4);
     let server = start(vec![a.serve(&entra, client).await], ServeOptions::default()).await;
     let addr = server.local_addr();
-    let posts = |resource: &str| {
-        let scope = format!("{resource}/.default");
-        entra
-            .requests()
-            .iter()
-            .filter(|r| r.scope.as_deref() == Some(scope.as_str()))
-            .count()
-    };
+    let posts = |resource: &str| serving::posts(&entra, resource);
     for i in 0..10 {
         let resource = format!("api://bounded-{i}");
         let answer = raw(addr, token_request(&server, &resource, "", SECRET)).await;
@@ -356,16 +349,7 @@ async fn each_identity_caches_a_bounded_number_of_resources_and_remembers_failur
     assert_eq!(posts("api://bounded-9"), 1, "still cached");
     assert_eq!(posts("api://bounded-0"), 2, "evicted, asked again");
     // A resource Entra refuses, asked for 50 times in a row: one request reaches Entra.
-    let _refusal = entra
-        .on(Match::any().scope("api://refused/.default"))
-        .respond(Scripted::aadsts(
-            400,
-            "invalid_scope",
-            70011,
-            "no such scope",
-        ))
-        .until_cleared()
-        .mount_scoped();
+    let _refusal = serving::refuse(&entra, "api://refused");
     for _ in 0..50 {
         let answer = raw(addr, token_request(&server, "api://refused", "", SECRET)).await;
         assert_eq!(answer.status, 403);

@@ -157,3 +157,28 @@ pub fn token_request(server: &TokenServer, resource: &str, selector: &str, secre
         server.local_addr()
     )
 }
+
+/// Have `entra` refuse every token request for `resource` (AADSTS70011, HTTP 400, which no
+/// one retries) while the returned guard lives.
+pub fn refuse(entra: &EntraServer, resource: &str) -> msi_dataplane::testing::ScriptGuard {
+    entra
+        .on(msi_dataplane::testing::Match::any().scope(&format!("{resource}/.default")))
+        .respond(msi_dataplane::testing::Scripted::aadsts(
+            400,
+            "invalid_scope",
+            70011,
+            "no such scope",
+        ))
+        .until_cleared()
+        .mount_scoped()
+}
+
+/// How many token requests for `resource` reached `entra`.
+pub fn posts(entra: &EntraServer, resource: &str) -> usize {
+    let scope = format!("{resource}/.default");
+    entra
+        .requests()
+        .iter()
+        .filter(|r| r.scope.as_deref() == Some(scope.as_str()))
+        .count()
+}
