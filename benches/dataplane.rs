@@ -28,7 +28,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCredentials};
 use msi_dataplane::{ClientCertificate, ClientCertificateCredential, HttpOptions};
 
-use msi_dataplane::testing::DataPlaneServer;
+use msi_dataplane_testing::DataPlaneServer;
 use support::by_hand::get_data_plane_by_hand;
 use support::entra::EntraServer;
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};

@@ -45,7 +45,7 @@ use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{HttpOptions, UserAssignedIdentityCredentials, keyvault};
 use serde_json::{Value, json};
 
-use msi_dataplane::testing::KeyVaultServer;
+use msi_dataplane_testing::KeyVaultServer;
 use support::entra::EntraServer;
 use support::fixtures::load;
 use support::harness::{credential, https_client, server_runtime};

@@ -13,8 +13,8 @@
 //! never the signature, the token, or key material.
 //!
 //! ```text
-//! cargo run --example acquire_token --features test-util
-//! cargo run --example acquire_token --features test-util -- --file /mnt/certs/my-identity
+//! cargo run --example acquire_token
+//! cargo run --example acquire_token -- --file /mnt/certs/my-identity
 //! ```
 
 use std::path::PathBuf;
@@ -22,11 +22,11 @@ use std::process::ExitCode;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use msi_dataplane::testing::EntraServer;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ClientCertificateCredentialOptions,
     HttpOptions, UserAssignedIdentityCredentials, rfc3339,
 };
+use msi_dataplane_testing::EntraServer;
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
 const FIXTURE: &str = concat!(

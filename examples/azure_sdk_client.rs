@@ -3,8 +3,8 @@
 //! Every Azure SDK for Rust client is an `azure_core::http::Pipeline` with azure_core's
 //! `BearerTokenAuthorizationPolicy`; this example builds one exactly so, hands it
 //! [`UserAssignedIdentityCredential`] as its `Arc<dyn TokenCredential>`, and calls a
-//! resource service. Everything runs on loopback with the testing kit (feature
-//! `test-util`): its Entra-compatible server (which verifies each assertion as Entra does)
+//! resource service. Everything runs on loopback with the testing kit (the
+//! `msi-dataplane-testing` crate): its Entra-compatible server (which verifies each assertion as Entra does)
 //! and its `ResourceServer`, an HTTPS service that accepts only tokens that server signed
 //! for ARM. No network is needed.
 //!
@@ -13,7 +13,7 @@
 //! SDK's default one.
 //!
 //! ```text
-//! cargo run --example azure_sdk_client --features test-util
+//! cargo run --example azure_sdk_client
 //! ```
 
 use std::process::ExitCode;
@@ -23,11 +23,11 @@ use azure_core::credentials::TokenCredential;
 use azure_core::http::policies::Policy;
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::{ClientOptions, Context, Method, Pipeline, Request, Transport, Url};
-use msi_dataplane::testing::{EntraServer, ResourceServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredentialOptions, HttpOptions, UserAssignedIdentityCredential,
     UserAssignedIdentityCredentialOptions,
 };
+use msi_dataplane_testing::{EntraServer, ResourceServer, TempDir, TestCertificate, TestIdentity};
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
 

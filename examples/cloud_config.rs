@@ -3,7 +3,7 @@
 //!
 //! With no arguments, it writes an ARO HCP-style `azure.json` and the credential file it
 //! points to into a temporary directory, and talks to the testing kit's Entra-compatible
-//! server on loopback (feature `test-util`; no network): the identity and its certificate
+//! server on loopback (the `msi-dataplane-testing` crate; no network): the identity and its certificate
 //! are made at run time and registered with that server. It also shows the refusal of a
 //! config that selects both the VM managed identity and a credential file.
 //!
@@ -11,18 +11,18 @@
 //! the credential file it names.
 //!
 //! ```text
-//! cargo run --example cloud_config --features test-util
-//! cargo run --example cloud_config --features test-util -- --config /etc/kubernetes/azure.json
+//! cargo run --example cloud_config
+//! cargo run --example cloud_config -- --config /etc/kubernetes/azure.json
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredentialOptions, CloudConfig, HttpOptions,
     UserAssignedIdentityCredentialOptions,
 };
+use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -6,10 +6,10 @@
 //!
 //! ```text
 //! MANAGED_SERVICE=ARO-HCP MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<secret> \
-//!     cargo run --example cpo_component --features test-util
+//!     cargo run --example cpo_component
 //! ```
 //!
-//! With the variable unset (`cargo run --example cpo_component --features test-util`), it
+//! With the variable unset (`cargo run --example cpo_component`), it
 //! plays the pod for you, without any network: it starts the testing kit's
 //! Entra-compatible server on loopback, makes an identity and certificate at run time,
 //! writes their credential file into a temporary directory, and runs itself as the
@@ -20,11 +20,11 @@
 use std::process::{Command, ExitCode};
 
 use msi_dataplane::hypershift::{self, CREDENTIALS_FILE_PATH_ENV, MANAGED_SERVICE_ENV};
-use msi_dataplane::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredentialOptions, Cloud, HttpOptions,
     UserAssignedIdentityCredentialOptions,
 };
+use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
 /// This example's own variable: a PEM file of extra root CAs to trust (the test CA).
 const CA_FILE_ENV: &str = "MSI_DATAPLANE_EXAMPLE_CA_FILE";

@@ -1,7 +1,7 @@
 //! The producer side: a service asks the MSI data plane for a user-assigned identity's
 //! certificate credentials, formats them for Key Vault, and gets a token with them.
 //!
-//! Everything runs on 127.0.0.1 (HTTPS with the testing kit's CA, feature `test-util`):
+//! Everything runs on 127.0.0.1 (HTTPS with the testing kit's CA, the `msi-dataplane-testing` crate):
 //! the kit's Entra-compatible server and its data plane (`testing::DataPlaneServer`),
 //! which answers the first request with a 401 challenge naming the identity's tenant,
 //! checks that the bearer token was issued for its audience in that tenant, and serves
@@ -17,17 +17,17 @@
 //! 5. A token with the identity's own certificate.
 //!
 //! ```text
-//! cargo run --example dataplane --features test-util
+//! cargo run --example dataplane
 //! ```
 
 use std::process::ExitCode;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
-use msi_dataplane::testing::{DataPlaneServer, EntraServer};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
     HttpOptions, UserAssignedIdentityCredentials, keyvault,
 };
+use msi_dataplane_testing::{DataPlaneServer, EntraServer};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
 const SERVICE_TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";

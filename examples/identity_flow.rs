@@ -13,13 +13,13 @@
 //! gauges of both credentials. It goes to the file named by the first argument, or to
 //! stdout.
 //!
-//! Every service is a server of the testing kit (`msi_dataplane::testing`, feature
-//! `test-util`) on 127.0.0.1: Entra, the data plane and Key Vault, over HTTPS with the
+//! Every service is a server of the testing kit (the
+//! `msi-dataplane-testing` crate) on 127.0.0.1: Entra, the data plane and Key Vault, over HTTPS with the
 //! kit's CA; every key and certificate is made at run time. The flow checks each step and
 //! fails (exit code 1) when one goes wrong; `cargo test` runs it as a test too.
 //!
 //! ```text
-//! cargo run --example identity_flow --features keyvault,metrics,test-util -- flow.prom
+//! cargo run --example identity_flow --features keyvault,metrics -- flow.prom
 //! promtool check metrics < flow.prom
 //! ```
 
@@ -34,12 +34,12 @@ use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
 use msi_dataplane::keyvault::renewal::{RenewalOutcome, needing_renewal};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::telemetry;
-use msi_dataplane::testing::{
-    CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
-};
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
     UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
+};
+use msi_dataplane_testing::{
+    CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
 };
 
 /// HyperShift's managed identities file for a test cluster.

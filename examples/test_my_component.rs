@@ -1,13 +1,16 @@
 //! Testing your component's Azure authentication without Azure, with the crate's testing
-//! kit (feature `test-util`).
+//! kit (the `msi-dataplane-testing` crate).
 //!
-//! Copy this file unchanged into your crate's `tests/` directory, add the dev-dependencies
+//! Copy this file unchanged into your crate's `tests/` directory, add the dependencies
 //! below, run `cargo test`; then replace `MyComponent` with your own code. (CI does exactly
 //! this, in a separate crate: `.ci/downstream`.)
 //!
 //! ```toml
+//! [dependencies]
+//! msi-dataplane = "0.1"
+//!
 //! [dev-dependencies]
-//! msi-dataplane = { version = "0.1", features = ["test-util"] }
+//! msi-dataplane-testing = "0.1"
 //! reqwest = { version = "0.13", default-features = false } # the kit's client brings TLS
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
@@ -19,10 +22,10 @@
 //! (it accepts only tokens that server issued for ARM, and says which certificate signed
 //! them), rotate the mounted file as the CSI driver does, and check which certificate is
 //! behind each call. `main` runs the same scenario, for this repository's
-//! `cargo run --example test_my_component --features test-util`; in `tests/`, it is unused.
+//! `cargo run --example test_my_component`; in `tests/`, it is unused.
 
-use msi_dataplane::testing::{IdentityFixture, ResourceServer, TestCa, TestCertificate};
 use msi_dataplane::{BundleFormat, UserAssignedIdentityCredential};
+use msi_dataplane_testing::{IdentityFixture, ResourceServer, TestCa, TestCertificate};
 
 const ARM_SCOPE: &str = "https://management.azure.com/.default";
 
@@ -102,7 +105,7 @@ async fn my_component_fails_when_entra_does_not_trust_its_certificate() {
     assert!(arm.requests().is_empty(), "ARM was not called");
 }
 
-/// `cargo run --example test_my_component --features test-util`: the rotation scenario.
+/// `cargo run --example test_my_component`: the rotation scenario.
 #[tokio::main]
 async fn main() {
     rotation().await;

@@ -16,10 +16,10 @@ mod cloud;
 mod error;
 mod http;
 mod parser_errors;
-mod regular_file;
+pub mod regular_file;
 mod secret;
 pub mod telemetry;
-mod untrusted_text;
+pub mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
 // `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
@@ -31,18 +31,12 @@ mod file;
 pub mod hypershift;
 pub mod keyvault;
 mod reload;
-#[cfg(feature = "serve")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub mod serve;
 mod token;
 
 // Across the layers: the health report of a credential file, the fixed limits, and the
 // testing kit.
 pub mod inspect;
 pub mod limits;
-#[cfg(feature = "test-util")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-pub mod testing;
 
 pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
@@ -61,6 +55,7 @@ pub use reload::rule::ReloadOutcome;
 pub use reload::user_assigned::{
     ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
 };
+pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;

@@ -37,7 +37,7 @@ pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
 /// Read at most `MAX_FILE_BYTES + 1` bytes of a regular file, so a huge or growing file
 /// is refused without being read whole; errors name the file as `role` (e.g. "cloud config
 /// file"). The buffer may hold a secret: it is zeroized on drop.
-pub(crate) fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
+pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let too_large = |size: u64| {
         Error::from(ErrorKind::File(FileError::FileTooLarge {

@@ -36,14 +36,14 @@ pub(crate) fn service_text_opt(raw: Option<String>) -> Option<String> {
 
 /// A short prefix of input that was refused, for an error message that says what was
 /// wrong without repeating the input.
-pub(crate) fn quoted_input(raw: &str) -> String {
+pub fn quoted_input(raw: &str) -> String {
     bounded(raw, MAX_QUOTED_INPUT_CHARS)
 }
 
 /// Pure: `raw` cut to at most `max_chars` characters (a cut says how many bytes were
 /// left out) with every control, separator and bidirectional-override character escaped
 /// as `\n`, `\r`, `\t` or `\u{…}`.
-pub(crate) fn bounded(raw: &str, max_chars: usize) -> String {
+pub fn bounded(raw: &str, max_chars: usize) -> String {
     let mut out = String::with_capacity(raw.len().min(max_chars + 32));
     for (taken, (at, c)) in raw.char_indices().enumerate() {
         if taken == max_chars {

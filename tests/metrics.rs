@@ -3,7 +3,7 @@
 //! a 503 retried then answered, a CSI rotation, a rejected file, a renewal through the
 //! data plane and Key Vault), then every metric's name, labels and value, and that no
 //! label carries a scope, a token, a URL or a path. Public API only.
-#![cfg(all(unix, feature = "metrics", feature = "keyvault", feature = "test-util"))]
+#![cfg(all(unix, feature = "metrics", feature = "keyvault"))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -12,10 +12,10 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
 use msi_dataplane::telemetry;
-use msi_dataplane::testing::{
+use msi_dataplane::{BundleFormat, ReloadOutcome};
+use msi_dataplane_testing::{
     DataPlaneServer, IdentityFixture, KeyVaultServer, Match, Scripted, TestCertificate,
 };
-use msi_dataplane::{BundleFormat, ReloadOutcome};
 
 /// The process's recorder (one per process: every test here shares it).
 fn snapshotter() -> &'static Snapshotter {
@@ -278,7 +278,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     fx.rotate_to(next, BundleFormat::Pem).await;
     // 5. A file the credential cannot use: the last good one is kept, with the reason.
     fx.mount.rotate(b"{ not json");
-    let kept = msi_dataplane::testing::wait_for_status(
+    let kept = msi_dataplane_testing::wait_for_status(
         &fx.credential,
         std::time::Duration::from_secs(20),
         |s| s.last_outcome == Some(ReloadOutcome::Invalid),
@@ -344,7 +344,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     bare.cannot_renew_after = None;
     fx.mount.rotate_credentials(&bare);
     let bare_hex = bare_cert.sha256_hex();
-    msi_dataplane::testing::wait_for_status(
+    msi_dataplane_testing::wait_for_status(
         &fx.credential,
         std::time::Duration::from_secs(20),
         |s| s.thumbprint_sha256 == bare_hex,
@@ -379,7 +379,9 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(fx.credential.clone()),
-        fx.store_options(),
+        msi_dataplane::keyvault::store::StoreOptions::default()
+            .with_http_options(fx.http_options())
+            .verify_challenge_resource(false),
     )
     .unwrap();
     let issued = dataplane

@@ -1,7 +1,7 @@
 //! The spans operators' traces get: `token_request`, `credential_reload`,
 //! `dataplane_request` and `keyvault_request`, each closed with its fields, and none
 //! holding a token. Public API only, on the testing kit; one subscriber for the process.
-#![cfg(all(unix, feature = "keyvault", feature = "test-util"))]
+#![cfg(all(unix, feature = "keyvault"))]
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use msi_dataplane::BundleFormat;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
-use msi_dataplane::testing::{
+use msi_dataplane_testing::{
     DataPlaneServer, IdentityFixture, KeyVaultServer, Match, Outcome, Scripted, TestCertificate,
 };
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -116,7 +116,9 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(fx.credential.clone()),
-        fx.store_options(),
+        msi_dataplane::keyvault::store::StoreOptions::default()
+            .with_http_options(fx.http_options())
+            .verify_challenge_resource(false),
     )
     .unwrap();
     assert!(store.get("absent-secret", None).await.is_err());

@@ -15,7 +15,7 @@ mod support;
 use std::sync::Arc;
 
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
-use msi_dataplane::testing::KeyVaultServer;
+use msi_dataplane_testing::KeyVaultServer;
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load;

@@ -249,7 +249,7 @@ pub enum ErrorKind {
     /// The Key Vault store.
     #[error(transparent)]
     KeyVault(KeyVaultError),
-    /// Setting up the token server (feature `serve`).
+    /// Setting up the token server (the `msi-credential` crate's `serve` module).
     #[error(transparent)]
     Serve(ServeError),
 }

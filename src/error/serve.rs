@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Failures of setting up the token server (feature `serve`): where it listens, the
+/// Failures of setting up the token server (the `msi-credential` crate's `serve` module): where it listens, the
 /// identity header's secret, the identities it serves. Answers to its clients are not
 /// errors of this kind: each is an HTTP status and a JSON body.
 ///

@@ -238,14 +238,3 @@ impl TokenServerSidecar {
         ])
     }
 }
-
-#[cfg(all(test, feature = "serve"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sidecar_uses_the_token_servers_defaults() {
-        assert_eq!(TOKEN_SERVER_PORT, crate::serve::DEFAULT_PORT);
-        assert_eq!(TOKEN_SERVER_PATH, crate::serve::DEFAULT_TOKEN_PATH);
-    }
-}

@@ -313,7 +313,7 @@ impl UserAssignedIdentityCredential {
 
     /// The active credential's cached token for `scopes` if one can be handed out now,
     /// without any request (the hit path of [`get_token`](Self::get_token)).
-    pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
+    pub fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
         self.inner.active.load().credential.cached_token(scopes)
     }
 
@@ -900,13 +900,14 @@ fn watched_dir(path: &Path) -> PathBuf {
     }
 }
 
-#[cfg(all(test, feature = "test-util"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::bundle::BundleFormat;
     use crate::http::options::HttpOptions;
-    use crate::testing::write_credentials_file;
-    use crate::testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
+    // The kit's copy of this crate (unit tests link a second one): its file type and format.
+    use msi_dataplane_testing::msi_dataplane::{BundleFormat, UserAssignedIdentityCredentials};
+    use msi_dataplane_testing::write_credentials_file;
+    use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rotated_out_key_is_freed_when_the_last_call_holding_it_returns() {
@@ -971,7 +972,7 @@ mod tests {
 
     /// Write `creds` to a temporary file beside `path` and rename it over `path`: the
     /// watcher never sees a partial file.
-    fn replace(path: &Path, creds: &crate::UserAssignedIdentityCredentials) -> std::io::Result<()> {
+    fn replace(path: &Path, creds: &UserAssignedIdentityCredentials) -> std::io::Result<()> {
         let tmp = path.with_extension("tmp");
         write_credentials_file(&tmp, creds);
         std::fs::rename(&tmp, path)
@@ -1028,11 +1029,14 @@ mod tests {
         // ... while the watcher swaps in v2 and then the newer v3.
         replace(&path, &file(&v3)).unwrap();
         let v3_hex = v3.sha256_hex();
-        crate::testing::wait_for_status(&cred, Duration::from_secs(20), |s| {
-            s.thumbprint_sha256 == v3_hex
-        })
-        .await
-        .expect("the watcher swaps v3 in");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while cred.status().thumbprint_sha256 != v3_hex {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the watcher swaps v3 in"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         resume_tx.send(()).unwrap();
         let outcome = held.await.unwrap();
 

@@ -59,13 +59,6 @@ pub(crate) const KEYVAULT_OPERATIONS: &[&str] = &[
     "renew",
 ];
 
-/// The `status` labels of the token server's answers.
-#[cfg(all(feature = "metrics", feature = "serve"))]
-pub(crate) const SERVE_STATUSES: &[&str] = &[
-    "200", "400", "401", "403", "404", "405", "413", "414", "421", "429", "431", "500", "503",
-    "other",
-];
-
 /// A request's `outcome` label (one of [`REQUEST_OUTCOMES`]).
 pub(crate) fn request_outcome(error: Option<&Error>) -> &'static str {
     match error {
@@ -154,28 +147,6 @@ pub(crate) fn error_status(status: u16) -> &'static str {
         .find(|known| known.parse() == Ok(status))
         .copied()
         .unwrap_or(OTHER_STATUS)
-}
-
-/// A status the token server answers with, as a label: one of the statuses it sends, or
-/// `other` (the set stays fixed whatever arrives).
-#[cfg(feature = "metrics")]
-pub(crate) fn status(status: u16) -> &'static str {
-    match status {
-        200 => "200",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        413 => "413",
-        414 => "414",
-        421 => "421",
-        429 => "429",
-        431 => "431",
-        500 => "500",
-        503 => "503",
-        _ => "other",
-    }
 }
 
 /// `AADSTS<code>`, or [`OTHER_AADSTS`] once the process has reported

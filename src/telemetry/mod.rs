@@ -60,7 +60,7 @@
 //!   file or too large (`unreadable`), not JSON or with wrong keys or values
 //!   (`malformed_json`), its `client_secret` not a usable key and certificate
 //!   (`bad_bundle`), its certificate expired or not yet valid (`outside_validity`).
-//! - `status` (the token server, feature `serve`): the HTTP status answered, one of the
+//! - `status` (the `msi-credential` crate's token server): the HTTP status answered, one of the
 //!   statuses it sends (`200`, `400`, `401`, `403`, `429`, `503`, ...) or `other`.
 //! - `operation`: data plane `get_system_assigned`, `get_user_assigned`,
 //!   `delete_system_assigned`, `move_identity`; Key Vault `put`, `get`, `delete`,
@@ -112,12 +112,9 @@ pub use names::{
     RELOADS, RENEWALS, SERVE_REQUESTS, TOKEN_CONSECUTIVE_FAILURES, TOKEN_EXPIRY,
     TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
 };
-#[cfg_attr(
-    not(all(feature = "keyvault", feature = "serve")),
-    allow(unused_imports)
-)]
+#[cfg_attr(not(feature = "keyvault"), allow(unused_imports))]
 pub(crate) use record::{
-    Service, credential_times, end_span, reload, reload_client, renewals, served, service_call,
+    Service, credential_times, end_span, reload, reload_client, renewals, service_call,
     token_client, token_expiry, token_request,
 };
 
@@ -150,7 +147,7 @@ pub fn describe() {
 }
 
 /// Set the label sets known in advance at 0 in the installed recorder: renewals by
-/// `outcome`, the token server's answers by `status` (feature `serve`), each data plane
+/// `outcome`, each data plane
 /// and Key Vault `operation`'s `success`. (Each credential sets its own series when it is
 /// built.) Call it after installing the recorder; without one it does nothing.
 ///

@@ -115,17 +115,13 @@ pub(crate) fn reload_client(client_id: &str) {
 }
 
 /// The label sets known without a client id, at 0: renewals by outcome, the token
-/// server's answers by status (feature `serve`), data plane and Key Vault operations'
+/// server's answers by status (the `msi-credential` crate's token server), data plane and Key Vault operations'
 /// successes.
 pub(crate) fn known_series() {
     #[cfg(feature = "metrics")]
     {
         for outcome in labels::RENEWAL_OUTCOMES {
             metrics::counter!(names::RENEWALS, "outcome" => *outcome).increment(0);
-        }
-        #[cfg(feature = "serve")]
-        for status in labels::SERVE_STATUSES {
-            metrics::counter!(names::SERVE_REQUESTS, "status" => *status).increment(0);
         }
         let operations = [
             (names::DATAPLANE_REQUESTS, labels::DATAPLANE_OPERATIONS),
@@ -197,14 +193,6 @@ pub(crate) fn reload(client_id: &str, outcome: &'static str, reason: &'static st
 pub(crate) fn renewals(outcome: &'static str, count: usize) {
     #[cfg(feature = "metrics")]
     metrics::counter!(names::RENEWALS, "outcome" => outcome).increment(count as u64);
-}
-
-/// The token server answered a request with `status`.
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-#[cfg_attr(not(feature = "serve"), allow(dead_code))]
-pub(crate) fn served(status: u16) {
-    #[cfg(feature = "metrics")]
-    metrics::counter!(names::SERVE_REQUESTS, "status" => labels::status(status)).increment(1);
 }
 
 /// Run one call to `service` (`operation`: a fixed name such as `get_user_assigned`) in a

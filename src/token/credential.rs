@@ -278,7 +278,7 @@ struct Spare {
     signed_at: OffsetDateTime,
     /// The thread that signed it: tests check it was not the caller's.
     #[cfg(test)]
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))]
     signed_on: Option<String>,
 }
 
@@ -651,7 +651,7 @@ impl ClientCertificateCredential {
     /// A weak reference to the credential's state (its key among it): for tests that
     /// check when it is freed.
     #[cfg(test)]
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
         Arc::downgrade(&self.inner)
     }
@@ -1107,11 +1107,12 @@ mod tests {
     }
 }
 
-#[cfg(all(test, feature = "test-util"))]
+#[cfg(test)]
 mod background_signing_tests {
     use super::*;
-    use crate::file::bundle::BundleFormat;
-    use crate::testing::{TestCertificate, TestIdentity};
+    // The kit's copy of this crate (unit tests link a second one): its format.
+    use msi_dataplane_testing::msi_dataplane::BundleFormat;
+    use msi_dataplane_testing::{TestCertificate, TestIdentity};
 
     #[test]
     fn building_signs_nothing_on_the_callers_thread() {
@@ -1122,6 +1123,8 @@ mod background_signing_tests {
             "https://login.microsoftonline.com/",
             BundleFormat::Pem,
         );
+        let file: crate::UserAssignedIdentityCredentials =
+            serde_json::from_value(serde_json::to_value(&file).unwrap()).unwrap();
         // Built on a named thread with no runtime, as a plain `main` would.
         let credential = std::thread::Builder::new()
             .name("caller".into())

@@ -1,8 +1,8 @@
-//! The Entra-compatible token server: the crate's testing kit (`msi_dataplane::testing`,
+//! The Entra-compatible token server: the crate's testing kit (`msi_dataplane_testing`,
 //! feature `test-util`), re-exported under the name the tests and examples use.
 #![allow(unused_imports)]
 
-pub use msi_dataplane::testing::{
+pub use msi_dataplane_testing::{
     CLOCK_SKEW_SECS, EntraServer, IssuedToken, JWT_BEARER, MAX_ASSERTION_LIFETIME_SECS, Outcome,
     RecordedRequest, Scripted, TokenShape, server_tls_config,
 };

@@ -6,18 +6,18 @@ use msi_dataplane::UserAssignedIdentityCredentials;
 
 /// `fixtures/credentials/<name>.json`.
 pub fn credential_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/credentials/{name}.json"))
+    super::repo_root().join(format!("fixtures/credentials/{name}.json"))
 }
 
 /// `fixtures/certs/<name>.leaf.pem`: the leaf as the generator wrote it, independent of the
 /// crate's own leaf selection.
 pub fn leaf_pem_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/certs/{name}.leaf.pem"))
+    super::repo_root().join(format!("fixtures/certs/{name}.leaf.pem"))
 }
 
 /// `fixtures/identity/<name>.pem`: the identity PKI's CA certificates.
 pub fn identity_pem_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/identity/{name}.pem"))
+    super::repo_root().join(format!("fixtures/identity/{name}.pem"))
 }
 
 /// Parse a fixture credential file.

@@ -1,24 +1,30 @@
 //! Shared helpers for the integration tests. Each test binary uses a subset.
 #![allow(dead_code)]
 
-// The modules that run the testing kit's servers need `test-util`; the test binaries that
-// use them require it (Cargo.toml's `[[test]]` entries), so plain `cargo test` builds.
-#[cfg(feature = "test-util")]
+// Included by each crate's test binaries (`#[path]`): the library's `tests/it` and the
+// separate binaries beside it, and the testing kit's and the command line's `tests/it`.
 pub mod atomic_writer;
-#[cfg(all(feature = "azure_core", feature = "test-util"))]
-pub mod azure_sdk;
 pub mod by_hand;
 pub mod counting;
-#[cfg(feature = "test-util")]
 pub mod entra;
 pub mod fixtures;
-#[cfg(feature = "test-util")]
 pub mod harness;
 pub mod log_capture;
+pub mod malformed;
 pub mod promtool;
 pub mod python;
 pub mod scanning;
 pub mod secrets;
+
+/// The repository's root (where `fixtures/`, `.ci/` and `target/` are), from whichever
+/// crate of the workspace includes these helpers.
+pub fn repo_root() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|dir| dir.join("fixtures").is_dir() && dir.join(".ci").is_dir())
+        .unwrap_or(here)
+        .to_path_buf()
+}
 
 /// A free loopback port (bound, then released for a child process to bind).
 pub fn free_port() -> u16 {

@@ -5,7 +5,7 @@
 //! comes first; the others use it once it is complete).
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
@@ -23,7 +23,7 @@ pub fn interpreter() -> PathBuf {
 /// `target/test-python/bin/python`, made if missing: built in a directory of this
 /// process's own, then renamed into place, so that no test binary sees half of one.
 fn provision() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &super::repo_root();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));

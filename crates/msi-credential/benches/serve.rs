@@ -1,0 +1,290 @@
+//! Load on the token server: cached answers over keep-alive HTTP/1.1 on loopback,
+//! against a minimal hyper server returning a fixed body (the same bytes as a token
+//! answer), with the same client and connection count. A load generator of its own:
+//! `CONNECTIONS` client connections, each sending its next request as soon as the last
+//! answer is read, for `SECONDS`; every latency is kept for the percentiles.
+//!
+//! Then the token server again while a flood without the secret (`CONNECTIONS` more
+//! connections on a runtime of their own, reconnecting whenever the server closes one)
+//! runs beside it: the legitimate client's p99 flooded against alone.
+//!
+//! `cargo bench --features serve,test-util --bench serve` (10 s per server, alternated
+//! five times); under `cargo test --benches` each runs for a moment only. Results in
+//! BENCHMARKS.md.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Full};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
+use msi_dataplane::{
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions,
+    UserAssignedIdentityCredentialOptions,
+};
+use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
+use tokio::net::{TcpListener, TcpStream};
+
+const CONNECTIONS: usize = 16;
+const SECRET: &str = "bench-identity-header-secret-0123456789";
+
+/// What one run measured.
+struct Run {
+    requests: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl Run {
+    fn per_second(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// `CONNECTIONS` keep-alive connections to `addr`, each sending `request` (a path and
+/// query) back to back for `duration`.
+async fn load(addr: SocketAddr, target: &str, duration: Duration) -> Run {
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let target = target.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let request = Request::get(&target)
+                    .header("host", addr.to_string())
+                    .header("x-identity-header", SECRET)
+                    .header("metadata", "true")
+                    .body(Empty::<Bytes>::new())
+                    .unwrap();
+                let started = Instant::now();
+                let response = sender.send_request(request).await.unwrap();
+                assert_eq!(response.status(), 200);
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                assert!(!body.is_empty());
+                latencies.push(started.elapsed());
+            }
+            latencies
+        }));
+    }
+    let started = Instant::now();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    all.sort_unstable();
+    let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
+    Run {
+        requests: all.len(),
+        elapsed,
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+/// A flood without the secret: `connections` connections sending `target` with no
+/// identity header back to back until `stop`, reconnecting whenever the server closes
+/// one; the number of answers.
+async fn flood(
+    addr: SocketAddr,
+    target: String,
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (target, stop) = (target.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut answered = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(stream) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let Ok((mut sender, conn)) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) {
+                    let request = Request::get(&target)
+                        .header("host", addr.to_string())
+                        .body(Empty::<Bytes>::new())
+                        .unwrap();
+                    let Ok(response) = sender.send_request(request).await else {
+                        break;
+                    };
+                    assert_eq!(response.status(), 401);
+                    let _ = response.into_body().collect().await;
+                    answered += 1;
+                    if sender.ready().await.is_err() {
+                        break;
+                    }
+                }
+            }
+            answered
+        }));
+    }
+    let mut answered = 0;
+    for task in tasks {
+        answered += task.await.unwrap_or(0);
+    }
+    answered
+}
+
+/// The baseline: hyper answering every request with the same fixed bytes.
+async fn fixed_body_server(body: Bytes) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let body = body.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |_req: Request<hyper::body::Incoming>| {
+                    let body = body.clone();
+                    async move {
+                        let mut response = Response::new(Full::new(body));
+                        response.headers_mut().insert(
+                            "content-type",
+                            "application/json; charset=utf-8".parse().unwrap(),
+                        );
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let (seconds, rounds) = if bench { (10, 5) } else { (0, 1) };
+    let duration = Duration::from_secs(seconds).max(Duration::from_millis(200));
+    // Servers on a runtime of two workers, the load generator on another.
+    let servers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clients = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (token_server, _entra, _mount, baseline) = servers.block_on(async {
+        let entra = EntraServer::start().await;
+        let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
+        entra.register(&identity, &cert);
+        let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+        let mount = CsiMount::with_credentials(&file);
+        let client = ClientCertificateCredentialOptions::default()
+            .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
+        let served = ServedIdentity::load(mount.visible_path(), options)
+            .await
+            .unwrap();
+        let secret = IdentityHeaderSecret::new(SECRET).unwrap();
+        // The rate limit off: it is what is measured against.
+        let options = ServeOptions::default()
+            .with_port(0)
+            .with_max_token_requests_per_second(None)
+            .with_max_connections(CONNECTIONS * 2);
+        let server = TokenServer::start(vec![served], secret, options)
+            .await
+            .unwrap();
+        // The baseline answers the same bytes as the token server.
+        let target = format!(
+            "{}?api-version=2019-08-01&resource=https://management.azure.com/",
+            server.endpoint()
+        );
+        let answer = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(&target)
+            .header("x-identity-header", SECRET)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let body = answer.bytes().await.unwrap();
+        let baseline = fixed_body_server(body).await;
+        (server, entra, mount, baseline)
+    });
+    let target = "/msi/token?api-version=2019-08-01&resource=https://management.azure.com/";
+    let show = |name: &str, run: &Run| {
+        println!(
+            "{name:<28} {:>9.0} req/s  p50 {:>6.1} µs  p99 {:>7.1} µs  ({} requests, {} connections)",
+            run.per_second(),
+            run.p50.as_secs_f64() * 1e6,
+            run.p99.as_secs_f64() * 1e6,
+            run.requests,
+            CONNECTIONS
+        );
+    };
+    // The flood's own runtime (one thread), so that it competes for the CPU as another
+    // process in the pod would.
+    let flooder = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut ratios = Vec::new();
+    let mut p99_ratios = Vec::new();
+    for _ in 0..rounds {
+        let fixed = clients.block_on(load(baseline, target, duration));
+        show("serve/fixed_body_hyper", &fixed);
+        let served = clients.block_on(load(token_server.local_addr(), target, duration));
+        show("serve/cached_token", &served);
+        ratios.push(served.per_second() / fixed.per_second());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooding = flooder.spawn(flood(
+            token_server.local_addr(),
+            target.to_owned(),
+            CONNECTIONS,
+            stop.clone(),
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+        let flooded = clients.block_on(load(token_server.local_addr(), target, duration));
+        stop.store(true, Ordering::Relaxed);
+        let refused = flooder.block_on(flooding).unwrap();
+        show("serve/cached_token_flooded", &flooded);
+        println!(
+            "{:<28} {:>9.0} req/s refused (no secret, {CONNECTIONS} connections)",
+            "serve/no_secret_flood",
+            refused as f64 / duration.as_secs_f64()
+        );
+        p99_ratios.push(flooded.p99.as_secs_f64() / served.p99.as_secs_f64());
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "serve/cached_token ÷ fixed_body_hyper: {:.2}× (rounds: {ratios:.2?})",
+        mean(&ratios)
+    );
+    println!(
+        "serve/cached_token p99, flooded ÷ alone: {:.2}× (rounds: {p99_ratios:.2?})",
+        mean(&p99_ratios)
+    );
+}

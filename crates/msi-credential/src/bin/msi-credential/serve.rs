@@ -1,0 +1,224 @@
+//! `msi-credential serve FILE...`: serve tokens of the credential files to the other
+//! containers of the pod, over the App Service managed identity protocol on loopback,
+//! until SIGINT or SIGTERM; and `msi-credential probe`, its health check for Kubernetes
+//! `exec` probes (kubelet's `httpGet` probes come from outside the pod and cannot reach
+//! a loopback address).
+
+use std::time::Duration;
+
+use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
+use msi_dataplane::{
+    ClientCertificateCredentialOptions, Error, RetryPolicy, UserAssignedIdentityCredentialOptions,
+};
+use serde::Serialize;
+
+use crate::args::{ProbeArgs, ServeArgs};
+use crate::exit::Exit;
+use crate::output::{self, Format};
+use crate::render;
+use crate::signals::StopSignals;
+
+/// Run `serve`.
+pub fn run(args: &ServeArgs, format: Format) -> Exit {
+    // Two workers: the token server answers many connections while the credentials'
+    // background work (file events, refreshes) goes on.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("msi-credential-serve")
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(serve(args, format)),
+        Err(e) => {
+            let message = format!("cannot start the async runtime: {e}");
+            output::failure(&render::plain_error("internal", &message, format), format);
+            Exit::Internal
+        }
+    }
+}
+
+/// The line printed once serving.
+#[derive(Serialize)]
+struct Serving<'a> {
+    event: &'static str,
+    endpoint: &'a str,
+    health: &'a str,
+    identities: Vec<&'a str>,
+}
+
+async fn serve(args: &ServeArgs, format: Format) -> Exit {
+    let fail = |err: &Error| {
+        output::failure(&render::error(err, None, format), format);
+        Exit::for_error(err)
+    };
+    let mut signals = match StopSignals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            let message = format!("cannot install the signal handlers: {e}");
+            output::failure(&render::plain_error("internal", &message, format), format);
+            return Exit::Internal;
+        }
+    };
+    let serve_options = ServeOptions::default()
+        .with_listen(args.listen)
+        .with_token_path(args.path.clone())
+        .with_max_connections(usize::try_from(args.max_connections).unwrap_or(usize::MAX))
+        .with_first_byte_timeout(args.first_byte_timeout)
+        .with_idle_timeout(args.idle_timeout)
+        .with_max_token_requests_per_second(
+            (args.max_token_requests_per_second > 0).then_some(args.max_token_requests_per_second),
+        );
+    if let Err(err) = serve_options.validate() {
+        return fail(&err);
+    }
+    let _metrics = match crate::metrics::serve_if_asked(args.metrics, format).await {
+        Ok(metrics) => metrics,
+        Err(exit) => return exit,
+    };
+    let secret = match (&args.secret_file, &args.secret_env) {
+        (Some(path), _) => {
+            IdentityHeaderSecret::from_files(path, args.previous_secret_file.as_deref())
+        }
+        (None, Some(name)) => IdentityHeaderSecret::from_env(name),
+        (None, None) => unreachable_secret(),
+    };
+    let secret = match secret {
+        Ok(secret) => secret,
+        Err(err) => return fail(&err),
+    };
+    let client = match client_options(args) {
+        Ok(client) => client,
+        Err(message) => {
+            output::failure(&render::plain_error("usage", &message, format), format);
+            return Exit::Usage;
+        }
+    };
+    let options = UserAssignedIdentityCredentialOptions::default()
+        .with_client_options(client)
+        .with_backstop_interval(args.backstop);
+    let mut identities = Vec::new();
+    for file in &args.files {
+        match ServedIdentity::load(file, options.clone()).await {
+            Ok(identity) if args.allow_resources.is_empty() => identities.push(identity),
+            Ok(identity) => identities
+                .push(identity.with_allowed_resources(args.allow_resources.iter().cloned())),
+            Err(err) => {
+                output::failure(&render::error(&err, Some(file), format), format);
+                return Exit::for_error(&err);
+            }
+        }
+    }
+    let credentials: Vec<_> = identities.iter().map(|i| i.credential().clone()).collect();
+    let client_ids: Vec<String> = identities
+        .iter()
+        .map(|i| i.client_id().to_owned())
+        .collect();
+    let server = match TokenServer::start(identities, secret, serve_options).await {
+        Ok(server) => server,
+        Err(err) => return fail(&err),
+    };
+    let (endpoint, health) = (server.endpoint(), server.health_url());
+    let line = match format {
+        Format::Json => serde_json::to_string(&Serving {
+            event: "serving",
+            endpoint: &endpoint,
+            health: &health,
+            identities: client_ids.iter().map(String::as_str).collect(),
+        })
+        .unwrap_or_default(),
+        Format::Text => format!(
+            "serving {} identit{} at {endpoint} (health: {health}); set IDENTITY_ENDPOINT={endpoint} \
+             and IDENTITY_HEADER from the same secret in the application containers",
+            client_ids.len(),
+            if client_ids.len() == 1 { "y" } else { "ies" },
+        ),
+    };
+    if let Err(exit) = output::stdout(&line) {
+        return exit;
+    }
+    let signal = signals.recv().await;
+    server.shutdown();
+    for credential in credentials {
+        credential.cancel();
+    }
+    tracing::info!(signal, "token server stopping");
+    Exit::Success
+}
+
+/// clap requires one of the two; kept total without a panic.
+fn unreachable_secret() -> msi_dataplane::Result<IdentityHeaderSecret> {
+    IdentityHeaderSecret::from_env("IDENTITY_HEADER")
+}
+
+/// The credentials' options from the command line; an error names the option.
+fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions, String> {
+    let http = crate::token::http_options(
+        args.ca_file.as_deref(),
+        args.allow_http_loopback,
+        args.timeout,
+    )?;
+    // The clients retry what is worth retrying themselves: few retries here, so a
+    // failure reaches them quickly.
+    let retry = RetryPolicy::default()
+        .with_max_attempts(args.attempts)
+        .with_max_total(Duration::from_secs(10));
+    Ok(ClientCertificateCredentialOptions::default()
+        .with_http_options(http)
+        .with_retry_policy(retry)
+        .with_max_cached_scopes(usize::try_from(args.max_cached_resources).unwrap_or(usize::MAX)))
+}
+
+/// Run `probe`: GET the health URL (loopback only, no proxy); exit 0 when it answers 200,
+/// 7 otherwise (not ready, or not reachable).
+pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
+    let runtime = match crate::runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let url = match url::Url::parse(&args.url) {
+        Ok(url) if url.scheme() == "http" && url.host().is_some_and(is_loopback) => url,
+        _ => {
+            let message = format!(
+                "--url {}: an http:// URL on a loopback address is needed",
+                args.url
+            );
+            output::failure(&render::plain_error("usage", &message, format), format);
+            return Exit::Usage;
+        }
+    };
+    let answer = runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(args.timeout)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let response = client.get(url).send().await.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Ok::<_, String>((status, body))
+    });
+    match answer {
+        Ok((200, body)) => {
+            let _ = output::stdout(body.trim());
+            Exit::Success
+        }
+        Ok((status, body)) => {
+            let message = format!("not ready (HTTP {status}): {}", body.trim());
+            output::failure(&render::plain_error("transient", &message, format), format);
+            Exit::Transient
+        }
+        Err(e) => {
+            let message = format!("the token server does not answer: {e}");
+            output::failure(&render::plain_error("transient", &message, format), format);
+            Exit::Transient
+        }
+    }
+}
+
+fn is_loopback(host: url::Host<&str>) -> bool {
+    match host {
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+    }
+}

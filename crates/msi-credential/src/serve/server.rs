@@ -1,0 +1,641 @@
+//! The token server: loopback TCP, HTTP/1.1 with keep-alive on the module's bounded
+//! listener ([`listener`](crate::serve::listener)); each request checked
+//! ([`request`](crate::serve::request)), then answered from the served identity's token
+//! cache ([`answer`](crate::serve::answer)).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Request, Response, StatusCode};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::serve::answer::{self, Refusal};
+use crate::serve::identity::{Identities, ServedIdentity};
+use crate::serve::limit::{
+    RATE_LIMITED_RETRY_AFTER, REFUSAL_HOLD_BACK, REFUSALS_PER_SECOND, RateLimiter,
+};
+use crate::serve::listener::{self, ConnectionLimits, HoldBack, MAX_CONNECTIONS_LIMIT, Trusted};
+use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
+use crate::serve::secret::IdentityHeaderSecret;
+use crate::telemetry;
+use msi_dataplane::{Clock, SystemClock};
+use msi_dataplane::{ConfigError, ErrorKind, Result, ServeError};
+
+/// The port [`ServeOptions::default`] listens on.
+pub const DEFAULT_PORT: u16 = 50342;
+
+/// The path tokens are served on by default (`IDENTITY_ENDPOINT`'s path).
+pub const DEFAULT_TOKEN_PATH: &str = "/msi/token";
+
+/// The health path (for Kubernetes probes): 200 when every identity is usable, else 503.
+pub const HEALTH_PATH: &str = "/healthz";
+
+/// Options of the [`TokenServer`].
+///
+/// ```
+/// use msi_credential::serve::ServeOptions;
+///
+/// let options = ServeOptions::default().with_port(0).with_max_token_requests_per_second(None);
+/// assert!(options.listen.ip().is_loopback());
+/// assert_eq!(options.token_path, "/msi/token");
+/// assert_eq!(options.max_connections, 512);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// Where to listen: a loopback address only (anything else is refused with
+    /// [`ServeError::NonLoopbackAddress`]). Default `127.0.0.1:50342`; port 0 picks a
+    /// free one ([`TokenServer::local_addr`] says which).
+    pub listen: SocketAddr,
+    /// The path tokens are served on (`IDENTITY_ENDPOINT`'s path). Default `/msi/token`.
+    pub token_path: String,
+    /// Most connections open at once (1 to [`MAX_CONNECTIONS_LIMIT`]). When full, a new
+    /// connection closes the one idle longest (a connection answering a request is never
+    /// closed for another); only when every one is answering does a new one wait in the
+    /// listen queue. Default 512: an idle connection costs a descriptor and a few KiB.
+    pub max_connections: usize,
+    /// Time a new connection has to send its first byte before it is closed. Default 2 s
+    /// (clients send their request as soon as they connect).
+    pub first_byte_timeout: Duration,
+    /// Time a request head has to arrive in full, from a connection's first byte or from
+    /// the previous answer on it; a keep-alive connection idle longer is closed. Default
+    /// 30 s.
+    pub idle_timeout: Duration,
+    /// Most token requests a second that reach the token endpoint (cache misses), on
+    /// average, with bursts of twice that; more are answered 429 with `Retry-After: 1`.
+    /// Cached tokens, refusals and health checks are never limited by it. `None`: no
+    /// limit. Default 50.
+    pub max_token_requests_per_second: Option<u32>,
+    /// How often a secret read from a file is read again, to follow a rotation of it
+    /// (the last good one is kept when a re-read fails). Default 10 s.
+    pub secret_recheck: Duration,
+    /// The clock the health report reads.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
+            token_path: DEFAULT_TOKEN_PATH.to_owned(),
+            max_connections: 512,
+            first_byte_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            max_token_requests_per_second: Some(50),
+            secret_recheck: Duration::from_secs(10),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("token_path", &self.token_path)
+            .field("max_connections", &self.max_connections)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field(
+                "max_token_requests_per_second",
+                &self.max_token_requests_per_second,
+            )
+            .field("secret_recheck", &self.secret_recheck)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeOptions {
+    /// Listen on this address (loopback only).
+    pub fn with_listen(mut self, listen: SocketAddr) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Listen on this port of the current listen address (0: any free port).
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.listen.set_port(port);
+        self
+    }
+
+    /// Serve tokens on this path (starting with `/`).
+    pub fn with_token_path(mut self, path: impl Into<String>) -> Self {
+        self.token_path = path.into();
+        self
+    }
+
+    /// Allow at most this many connections at once.
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// Close new connections that send nothing for this long.
+    pub fn with_first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.first_byte_timeout = timeout;
+        self
+    }
+
+    /// Close connections whose next request head takes longer than this.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Send at most this many token requests a second to the token endpoint (`None`: no
+    /// limit).
+    pub fn with_max_token_requests_per_second(mut self, max: Option<u32>) -> Self {
+        self.max_token_requests_per_second = max;
+        self
+    }
+
+    /// Re-read a secret file this often.
+    pub fn with_secret_recheck(mut self, every: Duration) -> Self {
+        self.secret_recheck = every;
+        self
+    }
+
+    /// Use this clock for the health report.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Check the options as [`TokenServer::start`] does (a loopback address, a usable
+    /// path and limits), without binding: to refuse a bad setup before loading anything.
+    ///
+    /// ```
+    /// use msi_credential::serve::ServeOptions;
+    ///
+    /// let err = ServeOptions::default().with_listen("0.0.0.0:50342".parse().unwrap()).validate();
+    /// assert_eq!(err.unwrap_err().kind().code(), "non_loopback_address");
+    /// let err = ServeOptions::default().with_max_connections(1 << 40).validate();
+    /// assert_eq!(err.unwrap_err().kind().code(), "invalid_serve_option");
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        if !self.listen.ip().is_loopback() {
+            return Err(
+                ErrorKind::Serve(ServeError::NonLoopbackAddress { addr: self.listen }).into(),
+            );
+        }
+        let path = &self.token_path;
+        if !path.starts_with('/') || path.len() > 256 || path.contains(['?', '#']) {
+            return invalid(
+                "token_path",
+                "a path starting with `/`, at most 256 bytes, without `?` or `#`",
+            );
+        }
+        if path == HEALTH_PATH {
+            return invalid("token_path", "it is the health path");
+        }
+        check_connection_limits(
+            self.max_connections,
+            self.first_byte_timeout,
+            self.idle_timeout,
+        )?;
+        if self.max_token_requests_per_second == Some(0) {
+            return invalid(
+                "max_token_requests_per_second",
+                "must be at least 1 (or no limit)",
+            );
+        }
+        if self.secret_recheck.is_zero() || self.secret_recheck > MAX_TIMEOUT {
+            return invalid("secret_recheck", "must be between 1 ms and one day");
+        }
+        Ok(())
+    }
+
+    fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+/// The longest timeout or interval an option takes (a day): longer ones are mistakes,
+/// and far longer ones overflow the runtime's timers.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// An [`ServeError::InvalidOption`].
+fn invalid(option: &'static str, reason: &str) -> Result<()> {
+    Err(ErrorKind::Serve(ServeError::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    })
+    .into())
+}
+
+/// Pure: the connection limits a listener of this module accepts.
+pub(crate) fn check_connection_limits(
+    max_connections: usize,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+) -> Result<()> {
+    if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+        return invalid(
+            "max_connections",
+            &format!("must be between 1 and {MAX_CONNECTIONS_LIMIT}"),
+        );
+    }
+    for (option, timeout) in [
+        ("first_byte_timeout", first_byte_timeout),
+        ("idle_timeout", idle_timeout),
+    ] {
+        if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
+            return invalid(option, "must be between 1 ms and one day");
+        }
+    }
+    Ok(())
+}
+
+/// What every request reads.
+struct State {
+    identities: Identities,
+    secret: ArcSwap<IdentityHeaderSecret>,
+    token_path: String,
+    /// Token requests that reach the token endpoint (cache misses).
+    token_requests: Option<RateLimiter>,
+    /// Refusals (no or wrong secret, bad requests): past it, each is held back and its
+    /// connection closed after it.
+    refusals: RateLimiter,
+    clock: Arc<dyn Clock>,
+}
+
+/// A running token server: the App Service managed identity protocol on loopback TCP,
+/// answered from the served identities' token caches.
+///
+/// Applications in the pod set `IDENTITY_ENDPOINT` to [`endpoint`](Self::endpoint) and
+/// `IDENTITY_HEADER` to the secret, and every Azure SDK's managed identity credential
+/// gets its tokens here. Stops when [`shutdown`](Self::shutdown) is called or the last
+/// handle is dropped (open connections finish their request in flight).
+///
+/// ```no_run
+/// use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
+///
+/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// let identity = ServedIdentity::load(
+///     "/mnt/certs/my-identity",
+///     Default::default(),
+/// )
+/// .await?;
+/// let secret = IdentityHeaderSecret::from_file("/var/run/identity-header/secret")?;
+/// let server = TokenServer::start(vec![identity], secret, ServeOptions::default()).await?;
+/// println!("IDENTITY_ENDPOINT={}", server.endpoint());
+/// server.stopped().await;
+/// # Ok(()) }
+/// ```
+pub struct TokenServer {
+    addr: SocketAddr,
+    token_path: String,
+    stop: CancellationToken,
+    _guard: tokio_util::sync::DropGuard,
+}
+
+impl std::fmt::Debug for TokenServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenServer")
+            .field("addr", &self.addr)
+            .field("token_path", &self.token_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenServer {
+    /// Check the options and identities, bind, and start serving on the current Tokio
+    /// runtime (which needs I/O and time enabled).
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError`]: a non-loopback address, an address that cannot be bound, no
+    /// identity or two sharing an id, an unusable option.
+    pub async fn start(
+        identities: Vec<ServedIdentity>,
+        secret: IdentityHeaderSecret,
+        options: ServeOptions,
+    ) -> Result<TokenServer> {
+        options.validate()?;
+        let identities = Identities::new(identities)?;
+        let listener = TcpListener::bind(options.listen).await.map_err(|e| {
+            msi_dataplane::Error::from(ErrorKind::Serve(ServeError::Bind {
+                addr: options.listen,
+                source: Arc::new(e),
+            }))
+        })?;
+        let addr = listener.local_addr().map_err(|e| {
+            msi_dataplane::Error::from(ErrorKind::Serve(ServeError::Bind {
+                addr: options.listen,
+                source: Arc::new(e),
+            }))
+        })?;
+        let stop = CancellationToken::new();
+        let state = Arc::new(State {
+            identities,
+            secret: ArcSwap::from_pointee(secret),
+            token_path: options.token_path.clone(),
+            token_requests: options
+                .max_token_requests_per_second
+                .map(|rate| RateLimiter::new(rate, Instant::now())),
+            refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
+            clock: options.clock.clone(),
+        });
+        if state.secret.load().path().is_some() {
+            tokio::spawn(follow_secret(
+                state.clone(),
+                options.secret_recheck,
+                stop.clone(),
+            ));
+        }
+        tracing::info!(
+            %addr,
+            path = %options.token_path,
+            identities = state.identities.all().len(),
+            "token server listening"
+        );
+        let token_path = options.token_path.clone();
+        let handler = move |req| {
+            let state = state.clone();
+            async move { handle(&state, req).await }
+        };
+        tokio::spawn(listener::serve(
+            listener,
+            options.connection_limits(),
+            stop.clone(),
+            "token server",
+            handler,
+        ));
+        Ok(TokenServer {
+            addr,
+            token_path,
+            _guard: stop.clone().drop_guard(),
+            stop,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL for `IDENTITY_ENDPOINT`, e.g. `http://127.0.0.1:50342/msi/token`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}{}", self.addr, self.token_path)
+    }
+
+    /// The health URL, e.g. `http://127.0.0.1:50342/healthz`.
+    pub fn health_url(&self) -> String {
+        format!("http://{}{HEALTH_PATH}", self.addr)
+    }
+
+    /// Stop accepting connections; open ones finish the request in flight and close.
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    /// Wait until the server is told to stop: [`shutdown`](Self::shutdown), or the
+    /// [`stop_token`](Self::stop_token) cancelled (by a signal handler, say).
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await;
+    }
+
+    /// A token that stops the server when cancelled (for signal handlers).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}
+
+/// Re-read the secret file every `every`; keep the last good secret when it fails.
+async fn follow_secret(state: Arc<State>, every: Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let current = state.secret.load_full();
+        let Some(path) = current.path().map(ToOwned::to_owned) else {
+            return;
+        };
+        let read = tokio::task::spawn_blocking(move || current.reread()).await;
+        let read = match read {
+            Ok(Some(read)) => Ok(read),
+            _ => Err(()),
+        };
+        match read {
+            Ok(Ok(next)) => {
+                if !next.same_secrets(&state.secret.load()) {
+                    tracing::info!(
+                        path = %path.display(),
+                        with_previous = next.has_previous(),
+                        "identity header secret changed; the new one is accepted"
+                    );
+                    state.secret.store(Arc::new(next));
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot re-read the identity header secret; keeping the last one");
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Answer one request, counted by status (the `metrics` feature).
+async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let response = answer_request(state, req).await;
+    telemetry::served(response.status().as_u16());
+    response
+}
+
+/// [`handle`]'s work, in the order that keeps a caller without the secret from costing
+/// the others anything: the head's checks and the secret first (refusals have a budget of
+/// their own, past which each is held back and its connection closed), then the cache,
+/// and only a cache miss takes from the token requests' budget.
+async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (parts, _body) = req.into_parts();
+    let headers = &parts.headers;
+    let request_id = headers
+        .get("x-ms-client-request-id")
+        .map(HeaderValue::as_bytes);
+    let correlation = || answer::correlation_id(request_id, || uuid::Uuid::new_v4().to_string());
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| (parts.uri.scheme_str().unwrap_or(""), a.as_str()));
+    let route = request::route(
+        parts.method.as_str(),
+        target,
+        authority,
+        parts.uri.path(),
+        headers,
+        &state.token_path,
+        HEALTH_PATH,
+    );
+    let route = match route {
+        Ok(route) => route,
+        Err(refusal) => {
+            tracing::debug!(status = refusal.status, error = %refusal.error, "token server refused a request");
+            return refused_unauthenticated(state, &refusal, &correlation());
+        }
+    };
+    // The secret before anything about the identities is answered.
+    let presented = headers.get(IDENTITY_HEADER_NAME).map(HeaderValue::as_bytes);
+    let secret_ok = presented.is_some_and(|p| state.secret.load().matches(p));
+    if route == Route::Health {
+        // Never limited: the probe must see the server as it is, whatever else arrives.
+        let now = state.clock.now();
+        let report: Vec<_> = state
+            .identities
+            .all()
+            .iter()
+            .map(|i| i.health(now))
+            .collect();
+        let (status, body) = answer::health(&report, secret_ok);
+        return json(status, body);
+    }
+    if !secret_ok {
+        let message = match presented {
+            None => "the X-IDENTITY-HEADER header is missing",
+            Some(_) => "the X-IDENTITY-HEADER header does not match the secret",
+        };
+        let refusal = Refusal::new(401, "unauthorized", message.to_owned());
+        tracing::debug!(
+            status = 401,
+            error = message,
+            "token server refused a request"
+        );
+        return refused_unauthenticated(state, &refusal, &correlation());
+    }
+    // A client with the secret: its connection is closed for a new one only after every
+    // connection without it.
+    let mut response = answer_token(state, parts.uri.query().unwrap_or(""), &correlation).await;
+    response.extensions_mut().insert(Trusted);
+    response
+}
+
+/// The answer to a token request whose secret was accepted.
+async fn answer_token(
+    state: &State,
+    query: &str,
+    correlation: &impl Fn() -> String,
+) -> Response<Full<Bytes>> {
+    let query = match request::token_query(query) {
+        Ok(query) => query,
+        Err(refusal) => return refused(&refusal, &correlation()),
+    };
+    let identity = match state.identities.select(query.selector.as_ref()) {
+        Ok(identity) => identity,
+        Err(refusal) => return refused(&refusal, &correlation()),
+    };
+    if let Err(refusal) = identity.check_resource(&query.resource) {
+        return refused(&refusal, &correlation());
+    }
+    let scope = request::scope_for(&query.resource);
+    let scopes = [scope.as_str()];
+    let credential = identity.credential();
+    let cached = credential.cached_token(&scopes);
+    let token = match cached {
+        Some(token) => Ok(token),
+        None => {
+            if let Some(limiter) = &state.token_requests
+                && !limiter.admit(Instant::now())
+            {
+                let refusal = Refusal::new(
+                    429,
+                    "too_many_requests",
+                    "the token server's rate limit for token requests to the token endpoint \
+                     is reached"
+                        .to_owned(),
+                )
+                .retry_after(RATE_LIMITED_RETRY_AFTER.as_secs());
+                return refused(&refusal, &correlation());
+            }
+            credential.get_token(&scopes).await
+        }
+    };
+    match token {
+        Ok(token) => {
+            let body = answer::token_body(
+                token.token(),
+                token.expires_on().unix_timestamp(),
+                &query.resource,
+                identity.client_id(),
+            );
+            let mut response = json(200, body);
+            response
+                .headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(error) => {
+            let refusal = match error.kind() {
+                ErrorKind::Config(ConfigError::InvalidScopes { .. }) => Refusal::new(
+                    400,
+                    "invalid_resource",
+                    format!("the resource cannot be asked for: {error}"),
+                ),
+                _ => answer::token_failure(&error, identity.client_id(), &query.resource),
+            };
+            // The credential logs each failed request to the token endpoint once (a
+            // warning); a failure answered again from its memory is not a new one.
+            tracing::debug!(
+                client_id = %identity.client_id(),
+                status = refusal.status,
+                error = %error,
+                "token server could not get a token"
+            );
+            refused(&refusal, &correlation())
+        }
+    }
+}
+
+/// A refusal before the secret was accepted: answered at once within the refusals'
+/// budget; past it held back [`REFUSAL_HOLD_BACK`] and the connection closed after it,
+/// so that a flood without the secret waits instead of taking the server's time.
+fn refused_unauthenticated(
+    state: &State,
+    refusal: &Refusal,
+    correlation_id: &str,
+) -> Response<Full<Bytes>> {
+    let mut response = refused(refusal, correlation_id);
+    if !state.refusals.admit(Instant::now()) {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        response
+            .extensions_mut()
+            .insert(HoldBack(REFUSAL_HOLD_BACK));
+    }
+    response
+}
+
+fn refused(refusal: &Refusal, correlation_id: &str) -> Response<Full<Bytes>> {
+    let mut response = json(refusal.status, answer::error_body(refusal, correlation_id));
+    let headers = response.headers_mut();
+    if refusal.allow_get {
+        headers.insert(ALLOW, HeaderValue::from_static("GET"));
+    }
+    if let Some(secs) = refusal.retry_after {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+fn json(status: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    response
+}

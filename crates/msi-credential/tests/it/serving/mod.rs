@@ -1,0 +1,184 @@
+//! What the token server tests share: a served identity on the kit's Entra server, its
+//! file mounted as the CSI driver mounts it, and a raw HTTP/1.1 request sender (so a test
+//! sets every header itself, a foreign `Host` and duplicates included).
+#![allow(dead_code)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
+use msi_dataplane::{
+    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, RetryPolicy,
+    UserAssignedIdentityCredentialOptions,
+};
+use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
+
+/// The identity header secret the tests serve with.
+pub const SECRET: &str = "test-identity-header-secret-0123456789";
+
+/// A resource as the clients send it (`https://management.azure.com/.default` stripped).
+pub const ARM: &str = "https://management.azure.com/";
+
+/// One identity, mounted and trusted by `entra`.
+pub struct Mounted {
+    pub identity: TestIdentity,
+    pub certificate: TestCertificate,
+    pub mount: CsiMount,
+}
+
+impl Mounted {
+    pub fn new(entra: &EntraServer) -> Mounted {
+        let identity = TestIdentity::new();
+        let certificate = TestCertificate::self_signed();
+        entra.register(&identity, &certificate);
+        let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
+        let mount =
+            CsiMount::with_credentials_named(&format!("uamsi-{}", identity.client_id), &file);
+        Mounted {
+            identity,
+            certificate,
+            mount,
+        }
+    }
+
+    /// Renew: Entra trusts `next`, the CSI driver swaps in the file with it.
+    pub fn rotate(&mut self, entra: &EntraServer) -> TestCertificate {
+        let next = TestCertificate::builder()
+            .renewing(&self.certificate)
+            .self_signed();
+        entra.register(&self.identity, &next);
+        let file = self
+            .identity
+            .credentials(&next, &entra.base_url(), BundleFormat::Pkcs12);
+        self.mount.rotate_credentials(&file);
+        self.certificate = next.clone();
+        next
+    }
+
+    /// The served identity on the mounted file, trusting the kit's CA, with few retries.
+    pub async fn serve(
+        &self,
+        entra: &EntraServer,
+        client: ClientCertificateCredentialOptions,
+    ) -> ServedIdentity {
+        let client = client
+            .with_http_options(HttpOptions::default().with_http_client(entra.client()))
+            .with_retry_policy(
+                RetryPolicy::default()
+                    .with_max_attempts(2)
+                    .with_initial_delay(Duration::from_millis(50)),
+            );
+        let options = UserAssignedIdentityCredentialOptions::default()
+            .with_client_options(client)
+            .with_debounce(Duration::from_millis(50));
+        ServedIdentity::load(self.mount.visible_path(), options)
+            .await
+            .expect("the served identity loads")
+    }
+}
+
+/// A server on a free loopback port with [`SECRET`].
+pub async fn start(identities: Vec<ServedIdentity>, options: ServeOptions) -> TokenServer {
+    let secret = IdentityHeaderSecret::new(SECRET).unwrap();
+    TokenServer::start(identities, secret, options.with_port(0))
+        .await
+        .expect("the token server starts")
+}
+
+/// A raw answer.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: serde_json::Value,
+}
+
+impl Raw {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Send `head` (the request line and headers, without the final blank line) and a
+/// `Connection: close`, on a blocking thread; read the whole answer.
+pub async fn raw(addr: SocketAddr, head: String) -> Raw {
+    tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(stream, "{head}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).unwrap();
+        parse(&bytes)
+    })
+    .await
+    .unwrap()
+}
+
+fn parse(bytes: &[u8]) -> Raw {
+    let text = String::from_utf8_lossy(bytes);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    Raw {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A well-formed token request for `resource`, naming the identity by `selector`
+/// (`client_id=...`, or empty).
+pub fn token_request(server: &TokenServer, resource: &str, selector: &str, secret: &str) -> String {
+    let mut query = format!("api-version=2019-08-01&resource={resource}");
+    if !selector.is_empty() {
+        query.push('&');
+        query.push_str(selector);
+    }
+    format!(
+        "GET /msi/token?{query} HTTP/1.1\r\nHost: {}\r\nX-IDENTITY-HEADER: {secret}\r\nMetadata: true",
+        server.local_addr()
+    )
+}
+
+/// Have `entra` refuse every token request for `resource` (AADSTS70011, HTTP 400, which no
+/// one retries) while the returned guard lives.
+pub fn refuse(entra: &EntraServer, resource: &str) -> msi_dataplane_testing::ScriptGuard {
+    entra
+        .on(msi_dataplane_testing::Match::any().scope(&format!("{resource}/.default")))
+        .respond(msi_dataplane_testing::Scripted::aadsts(
+            400,
+            "invalid_scope",
+            70011,
+            "no such scope",
+        ))
+        .until_cleared()
+        .mount_scoped()
+}
+
+/// How many token requests for `resource` reached `entra`.
+pub fn posts(entra: &EntraServer, resource: &str) -> usize {
+    let scope = format!("{resource}/.default");
+    entra
+        .requests()
+        .iter()
+        .filter(|r| r.scope.as_deref() == Some(scope.as_str()))
+        .count()
+}
