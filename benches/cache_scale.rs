@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use msi_dataplane::{ClientCertificateCredential, HttpOptions};
+use msi_dataplane::{ClientCertificateCredential, Environment};
 
 use support::counting::{Counting, count_this_thread, live_bytes};
 use support::entra::EntraServer;
@@ -64,10 +64,8 @@ fn bench_scale(c: &mut Criterion) {
     count_this_thread();
     let client = https_client();
     let credential = |max: usize| {
-        let http = HttpOptions::default().with_http_client(client.clone());
-        let options = options()
-            .with_http_options(http)
-            .with_max_cached_scopes(max);
+        let http = Environment::default().with_http_client(client.clone());
+        let options = options().with_environment(http).with_max_cached_scopes(max);
         credential_with(&server, "pem-pkcs8", options)
     };
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCredentials};
-use msi_dataplane::{ClientCertificate, ClientCertificateCredential, HttpOptions};
+use msi_dataplane::{ClientCertificate, ClientCertificateCredential, Environment};
 
 use msi_dataplane_testing::DataPlaneServer;
 use support::by_hand::get_data_plane_by_hand;
@@ -51,7 +51,7 @@ fn bench_dataplane(c: &mut Criterion) {
         .build()
         .expect("client runtime");
     let http = https_client();
-    let http_options = HttpOptions::default().with_http_client(http.clone());
+    let http_options = Environment::default().with_http_client(http.clone());
     let creds = load("pem-pkcs8");
     let client_id = creds.client_id.clone().expect("client id");
     entra.register_certificate_file(&client_id, TENANT, leaf_pem_path("pem-pkcs8"));
@@ -60,10 +60,10 @@ fn bench_dataplane(c: &mut Criterion) {
         TENANT,
         &client_id,
         ClientCertificate::from_credentials(&creds).expect("certificate"),
-        options().with_http_options(http_options.clone()),
+        options().with_environment(http_options.clone()),
     )
     .expect("credential");
-    let client_options = || ClientOptions::default().with_http_options(http_options.clone());
+    let client_options = || ClientOptions::default().with_environment(http_options.clone());
     let factory =
         ClientFactory::new(credential.clone(), AUDIENCE, client_options()).expect("factory");
     let identity_url = dp.identity_url();

@@ -47,7 +47,7 @@ use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
     UserAssignedIdentityCredentials,
 };
 use serde::{Deserialize, Serialize};
@@ -195,7 +195,7 @@ impl Drop for CredentialFile {
 fn new_credential(path: &Path, client: reqwest::Client) -> ClientCertificateCredential {
     let creds = UserAssignedIdentityCredentials::from_path(path).expect("from_path");
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(client));
+        .with_environment(Environment::default().with_http_client(client));
     ClientCertificateCredential::new(&creds, options).expect("new")
 }
 

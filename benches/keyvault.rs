@@ -42,7 +42,7 @@ use azure_core::http::RequestContent;
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::keyvault::renewal::needing_renewal;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
-use msi_dataplane::{HttpOptions, UserAssignedIdentityCredentials, keyvault};
+use msi_dataplane::{Environment, UserAssignedIdentityCredentials, keyvault};
 use serde_json::{Value, json};
 
 use msi_dataplane_testing::KeyVaultServer;
@@ -116,7 +116,7 @@ fn bench_keyvault(c: &mut Criterion) {
         &vault.url(),
         Arc::new(app.clone()),
         StoreOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(http.clone()))
+            .with_environment(Environment::default().with_http_client(http.clone()))
             .verify_challenge_resource(false)
             .with_page_size(25),
     )

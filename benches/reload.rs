@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use msi_dataplane::{
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-    UserAssignedIdentityCredentials,
+    ReloadOptions, UserAssignedIdentityCredential, UserAssignedIdentityCredentials,
 };
 
 /// kubelet's AtomicWriter, reduced to what a rotation does.
@@ -105,7 +104,8 @@ fn bench_reload(c: &mut Criterion) {
     let cred = rt
         .block_on(UserAssignedIdentityCredential::new(
             dir.visible_path(),
-            UserAssignedIdentityCredentialOptions::default(),
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default(),
         ))
         .unwrap();
     let mut status = cred.subscribe();
@@ -149,7 +149,8 @@ fn bench_reload(c: &mut Criterion) {
     let plain = rt
         .block_on(UserAssignedIdentityCredential::new(
             &plain_path,
-            UserAssignedIdentityCredentialOptions::default(),
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default(),
         ))
         .unwrap();
     let mut plain_status = plain.subscribe();

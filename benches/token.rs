@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use msi_dataplane::{
-    AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    AccessToken, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 };
 use tokio::runtime::Handle;
 
@@ -347,7 +347,7 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
     let cred = support::harness::credential_with(
         &server,
         "pem-pkcs8",
-        options().with_http_options(HttpOptions::default().with_http_client(client.clone())),
+        options().with_environment(Environment::default().with_http_client(client.clone())),
     );
 
     // The raw baseline: the crate's exact request, with a pre-signed assertion.
@@ -442,7 +442,7 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
         &server,
         "pem-pkcs8",
         options()
-            .with_http_options(HttpOptions::default().with_http_client(client.clone()))
+            .with_environment(Environment::default().with_http_client(client.clone()))
             .with_ready_assertion(false),
     );
     g.bench_function("get_token_miss_no_spare", |b| {
@@ -462,8 +462,8 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
     let crate_client = support::harness::credential_with(
         &server,
         "pem-pkcs8",
-        ClientCertificateCredentialOptions::default().with_http_options(
-            HttpOptions::default()
+        ClientCertificateCredentialOptions::default().with_environment(
+            Environment::default()
                 .with_extra_root_certificates_pem(&EntraServer::ca_pem())
                 .expect("test CA"),
         ),

@@ -24,7 +24,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use msi_dataplane::{
     AssertionAlgorithm, ClientCertificateCredential, ClientCertificateCredentialOptions,
-    HttpOptions, UserAssignedIdentityCredentials, rfc3339,
+    Environment, UserAssignedIdentityCredentials, rfc3339,
 };
 use msi_dataplane_testing::EntraServer;
 
@@ -114,7 +114,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             (
                 ClientCertificateCredential::new(
                     &creds,
-                    options.with_http_options(HttpOptions::default().with_http_client(http)),
+                    options.with_environment(Environment::default().with_http_client(http)),
                 )?,
                 Some(server),
             )

@@ -24,8 +24,8 @@ use azure_core::http::policies::Policy;
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::{ClientOptions, Context, Method, Pipeline, Request, Transport, Url};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions,
+    UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{EntraServer, ResourceServer, TempDir, TestCertificate, TestIdentity};
 
@@ -75,12 +75,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // The reloading credential, shared by every client of the component. Its HTTP client
     // (and the pipeline's transport below) trusts the kit's test CA.
-    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(
+    let (options, reload) = (
         ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(entra.client())),
+            .with_environment(Environment::default().with_http_client(entra.client())),
+        ReloadOptions::default(),
     );
     let credential: Arc<dyn TokenCredential> =
-        Arc::new(UserAssignedIdentityCredential::new(&path, options).await?);
+        Arc::new(UserAssignedIdentityCredential::new(&path, options, reload).await?);
 
     // An SDK client's pipeline, and three calls: one token request, then the policy's cache.
     let transport = Transport::new(Arc::new(entra.client()));

@@ -19,8 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, CloudConfig, HttpOptions,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, CloudConfig, Environment, ReloadOptions,
 };
 use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
@@ -62,8 +61,9 @@ async fn consume(
         cloud.resource_manager_endpoint()
     );
     println!("identity file:  {}", config.identity_path()?.display());
-    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = config.identity_credential(options).await?;
+    let credential = config
+        .identity_credential(client, ReloadOptions::default())
+        .await?;
     let scope = cloud.resource_manager_scope();
     let token = credential.get_token(&[scope.as_str()]).await?;
     println!("token for:      {scope}");
@@ -100,7 +100,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     };
     // The HTTP client trusts the kit's test CA (a real component keeps the default).
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     let good = dir.join("azure.json");
     std::fs::write(&good, config(false))?;
     consume(&good, options.clone()).await?;

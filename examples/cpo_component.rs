@@ -21,8 +21,7 @@ use std::process::{Command, ExitCode};
 
 use msi_dataplane::hypershift::{self, CREDENTIALS_FILE_PATH_ENV, MANAGED_SERVICE_ENV};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, Cloud, HttpOptions,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Cloud, Environment, ReloadOptions,
 };
 use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
@@ -55,13 +54,12 @@ async fn component() -> Result<(), Box<dyn std::error::Error>> {
         "[component] credential file: {}",
         hypershift::credentials_path()?.display()
     );
-    let mut http = HttpOptions::default();
+    let mut http = Environment::default();
     if let Some(ca) = std::env::var_os(CA_FILE_ENV) {
         http = http.with_extra_root_certificates_pem(&std::fs::read(ca)?)?;
     }
-    let client = ClientCertificateCredentialOptions::default().with_http_options(http);
-    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = hypershift::credential_from_env(options).await?;
+    let client = ClientCertificateCredentialOptions::default().with_environment(http);
+    let credential = hypershift::credential_from_env(client, ReloadOptions::default()).await?;
     let status = credential.status();
     println!(
         "[component] active certificate {} (valid until {})",

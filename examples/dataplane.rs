@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
-    HttpOptions, UserAssignedIdentityCredentials, keyvault,
+    Environment, UserAssignedIdentityCredentials, keyvault,
 };
 use msi_dataplane_testing::{DataPlaneServer, EntraServer};
 
@@ -60,7 +60,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dp = DataPlaneServer::start(&entra, IDENTITY_TENANT, DataPlaneServer::AUDIENCE).await;
     // The identity: a key and certificate made now, registered with the Entra server.
     dp.create_user_assigned(IDENTITY);
-    let http = HttpOptions::default().with_http_client(test_ca_client()?);
+    let http = Environment::default().with_http_client(test_ca_client()?);
 
     // 1. The service's application credential, from parts.
     let service = UserAssignedIdentityCredentials::from_path(format!(
@@ -80,7 +80,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         &service_client_id,
         ClientCertificate::from_credentials(&service)?,
         ClientCertificateCredentialOptions::default()
-            .with_http_options(http.clone())
+            .with_environment(http.clone())
             .with_additionally_allowed_tenants(["*"]),
     )?;
     println!("service app        {service_client_id} (home tenant {SERVICE_TENANT})");
@@ -93,7 +93,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let factory = ClientFactory::new(
         app,
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_options(http.clone()),
+        ClientOptions::default().with_environment(http.clone()),
     )?;
     let identity_url = dp.identity_url();
     let client = factory.client(&identity_url)?;
@@ -157,7 +157,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // 5. A token with the identity's own certificate (the data plane registered it).
     let credential = ClientCertificateCredential::new(
         identity,
-        ClientCertificateCredentialOptions::default().with_http_options(http),
+        ClientCertificateCredentialOptions::default().with_environment(http),
     )?;
     let token = credential.get_token(&[ARM_SCOPE]).await?;
     let issued = entra

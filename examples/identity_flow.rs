@@ -35,8 +35,8 @@ use msi_dataplane::keyvault::renewal::{RenewalOutcome, needing_renewal};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::telemetry;
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions, rfc3339,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
+    ReloadOptions, UserAssignedIdentityCredential, rfc3339,
 };
 use msi_dataplane_testing::{
     CsiMount, DataPlaneServer, EntraServer, KeyVaultServer, TestCertificate, TestIdentity,
@@ -115,7 +115,7 @@ async fn flow() -> Result<String, BoxError> {
         .sha256_hex();
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     // Every client trusts the kit's test CA.
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
 
     // The managing service's own application credential, for the data plane and the vault.
     let app = TestIdentity {
@@ -126,19 +126,19 @@ async fn flow() -> Result<String, BoxError> {
     entra.register(&app, &app_certificate);
     let app_credential = ClientCertificateCredential::new(
         &app.credentials(&app_certificate, &entra.base_url(), BundleFormat::Pem),
-        ClientCertificateCredentialOptions::default().with_http_options(http.clone()),
+        ClientCertificateCredentialOptions::default().with_environment(http.clone()),
     )?;
     let factory = ClientFactory::new(
         app_credential.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_options(http.clone()),
+        ClientOptions::default().with_environment(http.clone()),
     )?;
     let dataplane = factory.client(&dp.identity_url())?;
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(app_credential),
         StoreOptions::default()
-            .with_http_options(http.clone())
+            .with_environment(http.clone())
             .verify_challenge_resource(false),
     )?;
 
@@ -177,9 +177,8 @@ async fn flow() -> Result<String, BoxError> {
     // 5. The component's reloading credential gets a token, signed by that certificate.
     let credential = UserAssignedIdentityCredential::new(
         mount.visible_path(),
-        UserAssignedIdentityCredentialOptions::default().with_client_options(
-            ClientCertificateCredentialOptions::default().with_http_options(http.clone()),
-        ),
+        ClientCertificateCredentialOptions::default().with_environment(http.clone()),
+        ReloadOptions::default(),
     )
     .await?;
     let token = credential.get_token(&[ARM_SCOPE]).await?;

@@ -49,12 +49,11 @@ pub use error::{
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
-pub use http::options::HttpOptions;
+pub use http::environment::Environment;
 pub use http::retry::RetryPolicy;
+pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;
-pub use reload::user_assigned::{
-    ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-};
+pub use reload::user_assigned::{ReloadStatus, UserAssignedIdentityCredential};
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;

@@ -17,7 +17,7 @@ mod support;
 use std::time::Duration;
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
     UserAssignedIdentityCredentials,
 };
 use support::counting::{Counting, count_this_thread, live_blocks, live_bytes};
@@ -65,7 +65,7 @@ fn measure(
             let cred = {
                 let creds = UserAssignedIdentityCredentials::from_path(path).unwrap();
                 let options = ClientCertificateCredentialOptions::default()
-                    .with_http_options(HttpOptions::default().with_http_client(client.clone()));
+                    .with_environment(Environment::default().with_http_client(client.clone()));
                 ClientCertificateCredential::new(&creds, options).unwrap()
             };
             let built = live_bytes() - before;
@@ -132,7 +132,7 @@ fn a_credential_with_ten_cached_scopes_is_small_and_dropping_it_frees_everything
             s.spawn(|| {
                 let creds = UserAssignedIdentityCredentials::from_path(&path).unwrap();
                 let options = ClientCertificateCredentialOptions::default()
-                    .with_http_options(HttpOptions::default().with_http_client(client.clone()));
+                    .with_environment(Environment::default().with_http_client(client.clone()));
                 drop(ClientCertificateCredential::new(&creds, options).unwrap());
                 holding.wait();
             });
@@ -251,7 +251,7 @@ fn the_signing_key_on_the_c_heap() {
     let client = https_client();
     let build = || {
         let options = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(client.clone()));
+            .with_environment(Environment::default().with_http_client(client.clone()));
         let cred = ClientCertificateCredential::new(&creds, options).unwrap();
         drop(cred.client_assertion().unwrap());
         cred

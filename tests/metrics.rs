@@ -372,7 +372,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     let dp = DataPlaneServer::start(&fx.entra, &tenant, DataPlaneServer::AUDIENCE).await;
     dp.create_user_assigned(UA);
     let vault = KeyVaultServer::start(&fx.entra, &tenant).await;
-    let options = ClientOptions::default().with_http_options(fx.http_options());
+    let options = ClientOptions::default().with_environment(fx.environment());
     let factory =
         ClientFactory::new(fx.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     let dataplane = factory.client(&dp.identity_url()).unwrap();
@@ -380,7 +380,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         &vault.url(),
         Arc::new(fx.credential.clone()),
         msi_dataplane::keyvault::store::StoreOptions::default()
-            .with_http_options(fx.http_options())
+            .with_environment(fx.environment())
             .verify_challenge_resource(false),
     )
     .unwrap();

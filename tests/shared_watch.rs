@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use msi_dataplane::live_directory_watchers;
 use msi_dataplane::{
-    ReloadOutcome, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+    ClientCertificateCredentialOptions, ReloadOptions, ReloadOutcome,
+    UserAssignedIdentityCredential,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::fixtures::load_with_endpoint;
@@ -62,10 +63,12 @@ async fn ten_credentials_in_one_directory_share_one_watch() {
     let mut creds = Vec::new();
     for path in &paths {
         std::fs::write(path, fixture_json("rotation-1")).expect("write");
-        let options = UserAssignedIdentityCredentialOptions::default()
-            .with_debounce(Duration::from_millis(50));
+        let (options, reload) = (
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default().with_debounce(Duration::from_millis(50)),
+        );
         creds.push(
-            UserAssignedIdentityCredential::new(path, options)
+            UserAssignedIdentityCredential::new(path, options, reload)
                 .await
                 .expect("new"),
         );
@@ -84,7 +87,8 @@ async fn ten_credentials_in_one_directory_share_one_watch() {
     std::fs::write(&other_path, fixture_json("rotation-1")).expect("write");
     let lone = UserAssignedIdentityCredential::new(
         &other_path,
-        UserAssignedIdentityCredentialOptions::default(),
+        ClientCertificateCredentialOptions::default(),
+        ReloadOptions::default(),
     )
     .await
     .expect("new");

@@ -103,7 +103,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     // A data plane and a Key Vault operation.
     let dp = DataPlaneServer::start(&fx.entra, &tenant, DataPlaneServer::AUDIENCE).await;
     dp.create_user_assigned(UA);
-    let options = ClientOptions::default().with_http_options(fx.http_options());
+    let options = ClientOptions::default().with_environment(fx.environment());
     let factory =
         ClientFactory::new(fx.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     factory
@@ -117,7 +117,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
         &vault.url(),
         Arc::new(fx.credential.clone()),
         msi_dataplane::keyvault::store::StoreOptions::default()
-            .with_http_options(fx.http_options())
+            .with_environment(fx.environment())
             .verify_challenge_resource(false),
     )
     .unwrap();

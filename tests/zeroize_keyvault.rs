@@ -19,7 +19,7 @@ use msi_dataplane_testing::KeyVaultServer;
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load;
-use support::harness::{credential, https_options};
+use support::harness::{credential, https_env};
 use support::scanning::{Scanning, arm, disarm, set_needles};
 
 #[global_allocator]
@@ -36,7 +36,7 @@ async fn a_credential_got_from_key_vault_leaves_no_unescaped_copy_in_freed_memor
         &vault.url(),
         Arc::new(credential(&entra, "pem-pkcs8")),
         StoreOptions::default()
-            .with_http_options(https_options())
+            .with_environment(https_env())
             .verify_challenge_resource(false),
     )
     .unwrap();

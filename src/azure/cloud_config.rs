@@ -51,9 +51,9 @@ use crate::cloud::Cloud;
 use crate::error::{ConfigError, ErrorKind, Result};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
-use crate::reload::user_assigned::{
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-};
+use crate::reload::options::ReloadOptions;
+use crate::reload::user_assigned::UserAssignedIdentityCredential;
+use crate::token::credential::ClientCertificateCredentialOptions;
 
 /// How errors name a cloud config file.
 const CLOUD_CONFIG_FILE: &str = "cloud config file";
@@ -215,15 +215,16 @@ impl CloudConfig {
 
     /// The reloading credential ([`UserAssignedIdentityCredential`]) for the file this
     /// config selects ([`identity_path`](Self::identity_path)), built with
-    /// [`UserAssignedIdentityCredential::new`].
+    /// [`UserAssignedIdentityCredential::new`] from `options` and `reload`.
     ///
     /// ```no_run
     /// use msi_dataplane::CloudConfig;
     ///
     /// # async fn run() -> Result<(), msi_dataplane::Error> {
     /// let config = CloudConfig::from_path("/etc/kubernetes/azure.json")?;
-    /// let credential =
-    ///     config.identity_credential(Default::default()).await?;
+    /// let credential = config
+    ///     .identity_credential(Default::default(), Default::default())
+    ///     .await?;
     /// let scope = config.cloud()?.resource_manager_scope();
     /// let token = credential.get_token(&[scope.as_str()]).await?;
     /// # let _ = token; Ok(()) }
@@ -235,10 +236,11 @@ impl CloudConfig {
     /// [`UserAssignedIdentityCredential::new`] (naming the credential file).
     pub async fn identity_credential(
         &self,
-        options: UserAssignedIdentityCredentialOptions,
+        options: ClientCertificateCredentialOptions,
+        reload: ReloadOptions,
     ) -> Result<UserAssignedIdentityCredential> {
         let path = self.identity_path()?;
-        UserAssignedIdentityCredential::new(path, options).await
+        UserAssignedIdentityCredential::new(path, options, reload).await
     }
 }
 

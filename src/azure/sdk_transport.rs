@@ -24,7 +24,7 @@ use crate::http::body::MAX_RESPONSE_BYTES;
 pub(crate) struct ReqwestTransport {
     client: reqwest::Client,
     timeout: Duration,
-    /// The crate's `User-Agent` ([`HttpOptions::user_agent`](crate::HttpOptions::user_agent)).
+    /// The crate's `User-Agent` ([`Environment::user_agent`](crate::Environment::user_agent)).
     user_agent: ReqwestHeaderValue,
 }
 

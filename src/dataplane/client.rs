@@ -17,13 +17,13 @@ use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
     cause_chain, redact_quoted,
 };
 use crate::http::azure_error_body::parse_error_body;
-use crate::http::options::HttpOptions;
+use crate::http::environment::Environment;
 use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange};
 use crate::telemetry::{self, Service};
@@ -32,73 +32,36 @@ use crate::token::access_token::AccessToken;
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
 
-/// Options for [`ClientFactory`]. The HTTP settings (client, extra roots, loopback,
-/// request timeout) are one [`HttpOptions`], set with
-/// [`with_http_options`](Self::with_http_options).
+/// Options for [`ClientFactory`]: the [`Environment`] its clients run in (HTTP, clock,
+/// retries), set with [`with_environment`](Self::with_environment).
 ///
 /// ```
 /// use std::time::Duration;
-/// use msi_dataplane::HttpOptions;
+/// use msi_dataplane::Environment;
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
 /// let options = ClientOptions::default()
-///     .with_http_options(HttpOptions::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.http.request_timeout, Duration::from_secs(10));
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
+/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct ClientOptions {
-    /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// identity URLs on a loopback host (tests only), the request timeout (default 30 s),
-    /// the application id of the `User-Agent` every request carries. Set with
-    /// [`with_http_options`](Self::with_http_options); the same value can serve the
-    /// credential and the Key Vault store. See [`HttpOptions`].
-    pub http: HttpOptions,
-    /// How failed requests (transport failures, 408, 429, 5xx) are retried; a
-    /// `Retry-After` from the service sets the wait.
-    pub retry_policy: RetryPolicy,
-    /// The clock for token expiry and retry waits.
-    pub clock: Arc<dyn Clock>,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            http: HttpOptions::default(),
-            retry_policy: RetryPolicy::default(),
-            clock: Arc::new(SystemClock),
-        }
-    }
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` identity URLs on a loopback host (tests only), the request timeout
+    /// (default 30 s), the application id of the `User-Agent` every request carries, the
+    /// clock (token expiry, retry waits) and the retry policy (transport failures, 408,
+    /// 429, 5xx; a `Retry-After` from the service sets the wait). The same value serves
+    /// the credential, the Key Vault store and the token server. See [`Environment`].
+    pub environment: Environment,
 }
 
 impl ClientOptions {
-    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the credential and the Key Vault store; its setters make the value.
-    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
-        self.http = http;
+    /// Run in this environment (HTTP, clock, retries), replacing any set before: e.g. one
+    /// [`Environment`] shared with the credential and the Key Vault store.
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
         self
-    }
-
-    /// Set the retry policy.
-    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.retry_policy = policy;
-        self
-    }
-
-    /// Use this clock.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-}
-
-impl fmt::Debug for ClientOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientOptions")
-            .field("http", &self.http)
-            .field("retry_policy", &self.retry_policy)
-            .field("clock", &self.clock)
-            .finish()
     }
 }
 
@@ -222,11 +185,11 @@ impl ClientFactory {
         }
         // Hosts vary per identity URL: the crate-built client comes in two, the second
         // without environment proxies for loopback hosts.
-        let http = options.http.client(false)?;
-        let http_direct = if options.http.has_own_client() {
+        let http = options.environment.client(false)?;
+        let http_direct = if options.environment.has_own_client() {
             None
         } else {
-            Some(options.http.client(true)?)
+            Some(options.environment.client(true)?)
         };
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
@@ -235,11 +198,11 @@ impl ClientFactory {
                 scope: scope_for_audience(audience),
                 http,
                 http_direct,
-                user_agent: options.http.user_agent_header(),
-                timeout: options.http.request_timeout,
-                retry: options.retry_policy,
-                clock: options.clock,
-                allow_http_loopback: options.http.allow_http_loopback,
+                user_agent: options.environment.user_agent_header(),
+                timeout: options.environment.request_timeout,
+                retry: options.environment.retry_policy.clone(),
+                clock: options.environment.clock.clone(),
+                allow_http_loopback: options.environment.allow_http_loopback,
                 hosts: Mutex::new(HashMap::new()),
             }),
         })
@@ -262,7 +225,7 @@ impl ClientFactory {
     /// # Errors
     ///
     /// [`ConfigError::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
-    /// loopback host with [`HttpOptions::allow_http_loopback`] in [`ClientOptions::http`]), no host, or user
+    /// loopback host with [`Environment::allow_http_loopback`] in [`ClientOptions::environment`]), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
     pub fn client(&self, identity_url: &str) -> Result<Client> {

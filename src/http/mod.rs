@@ -1,5 +1,5 @@
 //! HTTP plumbing shared by the token, data plane and Key Vault layers: which client
-//! ([`options`]), where exchanges run ([`exchange`]), bounded answers and `Retry-After`
+//! ([`environment`]), where exchanges run ([`exchange`]), bounded answers and `Retry-After`
 //! ([`body`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
 //! a service hands back ([`service_link`]), the bundled roots ([`roots`]) and the
 //! `User-Agent` every request carries ([`user_agent`]). Uses only
@@ -7,8 +7,8 @@
 
 pub(crate) mod azure_error_body;
 pub(crate) mod body;
+pub(crate) mod environment;
 pub(crate) mod exchange;
-pub(crate) mod options;
 pub(crate) mod retry;
 pub(crate) mod roots;
 pub(crate) mod service_link;

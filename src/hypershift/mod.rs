@@ -21,14 +21,13 @@
 //! need to change the process environment.
 //!
 //! ```no_run
-//! use msi_dataplane::hypershift;
-//! use msi_dataplane::UserAssignedIdentityCredentialOptions;
+//! use msi_dataplane::{ReloadOptions, hypershift};
 //!
 //! # async fn run() -> Result<(), msi_dataplane::Error> {
 //! if hypershift::is_aro_hcp() {
 //!     // MANAGED_AZURE_HCP_CREDENTIALS_FILE_PATH=/mnt/certs/<secret> (or just <secret>)
 //!     let credential =
-//!         hypershift::credential_from_env(UserAssignedIdentityCredentialOptions::default())
+//!         hypershift::credential_from_env(Default::default(), ReloadOptions::default())
 //!             .await?;
 //!     let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
 //!     # let _ = token;
@@ -51,9 +50,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::error::{ConfigError, ErrorKind, Result};
-use crate::reload::user_assigned::{
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-};
+use crate::reload::options::ReloadOptions;
+use crate::reload::user_assigned::UserAssignedIdentityCredential;
+use crate::token::credential::ClientCertificateCredentialOptions;
 
 /// Environment variable naming a component's credential file (HyperShift:
 /// `config.ManagedAzureCredentialsFilePath`). HyperShift sets it to
@@ -344,18 +343,20 @@ pub fn key_vault_user_client_id() -> Result<String> {
 /// runtime.
 ///
 /// ```no_run
-/// use msi_dataplane::UserAssignedIdentityCredentialOptions;
-/// use msi_dataplane::hypershift;
+/// use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, hypershift};
 ///
 /// # async fn run() -> Result<(), msi_dataplane::Error> {
-/// let credential =
-///     hypershift::credential_from_env(UserAssignedIdentityCredentialOptions::default())
-///         .await?;
+/// let credential = hypershift::credential_from_env(
+///     ClientCertificateCredentialOptions::default(),
+///     ReloadOptions::default(),
+/// )
+/// .await?;
 /// println!("serving {}", credential.path().display());
 /// # Ok(()) }
 /// ```
 pub async fn credential_from_env(
-    options: UserAssignedIdentityCredentialOptions,
+    options: ClientCertificateCredentialOptions,
+    reload: ReloadOptions,
 ) -> Result<UserAssignedIdentityCredential> {
     let path = credentials_path()?;
     tracing::debug!(
@@ -363,7 +364,7 @@ pub async fn credential_from_env(
         path = %path.display(),
         "credential file named by the environment"
     );
-    UserAssignedIdentityCredential::new(path, options).await
+    UserAssignedIdentityCredential::new(path, options, reload).await
 }
 
 /// The value of `name`, which must be set and UTF-8.

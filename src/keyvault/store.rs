@@ -60,7 +60,7 @@ use crate::error::{
     TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
-use crate::http::options::HttpOptions;
+use crate::http::environment::Environment;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
@@ -83,8 +83,8 @@ pub const MAX_PAGE_SIZE: i32 = 25;
 /// The default of [`StoreOptions::max_list_pages`].
 pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 
-/// Options for [`CredentialStore::new`]. The HTTP settings (client, extra roots, request
-/// timeout) are one [`HttpOptions`], set with [`with_http_options`](Self::with_http_options).
+/// Options for [`CredentialStore::new`]: the vault's own settings, and the
+/// [`Environment`] (HTTP, retries) set with [`with_environment`](Self::with_environment).
 ///
 /// ```
 /// use msi_dataplane::keyvault::store::StoreOptions;
@@ -94,21 +94,17 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct StoreOptions {
-    /// The HTTP settings: the client (or extra roots for the crate-built one; setting
+    /// The environment: the HTTP client (or extra roots for the crate-built one; setting
     /// both is refused with [`ConfigError::ConflictingOptions`]), the request timeout
-    /// (default 30 s), the application id of the `User-Agent`. Set with
-    /// [`with_http_options`](Self::with_http_options); the same value can serve the
-    /// credential and the data plane client. See [`HttpOptions`]. Its
-    /// `allow_http_loopback` does not apply: the SDK authenticates only over `https`, so
-    /// the vault URL is always `https`. Every request to the vault carries the crate's
-    /// `User-Agent` ([`HttpOptions::user_agent`], with the application id first) followed
-    /// by the Azure SDK's own; the SDK's `application_id` option is not used, so the id
-    /// appears once.
-    pub http: HttpOptions,
-    /// How requests are retried: the crate's one [`RetryPolicy`], applied through the
-    /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Default
-    /// [`RetryPolicy::default`].
-    pub retry_policy: RetryPolicy,
+    /// (default 30 s), the application id of the `User-Agent`, and the retry policy,
+    /// applied through the SDK's exponential back-off (429 and 503 honour `Retry-After`).
+    /// The same value serves the credential, the data plane client and the token server.
+    /// See [`Environment`]. Its `allow_http_loopback` and clock do not apply: the SDK
+    /// authenticates only over `https` and keeps its own time. Every request to the vault
+    /// carries the crate's `User-Agent` ([`Environment::user_agent`], with the application
+    /// id first) followed by the Azure SDK's own; the SDK's `application_id` option is not
+    /// used, so the id appears once.
+    pub environment: Environment,
     /// Check that the challenge's resource matches the vault's host (the SDK's
     /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
     /// loopback address.
@@ -144,8 +140,7 @@ pub const DEFAULT_LIST_DEADLINE: Duration = Duration::from_secs(5 * 60);
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            http: HttpOptions::default(),
-            retry_policy: RetryPolicy::default(),
+            environment: Environment::default(),
             verify_challenge_resource: true,
             page_size: MAX_PAGE_SIZE,
             api_version: None,
@@ -158,16 +153,11 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
-    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the credential and the data plane client; its setters make the value.
-    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
-        self.http = http;
-        self
-    }
-
-    /// Retry as `policy` says ([`RetryPolicy::none`] for one request per operation).
-    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.retry_policy = policy;
+    /// Run in this environment (HTTP, retries), replacing any set before: e.g. one
+    /// [`Environment`] shared with the credential and the data plane client
+    /// ([`RetryPolicy::none`] in it for one request per operation).
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
         self
     }
 
@@ -217,7 +207,7 @@ impl StoreOptions {
 impl fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreOptions")
-            .field("http", &self.http)
+            .field("environment", &self.environment)
             .field("verify_challenge_resource", &self.verify_challenge_resource)
             .field("page_size", &self.page_size)
             .field("api_version", &self.api_version)
@@ -307,19 +297,19 @@ impl CredentialStore {
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::http::body::is_loopback(&parsed);
-        let http = options.http.client(direct)?;
+        let http = options.environment.client(direct)?;
         // The transport sets the `User-Agent`: the crate's (with the caller's application
         // id) and then the SDK's. The SDK's own `application_id` stays unset, so the id
         // appears once, first.
         let transport = ReqwestTransport::new(
             http,
-            options.http.request_timeout,
-            options.http.user_agent_header(),
+            options.environment.request_timeout,
+            options.environment.user_agent_header(),
         );
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),
-                retry: sdk_retry(&options.retry_policy),
+                retry: sdk_retry(&options.environment.retry_policy),
                 ..Default::default()
             },
             verify_challenge_resource: Some(options.verify_challenge_resource),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use time::OffsetDateTime;
@@ -13,100 +13,14 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::clock::{Rfc3339, saturating_add, to_time};
+use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
 use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::reload::options::ReloadOptions;
 use crate::reload::rule::{self, Candidate, Loaded, ReloadOutcome};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
-
-/// Options for [`UserAssignedIdentityCredential`], mirroring the Go reference's
-/// (`WithBackstopRefresh`, client options; logging goes through `tracing`).
-///
-/// ```
-/// use std::time::Duration;
-/// use msi_dataplane::UserAssignedIdentityCredentialOptions;
-///
-/// let options = UserAssignedIdentityCredentialOptions::default()
-///     .with_backstop_interval(Duration::from_secs(3600));
-/// assert_eq!(options.debounce, Duration::from_millis(200));
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct UserAssignedIdentityCredentialOptions {
-    /// Options for each credential built from the file (HTTP client, algorithm, clock,
-    /// retries, ...). The clock also drives the backstop timer.
-    pub client: ClientCertificateCredentialOptions,
-    /// Re-read the file this often even when no file event arrives. Default 6 h.
-    pub backstop_interval: Duration,
-    /// After a file event, wait this long for more before re-reading. Default 200 ms.
-    pub debounce: Duration,
-    /// Watch the file's directory. Default `true`; `false` leaves only the backstop (for
-    /// file systems without change notification).
-    pub watch: bool,
-    /// Stop watching when this token is cancelled (the credential keeps serving).
-    pub cancellation: Option<CancellationToken>,
-    /// Run the background task on a thread of its own (with its own single-threaded
-    /// Tokio runtime) instead of on the runtime that calls `new`. Default `false`. See
-    /// [`with_dedicated_thread`](Self::with_dedicated_thread).
-    pub dedicated_thread: bool,
-}
-
-impl Default for UserAssignedIdentityCredentialOptions {
-    fn default() -> Self {
-        UserAssignedIdentityCredentialOptions {
-            client: ClientCertificateCredentialOptions::default(),
-            backstop_interval: Duration::from_secs(6 * 60 * 60),
-            debounce: Duration::from_millis(200),
-            watch: true,
-            cancellation: None,
-            dedicated_thread: false,
-        }
-    }
-}
-
-impl UserAssignedIdentityCredentialOptions {
-    /// Set the options of the credentials built from the file.
-    pub fn with_client_options(mut self, client: ClientCertificateCredentialOptions) -> Self {
-        self.client = client;
-        self
-    }
-
-    /// Set the backstop interval (Go: `WithBackstopRefresh`).
-    pub fn with_backstop_interval(mut self, interval: Duration) -> Self {
-        self.backstop_interval = interval;
-        self
-    }
-
-    /// Set the debounce after file events.
-    pub fn with_debounce(mut self, debounce: Duration) -> Self {
-        self.debounce = debounce;
-        self
-    }
-
-    /// Watch the directory for changes (default) or not.
-    pub fn with_watch(mut self, watch: bool) -> Self {
-        self.watch = watch;
-        self
-    }
-
-    /// Stop watching when `token` is cancelled (Go: cancelling the `ctx`).
-    pub fn with_cancellation_token(mut self, token: CancellationToken) -> Self {
-        self.cancellation = Some(token);
-        self
-    }
-
-    /// Run the background task (file events, backstop) on a thread of its own, with its
-    /// own single-threaded Tokio runtime, so that it keeps following the file after the
-    /// runtime that called [`UserAssignedIdentityCredential::new`] ends: for a credential
-    /// built inside a short-lived `block_on`, or kept in a `static`. The thread ends
-    /// with the task (last handle dropped, `cancel`, or the cancellation token).
-    pub fn with_dedicated_thread(mut self, dedicated: bool) -> Self {
-        self.dedicated_thread = dedicated;
-        self
-    }
-}
 
 /// What a reloading credential is serving, and how its last re-read went: for health
 /// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
@@ -207,12 +121,15 @@ impl Drop for Reloader {
 ///   token stops the background task (the credential keeps serving its active identity).
 ///
 /// ```no_run
-/// use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+/// use msi_dataplane::{
+///     ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
+/// };
 ///
 /// # async fn run() -> Result<(), msi_dataplane::Error> {
 /// let credential = UserAssignedIdentityCredential::new(
 ///     "/mnt/certs/my-identity",
-///     UserAssignedIdentityCredentialOptions::default(),
+///     ClientCertificateCredentialOptions::default(),
+///     ReloadOptions::default(),
 /// )
 /// .await?;
 /// let token = credential.get_token(&["https://management.azure.com/.default"]).await?;
@@ -226,8 +143,10 @@ pub struct UserAssignedIdentityCredential {
 }
 
 impl UserAssignedIdentityCredential {
-    /// Load `path` (off the async threads), then start watching it. Fails, naming the
-    /// file, if the first load fails. Needs a Tokio runtime.
+    /// Load `path` (off the async threads) into a credential with `options` (its token
+    /// settings and [`Environment`](crate::Environment)), then follow the file as
+    /// `reload` says. Fails, naming the file, if the first load fails. Needs a Tokio
+    /// runtime.
     ///
     /// The background task that follows the file runs on the runtime that calls `new`
     /// and ends with it: if that runtime shuts down while the credential lives on,
@@ -235,21 +154,22 @@ impl UserAssignedIdentityCredential {
     /// [`ReloadError::Stopped`] error, the active credential keeps serving, and
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
-    /// [`with_dedicated_thread`](UserAssignedIdentityCredentialOptions::with_dedicated_thread).
+    /// [`with_dedicated_thread`](ReloadOptions::with_dedicated_thread).
     /// (The Go reference's `NewUserAssignedIdentityCredential`.)
     #[doc(alias = "new_user_assigned_identity_credential")]
     #[doc(alias = "NewUserAssignedIdentityCredential")]
     pub async fn new(
         path: impl Into<PathBuf>,
-        options: UserAssignedIdentityCredentialOptions,
+        options: ClientCertificateCredentialOptions,
+        reload: ReloadOptions,
     ) -> Result<Self> {
         let path = path.into();
         let (changed_tx, changed) = unbounded_channel();
-        let target_tx = options.watch.then(|| changed_tx.clone());
-        let subscribe = options.watch.then(|| (watched_dir(&path), changed_tx));
+        let target_tx = reload.watch.then(|| changed_tx.clone());
+        let subscribe = reload.watch.then(|| (watched_dir(&path), changed_tx));
+        let clock = options.environment.clock.clone();
         let (watcher, target, loaded) =
-            load_blocking(path.clone(), options.client.clone(), subscribe).await?;
-        let clock = options.client.clock.clone();
+            load_blocking(path.clone(), options.clone(), subscribe).await?;
         let now = clock.now();
         let status = ReloadStatus {
             path: path.clone(),
@@ -265,13 +185,13 @@ impl UserAssignedIdentityCredential {
             watching: watcher.as_ref().is_some_and(Subscription::is_armed),
             last_prefetch_error: None,
         };
-        let cancel = match &options.cancellation {
+        let cancel = match &reload.cancellation {
             Some(parent) => parent.child_token(),
             None => CancellationToken::new(),
         };
         let inner = Arc::new(Reloader {
             path: path.clone(),
-            client_options: options.client.clone(),
+            client_options: options,
             active: ArcSwap::from_pointee(active_from(loaded)),
             status: watch::channel(status).0,
             cancel: cancel.clone(),
@@ -284,11 +204,12 @@ impl UserAssignedIdentityCredential {
         });
         telemetry::reload_client(inner.active.load().credential.client_id());
         tracing::info!(path = %path.display(), "loaded credential file");
-        let dedicated = options.dedicated_thread;
+        let dedicated = reload.dedicated_thread;
         let task = ReloadTask {
             reloader: Arc::downgrade(&inner),
             cancel,
-            options,
+            clock,
+            options: reload,
             watcher,
             changed,
             ended: false,
@@ -630,7 +551,7 @@ impl Reloader {
         };
         telemetry::reload(client_id, label, reason);
         self.follow_target().await;
-        let now = self.client_options.clock.now();
+        let now = self.client_options.environment.clock.now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
             s.last_check = Some(now);
@@ -713,7 +634,7 @@ impl Reloader {
         let status = self.status.clone();
         let path = self.path.clone();
         let old_not_after = old.not_after;
-        let clock = self.client_options.clock.clone();
+        let clock = self.client_options.environment.clock.clone();
         tokio::spawn(async move {
             let mut fetches = tokio::task::JoinSet::new();
             for scopes in scope_sets {
@@ -762,7 +683,9 @@ impl Reloader {
 struct ReloadTask {
     reloader: Weak<Reloader>,
     cancel: CancellationToken,
-    options: UserAssignedIdentityCredentialOptions,
+    /// The environment's clock: the backstop and the debounce.
+    clock: Arc<dyn Clock>,
+    options: ReloadOptions,
     watcher: Option<Subscription>,
     changed: UnboundedReceiver<DirSignal>,
     /// Set when `run` ends by itself; a task dropped before that was dropped with its
@@ -772,7 +695,7 @@ struct ReloadTask {
 
 impl ReloadTask {
     async fn run(mut self) {
-        let clock = self.options.client.clock.clone();
+        let clock = self.clock.clone();
         let interval = to_time(self.options.backstop_interval);
         let mut next_backstop = saturating_add(clock.now(), interval);
         'run: loop {
@@ -903,7 +826,8 @@ fn watched_dir(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::options::HttpOptions;
+    use crate::http::environment::Environment;
+    use std::time::Duration;
     // The kit's copy of this crate (unit tests link a second one): its file type and format.
     use msi_dataplane_testing::msi_dataplane::{BundleFormat, UserAssignedIdentityCredentials};
     use msi_dataplane_testing::write_credentials_file;
@@ -924,11 +848,9 @@ mod tests {
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         write_credentials_file(&path, &file(&old));
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(server.client()));
-        let options = UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(client)
-            .with_watch(false);
-        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .with_environment(Environment::default().with_http_client(server.client()));
+        let (options, reload) = (client, ReloadOptions::default().with_watch(false));
+        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
             .await
             .unwrap();
         let weak = cred.current().downgrade();
@@ -998,9 +920,9 @@ mod tests {
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         replace(&path, &file(&v1)).unwrap();
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(server.client()));
-        let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .with_environment(Environment::default().with_http_client(server.client()));
+        let (options, reload) = (client, ReloadOptions::default());
+        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
             .await
             .unwrap();
         let mut updates = cred.subscribe();
@@ -1072,11 +994,9 @@ mod tests {
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         replace(&path, &file(&active)).unwrap();
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(server.client()));
-        let options = UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(client)
-            .with_watch(false);
-        let cred = UserAssignedIdentityCredential::new(&path, options)
+            .with_environment(Environment::default().with_http_client(server.client()));
+        let (options, reload) = (client, ReloadOptions::default().with_watch(false));
+        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
             .await
             .unwrap();
         use crate::file::certificate::probe::{KEY_LOADS, SIGNATURES, count};

@@ -11,12 +11,12 @@ use time::OffsetDateTime;
 use tokio::sync::Notify;
 use tracing::Instrument as _;
 
-use crate::clock::{Clock, Rfc3339, SystemClock, saturating_add, to_time};
+use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
+use crate::http::environment::Environment;
 use crate::http::exchange;
-use crate::http::options::HttpOptions;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
 use crate::telemetry;
@@ -31,37 +31,34 @@ use crate::untrusted_text::service_text;
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
-/// Options for [`ClientCertificateCredential`]. The HTTP settings (client, extra roots,
-/// loopback, request timeout) are one [`HttpOptions`], set with
-/// [`with_http_options`](Self::with_http_options).
+/// Options for [`ClientCertificateCredential`] (and, with [`ReloadOptions`](crate::ReloadOptions),
+/// for [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)): what
+/// the credential does with its tokens, and the [`Environment`] it runs in (HTTP, clock,
+/// retries), set with [`with_environment`](Self::with_environment).
 ///
 /// ```
 /// use std::time::Duration;
-/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions, HttpOptions};
+/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions, Environment};
 ///
 /// let options = ClientCertificateCredentialOptions::default()
 ///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
-///     .with_http_options(HttpOptions::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.http.request_timeout, Duration::from_secs(10));
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
+/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
-    /// The HTTP settings: the client (or extra roots for the crate-built one), `http://`
-    /// loopback authorities, the request timeout (default 30 s), the application id of the
-    /// `User-Agent` every token request carries. Set with
-    /// [`with_http_options`](Self::with_http_options); the same value can serve the data
-    /// plane client and the Key Vault store. See [`HttpOptions`].
-    pub http: HttpOptions,
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` loopback authorities, the request timeout (default 30 s), the application
+    /// id of the `User-Agent` every token request carries, the clock and the retry policy
+    /// of token requests. The same value serves the data plane client, the Key Vault store
+    /// and the token server. See [`Environment`].
+    pub environment: Environment,
     /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
     pub assertion_algorithm: AssertionAlgorithm,
-    /// How failed token requests are retried.
-    pub retry_policy: RetryPolicy,
     /// Warn (once per credential, through `tracing`) when a token is requested within
     /// this long of the credential's end, or after its `renew_after`. Default 7 days.
     pub expiry_warning_margin: Duration,
-    /// The clock for assertion times, token expiry and validity checks.
-    pub clock: Arc<dyn Clock>,
     /// Tenants besides the credential's own that
     /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant) may
     /// request tokens in (a multi-tenant application answering data plane challenges);
@@ -99,11 +96,9 @@ pub struct ClientCertificateCredentialOptions {
 impl Default for ClientCertificateCredentialOptions {
     fn default() -> Self {
         ClientCertificateCredentialOptions {
-            http: HttpOptions::default(),
+            environment: Environment::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            retry_policy: RetryPolicy::default(),
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
-            clock: Arc::new(SystemClock),
             additionally_allowed_tenants: Vec::new(),
             ready_assertion: true,
             refresh_window: REFRESH_WINDOW,
@@ -114,14 +109,11 @@ impl Default for ClientCertificateCredentialOptions {
 }
 
 impl ClientCertificateCredentialOptions {
-    /// Use these HTTP settings (replacing any set before), e.g. one [`HttpOptions`] shared
-    /// with the data plane client and the Key Vault store. Its setters
-    /// ([`with_http_client`](HttpOptions::with_http_client),
-    /// [`with_extra_root_certificates_pem`](HttpOptions::with_extra_root_certificates_pem),
-    /// [`allow_http_loopback`](HttpOptions::allow_http_loopback),
-    /// [`with_request_timeout`](HttpOptions::with_request_timeout), ...) make the value.
-    pub fn with_http_options(mut self, http: HttpOptions) -> Self {
-        self.http = http;
+    /// Run in this environment (HTTP, clock, retries), replacing any set before: e.g. one
+    /// [`Environment`] shared with the data plane client, the Key Vault store and the
+    /// token server.
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
         self
     }
 
@@ -131,21 +123,9 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Set the retry policy.
-    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.retry_policy = policy;
-        self
-    }
-
     /// Set the margin before the credential's end at which a warning is logged.
     pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
         self.expiry_warning_margin = margin;
-        self
-    }
-
-    /// Use this clock.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
         self
     }
 
@@ -192,11 +172,9 @@ impl ClientCertificateCredentialOptions {
 impl fmt::Debug for ClientCertificateCredentialOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientCertificateCredentialOptions")
-            .field("http", &self.http)
+            .field("environment", &self.environment)
             .field("assertion_algorithm", &self.assertion_algorithm)
-            .field("retry_policy", &self.retry_policy)
             .field("expiry_warning_margin", &self.expiry_warning_margin)
-            .field("clock", &self.clock)
             .field(
                 "additionally_allowed_tenants",
                 &self.additionally_allowed_tenants,
@@ -429,13 +407,13 @@ impl ClientCertificateCredential {
         let token_url = endpoint::token_url(
             authority,
             tenant_id.trim(),
-            options.http.allow_http_loopback,
+            options.environment.allow_http_loopback,
         )?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
         let direct = crate::http::body::is_loopback(&token_url);
-        let http = options.http.client(direct)?;
+        let http = options.environment.client(direct)?;
         let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {
                 client_id: client_id.trim().to_owned(),
@@ -449,20 +427,20 @@ impl ClientCertificateCredential {
                 expiry_warning_margin: to_time(options.expiry_warning_margin),
                 expiry_warned: AtomicBool::new(false),
                 http,
-                user_agent: options.http.user_agent_header(),
-                timeout: options.http.request_timeout,
-                retry: options.retry_policy,
+                user_agent: options.environment.user_agent_header(),
+                timeout: options.environment.request_timeout,
+                retry: options.environment.retry_policy.clone(),
                 cache: TokenCache::new(
-                    options.clock.clone(),
+                    options.environment.clock.clone(),
                     Limits {
                         window: options.refresh_window,
                         max_entries: options.max_cached_scopes,
                         failure_memory: options.failure_memory,
                     },
                 ),
-                clock: options.clock,
+                clock: options.environment.clock.clone(),
                 authority: authority.trim().to_owned(),
-                allow_http_loopback: options.http.allow_http_loopback,
+                allow_http_loopback: options.environment.allow_http_loopback,
                 allowed_tenants: options
                     .additionally_allowed_tenants
                     .iter()

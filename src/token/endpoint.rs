@@ -74,7 +74,7 @@ pub(crate) struct TokenRequest<'a> {
     pub scope: &'a str,
     pub assertion: &'a str,
     pub client_request_id: &'a str,
-    /// The `User-Agent` ([`HttpOptions::user_agent`](crate::HttpOptions::user_agent)).
+    /// The `User-Agent` ([`Environment::user_agent`](crate::Environment::user_agent)).
     pub user_agent: &'a reqwest::header::HeaderValue,
 }
 

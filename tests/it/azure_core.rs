@@ -20,14 +20,16 @@ use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::StatusCode;
 use msi_dataplane::{
-    ErrorKind, FileError, ManualClock, ReloadStatus, TokenError, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    ErrorKind, FileError, ManualClock, ReloadOptions, ReloadStatus, TokenError,
+    UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{ResourceRequest, ResourceServer};
 use support::atomic_writer::AtomicDir;
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::load_with_endpoint;
-use support::harness::{ARM, credential, credential_with, leaf_sha256_hex, options, register};
+use support::harness::{
+    ARM, credential, credential_with, https_env, leaf_sha256_hex, options, register,
+};
 
 fn source_chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut chain = vec![error.to_string()];
@@ -174,7 +176,7 @@ async fn expires_on_is_mapped_exactly() {
     let cred = credential_with(
         &entra,
         "pem-pkcs8",
-        options().with_clock(Arc::new(ManualClock::new(at))),
+        options().with_environment(https_env().with_clock(Arc::new(ManualClock::new(at)))),
     );
     let dyn_cred: Arc<dyn TokenCredential> = Arc::new(cred.clone());
 
@@ -249,9 +251,8 @@ async fn reloading_credential_follows_a_rotation_through_the_pipeline() {
     let mut dir = AtomicDir::new("uami", &json("rotation-1"));
     let reloading = UserAssignedIdentityCredential::new(
         dir.visible_path(),
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options())
-            .with_debounce(Duration::from_millis(50)),
+        options(),
+        ReloadOptions::default().with_debounce(Duration::from_millis(50)),
     )
     .await
     .unwrap();

@@ -12,7 +12,8 @@ use msi_dataplane::limits::{FAILURE_MEMORY, MIN_REFRESH_BACKOFF};
 use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy, TokenError};
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::harness::{
-    ARM, credential, credential_on_clock, credential_with, options, wait_for_token_requests,
+    ARM, credential, credential_on_clock, credential_with, https_env, options,
+    wait_for_token_requests,
 };
 
 const GRAPH: &str = "https://graph.microsoft.com/.default";
@@ -32,7 +33,7 @@ async fn short_lived_tokens() -> EntraServer {
 
 /// The tests' options without retries.
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
-    options().with_retry_policy(RetryPolicy::none())
+    options().with_environment(https_env().with_retry_policy(RetryPolicy::none()))
 }
 
 const INTO_WINDOW: Duration = Duration::from_secs(260);
@@ -300,7 +301,11 @@ async fn retries_are_bounded() {
     assert_eq!(clock.sleeps().len(), 3);
     // A Retry-After beyond the total budget ends the retries at once.
     let server = EntraServer::start().await;
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let cred = credential_with(
+        &server,
+        "pem-pkcs8",
+        options().with_environment(https_env().with_clock(clock.clone())),
+    );
     let before = server.token_requests();
     server.enqueue(Scripted::status(429).retry_after("3600"));
     let err = cred.request_token(&[ARM]).await.unwrap_err();

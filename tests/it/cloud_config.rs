@@ -5,9 +5,7 @@ use crate::support;
 
 use std::path::Path;
 
-use msi_dataplane::{
-    Cloud, CloudConfig, ConfigError, ErrorKind, FileError, UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::{Cloud, CloudConfig, ConfigError, ErrorKind, FileError, ReloadOptions};
 use support::atomic_writer::TempDir;
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
@@ -192,8 +190,10 @@ async fn the_credential_built_from_the_config_gets_a_verified_token() {
     .unwrap();
 
     let config = CloudConfig::from_path(&azure_json).unwrap();
-    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(options());
-    let credential = config.identity_credential(options).await.unwrap();
+    let credential = config
+        .identity_credential(options(), ReloadOptions::default())
+        .await
+        .unwrap();
     assert_eq!(credential.path(), identity.as_path());
     let token = credential.get_token(&[ARM]).await.unwrap();
     let issued = server.issued(token.token()).expect("issued by the server");
@@ -207,7 +207,7 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
     )
     .unwrap();
     let err = conflicting
-        .identity_credential(Default::default())
+        .identity_credential(Default::default(), Default::default())
         .await
         .unwrap_err();
     assert!(matches!(
@@ -224,7 +224,7 @@ async fn a_conflicting_config_builds_nothing_and_a_bad_identity_file_is_named() 
     )
     .unwrap();
     let err = config
-        .identity_credential(Default::default())
+        .identity_credential(Default::default(), Default::default())
         .await
         .unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));

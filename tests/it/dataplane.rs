@@ -19,7 +19,7 @@ use msi_dataplane_testing::{DataPlaneRequest, DataPlaneServer};
 use serde_json::json;
 use support::entra::{EntraServer, Scripted, TokenShape};
 use support::fixtures::{fixture_credentials, leaf_pem_path, load};
-use support::harness::{ARM, https_options, options, register};
+use support::harness::{ARM, https_env, options, register};
 
 const AUDIENCE: &str = DataPlaneServer::AUDIENCE;
 const IDENTITY_PATH: &str = DataPlaneServer::IDENTITY_PATH;
@@ -54,13 +54,13 @@ fn service_credential(entra: &EntraServer, allowed: &[&str]) -> ClientCertificat
 }
 
 fn client_options() -> ClientOptions {
-    ClientOptions::default()
-        .with_http_options(https_options())
-        .with_retry_policy(
+    ClientOptions::default().with_environment(
+        https_env().with_retry_policy(
             RetryPolicy::default()
                 .with_initial_delay(Duration::from_millis(10))
                 .with_max_delay(Duration::from_millis(50)),
-        )
+        ),
+    )
 }
 
 async fn setup_in(dp_tenant: &str, allowed: &[&str]) -> Setup {
@@ -741,7 +741,7 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
         HOME_TENANT,
         &client_id,
         ClientCertificate::from_credentials(&creds).unwrap(),
-        options().with_retry_policy(RetryPolicy::none()),
+        options().with_environment(https_env().with_retry_policy(RetryPolicy::none())),
     )
     .unwrap();
     let factory = ClientFactory::new(credential, AUDIENCE, client_options()).unwrap();
@@ -764,7 +764,7 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
 #[tokio::test]
 async fn other_token_sources_reloading_credential_and_azure_core() {
     use msi_dataplane::{ConfigError, DataPlaneError};
-    use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
+    use msi_dataplane::{ReloadOptions, UserAssignedIdentityCredential};
     use support::atomic_writer::AtomicDir;
     use support::fixtures::load_with_endpoint;
 
@@ -775,12 +775,9 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
         .unwrap();
     let dir = AtomicDir::new("dp-source", json.as_bytes());
     let reloading = || async {
-        UserAssignedIdentityCredential::new(
-            dir.visible_path(),
-            UserAssignedIdentityCredentialOptions::default().with_client_options(options()),
-        )
-        .await
-        .unwrap()
+        UserAssignedIdentityCredential::new(dir.visible_path(), options(), ReloadOptions::default())
+            .await
+            .unwrap()
     };
     // The reloading credential answers challenges in its own tenant...
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
@@ -1086,9 +1083,11 @@ fn service_credential_on_clock(
         HOME_TENANT,
         &client_id,
         ClientCertificate::from_credentials(&creds).unwrap(),
-        options()
-            .with_retry_policy(RetryPolicy::none())
-            .with_clock(clock.clone()),
+        options().with_environment(
+            https_env()
+                .with_retry_policy(RetryPolicy::none())
+                .with_clock(clock.clone()),
+        ),
     )
     .unwrap();
     (clock, credential)
@@ -1151,7 +1150,8 @@ async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
     let (clock, credential) = service_credential_on_clock(&entra);
-    let options = client_options().with_clock(clock.clone());
+    let mut options = client_options();
+    options.environment.clock = clock.clone();
     let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     client

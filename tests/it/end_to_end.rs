@@ -6,20 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::{
-    AssertionAlgorithm, ClientCertificateCredential, ConfigError, ErrorKind, FileError,
-    HttpOptions, ManualClock, RetryPolicy, TokenError,
+    AssertionAlgorithm, ClientCertificateCredential, ConfigError, Environment, ErrorKind,
+    FileError, ManualClock, RetryPolicy, TokenError,
 };
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
 use support::harness::{
-    ARM, credential, credential_with, https_options, leaf_sha256_hex, options, register,
+    ARM, credential, credential_with, https_env, leaf_sha256_hex, options, register,
 };
 
 /// Without retries, and without the failure memory: each scripted answer reaches the
 /// next call (tests/cache.rs tests the memory).
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
     options()
-        .with_retry_policy(RetryPolicy::none())
+        .with_environment(https_env().with_retry_policy(RetryPolicy::none()))
         .with_failure_memory(Duration::ZERO)
 }
 
@@ -310,7 +310,11 @@ async fn expired_credential_fails_before_any_request() {
     let creds = load("pem-pkcs8");
     let end = creds.not_after().unwrap().unwrap();
     let clock = Arc::new(ManualClock::new(end + time::Duration::seconds(1)));
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let cred = credential_with(
+        &server,
+        "pem-pkcs8",
+        options().with_environment(https_env().with_clock(clock.clone())),
+    );
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(
         matches!(
@@ -356,7 +360,11 @@ async fn assertion_times_come_from_the_clock() {
     let clock = Arc::new(ManualClock::new(
         time::OffsetDateTime::now_utc() + time::Duration::minutes(20),
     ));
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock));
+    let cred = credential_with(
+        &server,
+        "pem-pkcs8",
+        options().with_environment(https_env().with_clock(clock)),
+    );
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
         panic!("{err:?}")
@@ -384,7 +392,7 @@ async fn http_authority_needs_the_loopback_opt_in() {
     assert_eq!(err.category(), msi_dataplane::ErrorCategory::CredentialFile);
     let cred = ClientCertificateCredential::new(
         &creds,
-        options().with_http_options(https_options().allow_http_loopback(true)),
+        options().with_environment(https_env().allow_http_loopback(true)),
     )
     .unwrap();
     let token = cred.get_token(&[ARM]).await.unwrap();
@@ -404,7 +412,7 @@ async fn tls_is_verified() {
     let cred = ClientCertificateCredential::new(
         &creds,
         msi_dataplane::ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(untrusting)),
+            .with_environment(Environment::default().with_http_client(untrusting)),
     )
     .unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
@@ -461,8 +469,11 @@ async fn transport_failures_are_typed() {
     let cred = credential_with(
         &server,
         "pem-pkcs8",
-        no_retry()
-            .with_http_options(https_options().with_request_timeout(Duration::from_millis(300))),
+        no_retry().with_environment(
+            https_env()
+                .with_retry_policy(RetryPolicy::none())
+                .with_request_timeout(Duration::from_millis(300)),
+        ),
     );
     server.enqueue(Scripted::status(200).delayed(Duration::from_secs(3)));
     let started = std::time::Instant::now();

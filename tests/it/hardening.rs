@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{MAX_CERTIFICATES, MAX_RESPONSE_BYTES};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorKind, FileError, HttpOptions, ManualClock,
+    ClientCertificate, ClientCertificateCredential, Environment, ErrorKind, FileError, ManualClock,
     RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::load_with_endpoint;
-use support::harness::{ARM, credential, credential_with, options, register};
+use support::harness::{ARM, credential, credential_with, https_env, options, register};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Without retries, and without the failure memory: each scripted answer reaches the
 /// next call (tests/cache.rs tests the memory).
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
     options()
-        .with_retry_policy(RetryPolicy::none())
+        .with_environment(https_env().with_retry_policy(RetryPolicy::none()))
         .with_failure_memory(Duration::ZERO)
 }
 
@@ -111,12 +111,11 @@ async fn redirects_are_not_followed() {
     let server = EntraServer::start().await;
     register(&server, "pem-pkcs8");
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
-    let http = HttpOptions::default()
+    let http = Environment::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
         .unwrap();
     let options = msi_dataplane::ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::none());
+        .with_environment(http.with_retry_policy(RetryPolicy::none()));
     let cred = ClientCertificateCredential::new(&creds, options).unwrap();
     // It works at all...
     cred.request_token(&[ARM]).await.unwrap();
@@ -168,7 +167,7 @@ async fn the_default_client_validates_tls_and_refuses_plain_http() {
     let cred = ClientCertificateCredential::new(
         &creds,
         msi_dataplane::ClientCertificateCredentialOptions::default()
-            .with_retry_policy(RetryPolicy::none()),
+            .with_environment(Environment::default().with_retry_policy(RetryPolicy::none())),
     )
     .unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
@@ -227,9 +226,11 @@ async fn renew_after_and_near_expiry_warn_once_per_credential() {
     let near = credential_with(
         &server,
         "pem-pkcs8",
-        options()
-            .with_clock(clock)
-            .with_retry_policy(RetryPolicy::none()),
+        options().with_environment(
+            https_env()
+                .with_clock(clock)
+                .with_retry_policy(RetryPolicy::none()),
+        ),
     );
     let _ = near.request_token(&[ARM]).await; // the server (real time) refuses the far-future assertion
     let _ = near.request_token(&[ARM]).await;
@@ -314,7 +315,11 @@ async fn a_server_closing_mid_response_is_a_transport_error() {
 async fn a_5xx_storm_ends_in_a_typed_error_after_bounded_retries() {
     let server = EntraServer::start().await;
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
-    let cred = credential_with(&server, "pem-pkcs8", options().with_clock(clock.clone()));
+    let cred = credential_with(
+        &server,
+        "pem-pkcs8",
+        options().with_environment(https_env().with_clock(clock.clone())),
+    );
     for status in [500, 502, 503, 504, 500, 502, 503, 504] {
         server.enqueue(Scripted::status(status));
     }
@@ -332,7 +337,9 @@ async fn faults_during_refresh_are_invisible_while_the_token_is_valid() {
         ..Default::default()
     });
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
-    let cred = credential_with(&server, "pem-pkcs8", no_retry().with_clock(clock.clone()));
+    let mut options = no_retry();
+    options.environment.clock = clock.clone();
+    let cred = credential_with(&server, "pem-pkcs8", options);
     let token = cred.get_token(&[ARM]).await.unwrap();
     clock.advance(std::time::Duration::from_secs(260)); // inside the refresh window
     server.enqueue(Scripted::status(200).body("<html>not json</html>"));

@@ -1,5 +1,5 @@
 //! The HTTP settings shared by the credential, the data plane client and the Key Vault
-//! store (`HttpOptions`): each refuses a client of the caller's together with extra roots,
+//! store (`Environment`): each refuses a client of the caller's together with extra roots,
 //! and each trusts extra roots in the client it builds (a real HTTPS server whose CA only
 //! the extra roots name).
 
@@ -10,15 +10,15 @@ use std::time::Duration;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, ConfigError, DataPlaneError,
-    Error, ErrorKind, HttpOptions, RetryPolicy,
+    Environment, Error, ErrorKind, RetryPolicy,
 };
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
 use support::harness::{ARM, https_client, register};
 
 /// A client of the caller's and extra roots: the one conflict every builder refuses.
-fn both() -> HttpOptions {
-    HttpOptions::default()
+fn both() -> Environment {
+    Environment::default()
         .with_http_client(https_client())
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
         .unwrap()
@@ -41,17 +41,16 @@ fn assert_conflict(err: &Error) {
 }
 
 /// The test CA's roots in the crate-built client, nothing retried.
-fn roots() -> HttpOptions {
-    HttpOptions::default()
+fn roots() -> Environment {
+    Environment::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
         .unwrap()
         .with_request_timeout(Duration::from_secs(10))
 }
 
-fn credential_options(http: HttpOptions) -> ClientCertificateCredentialOptions {
+fn credential_options(http: Environment) -> ClientCertificateCredentialOptions {
     ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::none())
+        .with_environment(http.with_retry_policy(RetryPolicy::none()))
 }
 
 /// A credential that reaches `server` through the tests' own client.
@@ -60,7 +59,7 @@ fn credential(server: &EntraServer) -> ClientCertificateCredential {
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     ClientCertificateCredential::new(
         &creds,
-        credential_options(HttpOptions::default().with_http_client(https_client())),
+        credential_options(Environment::default().with_http_client(https_client())),
     )
     .unwrap()
 }
@@ -69,28 +68,31 @@ fn credential(server: &EntraServer) -> ClientCertificateCredential {
 fn the_settings_are_made_once_and_one_value_serves_every_builder() {
     let pem = EntraServer::ca_pem();
     let timeout = Duration::from_secs(7);
-    let http = HttpOptions::default()
+    let http = Environment::default()
         .with_extra_root_certificates_pem(&pem)
         .unwrap()
         .allow_http_loopback(true)
         .with_request_timeout(timeout);
-    let credential = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
-    let data_plane = ClientOptions::default().with_http_options(http);
-    for got in [&credential.http, &data_plane.http] {
+    let credential = ClientCertificateCredentialOptions::default().with_environment(http.clone());
+    let data_plane = ClientOptions::default().with_environment(http);
+    for got in [&credential.environment, &data_plane.environment] {
         assert_eq!(got.extra_root_certificates.len(), 1);
         assert!(got.allow_http_loopback);
         assert_eq!(got.request_timeout, timeout);
     }
     // Cargo's scratch directory for integration tests (under target/).
-    let from_file = HttpOptions::default()
+    let from_file = Environment::default()
         .with_extra_root_certificates_file(EntraServer::write_ca_pem(env!("CARGO_TARGET_TMPDIR")))
         .unwrap();
     assert_eq!(from_file.extra_root_certificates.len(), 1);
-    // `with_http_options` replaces the settings made before.
-    let shared = HttpOptions::default().with_request_timeout(Duration::from_secs(3));
-    let data_plane = data_plane.with_http_options(shared.clone());
-    assert_eq!(data_plane.http.request_timeout, Duration::from_secs(3));
-    assert!(data_plane.http.extra_root_certificates.is_empty());
+    // `with_environment` replaces the settings made before.
+    let shared = Environment::default().with_request_timeout(Duration::from_secs(3));
+    let data_plane = data_plane.with_environment(shared.clone());
+    assert_eq!(
+        data_plane.environment.request_timeout,
+        Duration::from_secs(3)
+    );
+    assert!(data_plane.environment.extra_root_certificates.is_empty());
     // Debug shows the settings, never the client's internals.
     let debug = format!("{credential:?}");
     assert!(debug.contains("extra_root_certificates: 1"), "{debug}");
@@ -98,7 +100,7 @@ fn the_settings_are_made_once_and_one_value_serves_every_builder() {
     // A file without a certificate is refused, naming the file.
     let empty = std::env::temp_dir().join(format!("http-options-empty-{}.pem", std::process::id()));
     std::fs::write(&empty, b"no certificate here\n").unwrap();
-    let err = HttpOptions::default()
+    let err = Environment::default()
         .with_extra_root_certificates_file(&empty)
         .unwrap_err();
     assert!(err.to_string().contains(&*empty.to_string_lossy()), "{err}");
@@ -120,14 +122,14 @@ fn the_credential_refuses_a_client_with_extra_roots() {
     // The roots would apply only to the crate-built client: refused, not dropped. Each
     // alone is fine.
     ClientCertificateCredential::new(&creds, credential_options(roots())).unwrap();
-    let own = HttpOptions::default().with_http_client(https_client());
+    let own = Environment::default().with_http_client(https_client());
     ClientCertificateCredential::new(&creds, credential_options(own)).unwrap();
 }
 
 #[tokio::test]
 async fn the_data_plane_client_refuses_a_client_with_extra_roots() {
     let server = EntraServer::start().await;
-    let options = ClientOptions::default().with_http_options(both());
+    let options = ClientOptions::default().with_environment(both());
     let err = ClientFactory::new(credential(&server), "https://identity.azure.net/", options)
         .unwrap_err();
     assert_conflict(&err);
@@ -136,13 +138,13 @@ async fn the_data_plane_client_refuses_a_client_with_extra_roots() {
         credential(&server),
         "https://identity.azure.net/",
         ClientOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(https_client())),
+            .with_environment(Environment::default().with_http_client(https_client())),
     )
     .unwrap();
     ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default().with_http_options(roots()),
+        ClientOptions::default().with_environment(roots()),
     )
     .unwrap();
 }
@@ -154,7 +156,7 @@ async fn the_credential_trusts_extra_roots() {
     let creds = load_with_endpoint("pem-pkcs8", &server.base_url());
     // Without the roots, the test CA is unknown: the TLS handshake fails, nothing arrives.
     let untrusting =
-        ClientCertificateCredential::new(&creds, credential_options(HttpOptions::default()))
+        ClientCertificateCredential::new(&creds, credential_options(Environment::default()))
             .unwrap();
     let err = untrusting.get_token(&[ARM]).await.unwrap_err();
     assert!(matches!(err.kind(), ErrorKind::Transport(_)), "{err:?}");
@@ -178,7 +180,8 @@ async fn the_data_plane_client_trusts_extra_roots() {
     let untrusting = ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default().with_retry_policy(no_retry.clone()),
+        ClientOptions::default()
+            .with_environment(Environment::default().with_retry_policy(no_retry.clone())),
     )
     .unwrap();
     let err = untrusting
@@ -194,9 +197,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
     let trusting = ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default()
-            .with_http_options(roots())
-            .with_retry_policy(no_retry),
+        ClientOptions::default().with_environment(roots().with_retry_policy(no_retry)),
     )
     .unwrap();
     let err = trusting
@@ -221,10 +222,8 @@ mod store {
     use super::*;
     use msi_dataplane::KeyVaultError;
 
-    fn store_options(http: HttpOptions) -> StoreOptions {
-        StoreOptions::default()
-            .with_http_options(http)
-            .with_retry_policy(RetryPolicy::none())
+    fn store_options(http: Environment) -> StoreOptions {
+        StoreOptions::default().with_environment(http.with_retry_policy(RetryPolicy::none()))
     }
 
     #[tokio::test]
@@ -255,7 +254,7 @@ mod store {
         let untrusting = CredentialStore::new(
             &server.base_url(),
             credential.clone(),
-            store_options(HttpOptions::default()),
+            store_options(Environment::default()),
         )
         .unwrap();
         let err = untrusting.list().await.unwrap_err();

@@ -25,7 +25,9 @@ use msi_dataplane::hypershift::{
     credentials_path_from, is_aro_hcp_from, is_aro_hcp_value, key_vault_user_client_id_from,
     resolve_credentials_path,
 };
-use msi_dataplane::{ConfigError, Error, ErrorKind, UserAssignedIdentityCredentialOptions};
+use msi_dataplane::{
+    ClientCertificateCredentialOptions, ConfigError, Error, ErrorKind, ReloadOptions,
+};
 use support::fixtures::credential_path;
 use support::harness::leaf_sha256_hex;
 
@@ -357,7 +359,8 @@ async fn child_from_env_loads_fixture() {
     let expected = credential_path("pem-pkcs8");
     assert_eq!(hypershift::credentials_path().unwrap(), expected);
     let credential = hypershift::credential_from_env(
-        UserAssignedIdentityCredentialOptions::default().with_watch(false),
+        ClientCertificateCredentialOptions::default(),
+        ReloadOptions::default().with_watch(false),
     )
     .await
     .expect("credential_from_env");
@@ -377,7 +380,7 @@ async fn child_from_env_unset() {
     if !in_child() {
         return;
     }
-    let err = hypershift::credential_from_env(Default::default())
+    let err = hypershift::credential_from_env(Default::default(), Default::default())
         .await
         .expect_err("no variable, no credential");
     assert!(
@@ -401,7 +404,7 @@ async fn child_from_env_relative() {
     // The path exists relative to the package root (the test's working directory), and
     // is still refused: a relative path would depend on where the process started.
     assert!(Path::new("fixtures/credentials/pem-pkcs8.json").exists());
-    let err = hypershift::credential_from_env(Default::default())
+    let err = hypershift::credential_from_env(Default::default(), Default::default())
         .await
         .expect_err("relative path refused");
     assert!(invalid_reason(&err).contains("relative path"), "{err}");

@@ -18,7 +18,7 @@ use msi_dataplane_testing::KeyVaultServer;
 use serde_json::json;
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, secret};
-use support::harness::{credential, https_client, https_options};
+use support::harness::{credential, https_client, https_env};
 
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
 const ID: &str = "7c6a1e2b-3f4d-4b8a-9c1e-2d3f4a5b6c7d";
@@ -43,9 +43,8 @@ async fn setup() -> Setup {
         &vault.url(),
         Arc::new(app),
         StoreOptions::default()
-            .with_http_options(https_options())
-            .verify_challenge_resource(false)
-            .with_retry_policy(quick_retry()),
+            .with_environment(https_env().with_retry_policy(quick_retry()))
+            .verify_challenge_resource(false),
     )
     .unwrap();
     Setup {
@@ -385,7 +384,7 @@ async fn the_sdk_s_challenge_resource_check_refuses_a_vault_on_another_host() {
     let store = CredentialStore::new(
         &vault.url(),
         Arc::new(credential(&entra, "pem-pkcs8")),
-        StoreOptions::default().with_http_options(https_options()),
+        StoreOptions::default().with_environment(https_env()),
     )
     .unwrap();
     let err = store.list().await.unwrap_err();
@@ -790,7 +789,7 @@ async fn a_listing_stops_at_its_page_limit() {
             &s.vault.url(),
             Arc::new(credential(&s._entra, "pem-pkcs8")),
             StoreOptions::default()
-                .with_http_options(https_options())
+                .with_environment(https_env())
                 .verify_challenge_resource(false)
                 .with_max_list_pages(max_list_pages),
         )
@@ -826,7 +825,7 @@ async fn a_listing_is_bounded_in_items_bytes_and_time() {
             &s.vault.url(),
             Arc::new(credential(&s._entra, "pem-pkcs8")),
             options
-                .with_http_options(https_options())
+                .with_environment(https_env())
                 .verify_challenge_resource(false),
         )
         .unwrap()

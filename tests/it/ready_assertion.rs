@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use msi_dataplane::ManualClock;
 use support::entra::{EntraServer, Outcome};
-use support::harness::{ARM, credential_with, options};
+use support::harness::{ARM, credential_with, https_env, options};
 
 const FIXTURE: &str = "rotation-1";
 
@@ -71,7 +71,11 @@ async fn a_spare_older_than_half_its_lifetime_is_not_used() {
     let built = time::OffsetDateTime::now_utc() - time::Duration::seconds(400);
     for (age, expect_spare) in [(299, true), (301, false)] {
         let clock = Arc::new(ManualClock::new(built));
-        let cred = credential_with(&server, FIXTURE, options().with_clock(clock.clone()));
+        let cred = credential_with(
+            &server,
+            FIXTURE,
+            options().with_environment(https_env().with_clock(clock.clone())),
+        );
         clock.advance(std::time::Duration::from_secs(age as u64));
         server.clear_requests();
         cred.get_token(&[ARM]).await.expect("get_token");
@@ -102,7 +106,7 @@ async fn without_the_ready_assertion_each_request_signs_on_the_spot() {
         &server,
         FIXTURE,
         options()
-            .with_clock(clock.clone())
+            .with_environment(https_env().with_clock(clock.clone()))
             .with_ready_assertion(false),
     );
     clock.advance(std::time::Duration::from_secs(10));

@@ -7,13 +7,13 @@ use crate::support;
 use std::sync::Arc;
 
 use msi_dataplane::{
-    Error, ErrorKind, FileError, ManualClock, ReloadOutcome, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    Error, ErrorKind, FileError, ManualClock, ReloadOptions, ReloadOutcome,
+    UserAssignedIdentityCredential,
 };
 use serde_json::Value;
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::fixtures::{credential_path, load};
-use support::harness::options;
+use support::harness::{https_env, options};
 use time::macros::datetime;
 
 const MARKER: &str = "SECRETMARKERd2hhdGV2ZXI";
@@ -26,9 +26,8 @@ async fn status_serializes_displays_and_compares_without_secrets() {
     let clock = Arc::new(ManualClock::new(datetime!(2026-03-04 05:06:07.89 UTC)));
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options().with_clock(clock.clone()))
-            .with_watch(false),
+        options().with_environment(https_env().with_clock(clock.clone())),
+        ReloadOptions::default().with_watch(false),
     )
     .await
     .expect("new");

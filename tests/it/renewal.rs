@@ -164,7 +164,7 @@ mod with_the_store {
     use super::support::entra::EntraServer;
     use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
-    use super::support::harness::{credential, https_options};
+    use super::support::harness::{credential, https_env};
     use msi_dataplane::KeyVaultError;
     use msi_dataplane_testing::{DataPlaneServer, KeyVaultServer};
 
@@ -192,14 +192,14 @@ mod with_the_store {
             &vault.url(),
             Arc::new(app.clone()),
             StoreOptions::default()
-                .with_http_options(https_options())
+                .with_environment(https_env())
                 .verify_challenge_resource(false),
         )
         .unwrap();
         let factory = ClientFactory::new(
             app,
             DataPlaneServer::AUDIENCE,
-            ClientOptions::default().with_http_options(https_options()),
+            ClientOptions::default().with_environment(https_env()),
         )
         .unwrap();
         let client = factory.client(&dp.identity_url()).unwrap();

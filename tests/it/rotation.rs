@@ -14,15 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use msi_dataplane::{
-    ErrorKind, FileError, ManualClock, ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    ErrorKind, FileError, ManualClock, ReloadOptions, ReloadOutcome, ReloadStatus,
+    UserAssignedIdentityCredential,
 };
 use support::atomic_writer::{
     AtomicDir, InPlaceWrite, TempDir, delete_then_recreate, write_in_place, write_temp_then_rename,
 };
 use support::entra::EntraServer;
 use support::fixtures::{load, load_with_endpoint};
-use support::harness::{ARM, leaf_sha256_hex, options, register};
+use support::harness::{ARM, https_env, leaf_sha256_hex, options, register};
 use time::OffsetDateTime;
 
 /// How long a change may take to be noticed before a test fails.
@@ -52,10 +52,8 @@ fn bytes(server: &EntraServer, name: &str) -> Vec<u8> {
 }
 
 /// Reload options reaching the test server, with a short debounce.
-fn reload_options() -> UserAssignedIdentityCredentialOptions {
-    UserAssignedIdentityCredentialOptions::default()
-        .with_client_options(options())
-        .with_debounce(Duration::from_millis(50))
+fn reload_options() -> ReloadOptions {
+    ReloadOptions::default().with_debounce(Duration::from_millis(50))
 }
 
 /// The fixture file's `not_before`.
@@ -164,7 +162,7 @@ fn plain_dir(server: &EntraServer, name: &str) -> (TempDir, std::path::PathBuf) 
 }
 
 async fn new_cred(path: &Path) -> UserAssignedIdentityCredential {
-    UserAssignedIdentityCredential::new(path, reload_options())
+    UserAssignedIdentityCredential::new(path, options(), reload_options())
         .await
         .unwrap_or_else(|e| panic!("new({}): {e}", path.display()))
 }
@@ -514,8 +512,8 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     let interval = Duration::from_secs(3600);
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options().with_clock(clock.clone()))
+        options().with_environment(https_env().with_clock(clock.clone())),
+        ReloadOptions::default()
             .with_watch(false)
             .with_backstop_interval(interval),
     )
@@ -554,8 +552,8 @@ async fn debounce_runs_on_the_injected_clock() {
     let debounce = Duration::from_secs(60);
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options().with_clock(clock.clone()))
+        options().with_environment(https_env().with_clock(clock.clone())),
+        ReloadOptions::default()
             .with_debounce(debounce)
             .with_backstop_interval(Duration::from_secs(24 * 3600)),
     )
@@ -622,7 +620,7 @@ async fn first_load_failure_is_a_clear_error() {
     let dir = TempDir::new("first-load");
 
     let missing = dir.join("does-not-exist");
-    let err = UserAssignedIdentityCredential::new(&missing, reload_options())
+    let err = UserAssignedIdentityCredential::new(&missing, options(), reload_options())
         .await
         .expect_err("a missing file is an error");
     assert_eq!(err.path(), Some(missing.as_path()), "{err:?}");
@@ -634,7 +632,7 @@ async fn first_load_failure_is_a_clear_error() {
 
     let bad = dir.join("bad.json");
     std::fs::write(&bad, b"{\"client_id\": ").expect("write");
-    let err = UserAssignedIdentityCredential::new(&bad, reload_options())
+    let err = UserAssignedIdentityCredential::new(&bad, options(), reload_options())
         .await
         .expect_err("bad JSON is an error");
     assert_eq!(err.path(), Some(bad.as_path()), "{err:?}");
@@ -758,7 +756,8 @@ async fn get_token_is_not_blocked_by_a_reload() {
     let cred = Arc::new(
         UserAssignedIdentityCredential::new(
             dir.visible_path(),
-            UserAssignedIdentityCredentialOptions::default().with_client_options(options()),
+            options(),
+            ReloadOptions::default(),
         )
         .await
         .expect("new"),
@@ -926,12 +925,14 @@ async fn write_through_a_symlink_into_another_directory_is_picked_up() {
 async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
     let server = server().await;
     let debounce = Duration::from_secs(3);
-    let options = reload_options().with_debounce(debounce);
+    let reload = reload_options().with_debounce(debounce);
+    let options = options();
 
     let mut dir = AtomicDir::new(NAME, &bytes(&server, "rotation-1"));
-    let cred = UserAssignedIdentityCredential::new(dir.visible_path(), options.clone())
-        .await
-        .expect("new");
+    let cred =
+        UserAssignedIdentityCredential::new(dir.visible_path(), options.clone(), reload.clone())
+            .await
+            .expect("new");
     dir.rotate(&bytes(&server, "rotation-2"));
     let want = nb("rotation-2");
     let s = wait_status_within(
@@ -945,7 +946,7 @@ async fn the_atomic_swap_skips_the_debounce_and_plain_writes_keep_it() {
     token_signed_by(&server, &cred, "rotation-2").await;
 
     let (_plain, path) = plain_dir(&server, "rotation-1");
-    let plain = UserAssignedIdentityCredential::new(&path, options)
+    let plain = UserAssignedIdentityCredential::new(&path, options, reload)
         .await
         .expect("new");
     let started = Instant::now();

@@ -8,9 +8,9 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, ErrorKind, HttpOptions,
-    ReloadError, ReloadOutcome, ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, ErrorKind,
+    ReloadError, ReloadOptions, ReloadOutcome, ReloadStatus, RetryPolicy,
+    UserAssignedIdentityCredential,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::entra::EntraServer;
@@ -39,13 +39,12 @@ fn short_runtime() -> tokio::runtime::Runtime {
 /// The crate's shared HTTP client (no client given), no retries: a request that fails on
 /// a connection left over from a dead runtime is reported, not silently retried.
 fn shared_client_options() -> ClientCertificateCredentialOptions {
-    ClientCertificateCredentialOptions::default()
-        .with_http_options(
-            HttpOptions::default()
-                .allow_http_loopback(true)
-                .with_request_timeout(Duration::from_secs(10)),
-        )
-        .with_retry_policy(RetryPolicy::none())
+    ClientCertificateCredentialOptions::default().with_environment(
+        Environment::default()
+            .allow_http_loopback(true)
+            .with_request_timeout(Duration::from_secs(10))
+            .with_retry_policy(RetryPolicy::none()),
+    )
 }
 
 /// Runtimes one after the other, each getting tokens through the crate's client: from a
@@ -105,12 +104,11 @@ fn cold_tokens_reuse_one_tls_connection_across_runtimes() {
     let server = server_rt.block_on(EntraServer::start());
     register(&server, name);
     let creds = load_with_endpoint(name, &server.base_url());
-    let http = HttpOptions::default()
+    let http = Environment::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
         .expect("test CA");
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::none());
+        .with_environment(http.with_retry_policy(RetryPolicy::none()));
     let credential = ClientCertificateCredential::new(&creds, options).expect("new");
     let requests = 20;
     for round in 0..4 {
@@ -182,7 +180,8 @@ fn a_credential_whose_runtime_ended_says_it_is_no_longer_watching() {
     let cred = rt
         .block_on(UserAssignedIdentityCredential::new(
             &path,
-            UserAssignedIdentityCredentialOptions::default(),
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default(),
         ))
         .expect("new");
     assert!(cred.status().watching, "{:#?}", cred.status());
@@ -219,7 +218,8 @@ fn a_dedicated_thread_keeps_following_the_file_after_the_runtime_ends() {
     let cred = rt
         .block_on(UserAssignedIdentityCredential::new(
             &path,
-            UserAssignedIdentityCredentialOptions::default()
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default()
                 .with_debounce(Duration::from_millis(50))
                 .with_dedicated_thread(true),
         ))
@@ -296,9 +296,11 @@ fn noting_credential(
         .build()
         .expect("client");
     let creds = load_with_endpoint(name, &server.base_url());
-    let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(client))
-        .with_retry_policy(RetryPolicy::none());
+    let options = ClientCertificateCredentialOptions::default().with_environment(
+        Environment::default()
+            .with_http_client(client)
+            .with_retry_policy(RetryPolicy::none()),
+    );
     let credential = ClientCertificateCredential::new(&creds, options).expect("new");
     (threads, credential)
 }

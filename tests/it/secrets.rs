@@ -10,13 +10,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, HttpOptions, ManualClock, RetryPolicy,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-    UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, Environment, ManualClock, ReloadOptions,
+    RetryPolicy, UserAssignedIdentityCredential, UserAssignedIdentityCredentials,
 };
 use support::entra::{EntraServer, Scripted};
 use support::fixtures::{load, load_with_endpoint};
-use support::harness::{ARM, options, register};
+use support::harness::{ARM, https_env, options, register};
 use support::log_capture::captured;
 use support::malformed::{block, blocks, credential_json, malformed_bundles, runs_for};
 use support::secrets::{Runs, Secrets};
@@ -81,7 +80,7 @@ fn debug_and_display_of_every_public_type_hold_no_secret() {
         s.add("x", "\u{0}never");
         s.assert_absent(name, &format!("{e} {e:?}"));
     }
-    let no_retry = options().with_retry_policy(RetryPolicy::none());
+    let no_retry = options().with_environment(https_env().with_retry_policy(RetryPolicy::none()));
     let cred2 = ClientCertificateCredential::new(&creds, no_retry).unwrap();
     for scripted in [
         Scripted::aadsts(401, "invalid_client", 700027, "bad cert"),
@@ -145,9 +144,8 @@ async fn logs_of_a_token_flow_and_a_reload_hold_no_secret() {
 
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options())
-            .with_debounce(Duration::from_millis(50)),
+        options(),
+        ReloadOptions::default().with_debounce(Duration::from_millis(50)),
     )
     .await
     .unwrap();
@@ -324,9 +322,8 @@ async fn malformed_bundles_leave_no_secret_in_status_or_logs() {
     std::fs::write(&path, credential_json(&good, Some(&server.base_url()))).unwrap();
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(options())
-            .with_debounce(Duration::from_millis(20)),
+        options(),
+        ReloadOptions::default().with_debounce(Duration::from_millis(20)),
     )
     .await
     .unwrap();
@@ -406,18 +403,14 @@ async fn the_testing_kit_prints_and_logs_no_secret() {
     }
     let p12 = STANDARD.encode(cert.bundle(BundleFormat::Pkcs12).as_slice());
     secrets.add("PKCS#12 bundle", &p12[200..260]);
-
     let mut mount = CsiMount::with_credentials(&creds);
     let cred = UserAssignedIdentityCredential::new(
         mount.visible_path(),
-        UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(
-                options()
-                    .with_http_options(HttpOptions::default().with_http_client(server.client()))
-                    // The scripted failure, then a token at once.
-                    .with_failure_memory(Duration::ZERO),
-            )
-            .with_debounce(Duration::from_millis(50)),
+        options()
+            .with_environment(Environment::default().with_http_client(server.client()))
+            // The scripted failure, then a token at once.
+            .with_failure_memory(Duration::ZERO),
+        ReloadOptions::default().with_debounce(Duration::from_millis(50)),
     )
     .await
     .unwrap();
@@ -484,10 +477,10 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     captured();
     let entra = EntraServer::start().await;
     register(&entra, "pem-pkcs8");
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
     let app = ClientCertificateCredential::new(
         &load_with_endpoint("pem-pkcs8", &entra.base_url()),
-        options().with_http_options(http.clone()),
+        options().with_environment(http.clone()),
     )
     .unwrap();
     let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
@@ -496,7 +489,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     let factory = ClientFactory::new(
         app.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_options(http.clone()),
+        ClientOptions::default().with_environment(http.clone()),
     )
     .unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
@@ -509,7 +502,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
         &vault.url(),
         Arc::new(app),
         StoreOptions::default()
-            .with_http_options(http)
+            .with_environment(http)
             .verify_challenge_resource(false),
     )
     .unwrap();

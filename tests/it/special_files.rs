@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use msi_dataplane::{
-    CloudConfig, ErrorKind, FileError, ReloadOutcome, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions, UserAssignedIdentityCredentials,
+    ClientCertificateCredentialOptions, CloudConfig, ErrorKind, FileError, ReloadOptions,
+    ReloadOutcome, UserAssignedIdentityCredential, UserAssignedIdentityCredentials,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::fixtures::load_with_endpoint;
@@ -79,7 +79,8 @@ async fn new_on_a_fifo_is_a_typed_error_not_a_hang() {
         BOUND,
         UserAssignedIdentityCredential::new(
             &path,
-            UserAssignedIdentityCredentialOptions::default(),
+            ClientCertificateCredentialOptions::default(),
+            ReloadOptions::default(),
         ),
     )
     .await
@@ -91,10 +92,13 @@ async fn new_on_a_fifo_is_a_typed_error_not_a_hang() {
 #[tokio::test]
 async fn devices_and_directories_are_refused_by_kind() {
     let zero = Path::new("/dev/zero");
-    let err =
-        UserAssignedIdentityCredential::new(zero, UserAssignedIdentityCredentialOptions::default())
-            .await
-            .expect_err("/dev/zero");
+    let err = UserAssignedIdentityCredential::new(
+        zero,
+        ClientCertificateCredentialOptions::default(),
+        ReloadOptions::default(),
+    )
+    .await
+    .expect_err("/dev/zero");
     assert_refused(&err, zero, "character device");
     let err = UserAssignedIdentityCredentials::from_path(zero).expect_err("/dev/zero");
     assert_refused(&err, zero, "character device");
@@ -137,7 +141,8 @@ async fn check_now_after_a_fifo_is_renamed_over_the_file_returns() {
     std::fs::write(&path, fixture_json("rotation-1")).expect("write");
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        UserAssignedIdentityCredentialOptions::default().with_debounce(Duration::from_millis(20)),
+        ClientCertificateCredentialOptions::default(),
+        ReloadOptions::default().with_debounce(Duration::from_millis(20)),
     )
     .await
     .expect("new");

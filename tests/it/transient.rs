@@ -14,12 +14,12 @@ use std::time::Duration;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, ErrorCategory,
-    ErrorKind, HttpOptions, ManualClock, RetryPolicy,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, Error,
+    ErrorCategory, ErrorKind, ManualClock, RetryPolicy,
 };
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
-use support::harness::{ARM, credential, https_options};
+use support::harness::{ARM, credential, https_env};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const AUDIENCE: &str = "https://dataplane.msi-test.example/";
@@ -145,27 +145,23 @@ async fn refusing_url() -> String {
 // ---- the three clients, each pointed at a URL ----
 
 /// A token from the endpoint under `authority`.
-async fn token_error(authority: &str, http: HttpOptions, clock: Arc<ManualClock>) -> Error {
+async fn token_error(authority: &str, http: Environment, clock: Arc<ManualClock>) -> Error {
     let creds = load_with_endpoint("pem-pkcs8", authority);
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(three_attempts())
-        .with_clock(clock);
+        .with_environment(http.with_retry_policy(three_attempts()).with_clock(clock));
     let credential = ClientCertificateCredential::new(&creds, options).unwrap();
     within_seconds(credential.get_token(&[ARM])).await
 }
 
 /// The system-assigned identity from a data plane at `base` (its token source never
 /// reached: no challenge comes).
-async fn data_plane_error(base: &str, http: HttpOptions, clock: Arc<ManualClock>) -> Error {
+async fn data_plane_error(base: &str, http: Environment, clock: Arc<ManualClock>) -> Error {
     let entra = EntraServer::start().await;
     let factory = ClientFactory::new(
         credential(&entra, "pem-pkcs8"),
         AUDIENCE,
         ClientOptions::default()
-            .with_http_options(http)
-            .with_retry_policy(three_attempts())
-            .with_clock(clock),
+            .with_environment(http.with_retry_policy(three_attempts()).with_clock(clock)),
     )
     .unwrap();
     let identity_url = format!(
@@ -178,15 +174,14 @@ async fn data_plane_error(base: &str, http: HttpOptions, clock: Arc<ManualClock>
 
 /// A user-assigned identity from a Key Vault at `vault` (through the Azure SDK, whose
 /// retry policy the crate's feeds).
-async fn key_vault_error(vault: &str, http: HttpOptions) -> Error {
+async fn key_vault_error(vault: &str, http: Environment) -> Error {
     let entra = EntraServer::start().await;
     let store = CredentialStore::new(
         vault,
         Arc::new(credential(&entra, "pem-pkcs8")),
         StoreOptions::default()
-            .with_http_options(http)
-            .verify_challenge_resource(false)
-            .with_retry_policy(three_attempts()),
+            .with_environment(http.with_retry_policy(three_attempts()))
+            .verify_challenge_resource(false),
     )
     .unwrap();
     within_seconds(store.get_user_assigned_identity(UA_ID, None)).await
@@ -222,7 +217,7 @@ fn assert_transport(err: &Error, service: &str, transient: bool, category: Error
 #[tokio::test]
 async fn a_refused_connection_is_retried_by_the_token_endpoint() {
     let clock = manual_clock();
-    let err = token_error(&refusing_url().await, https_options(), clock.clone()).await;
+    let err = token_error(&refusing_url().await, https_env(), clock.clone()).await;
     assert_transport(&err, "token", true, ErrorCategory::Transient);
     assert_eq!(clock.sleeps().len(), 2, "3 attempts, 2 waits: {err}");
 }
@@ -230,14 +225,14 @@ async fn a_refused_connection_is_retried_by_the_token_endpoint() {
 #[tokio::test]
 async fn a_refused_connection_is_retried_by_the_data_plane() {
     let clock = manual_clock();
-    let err = data_plane_error(&refusing_url().await, https_options(), clock.clone()).await;
+    let err = data_plane_error(&refusing_url().await, https_env(), clock.clone()).await;
     assert_transport(&err, "data plane", true, ErrorCategory::Transient);
     assert_eq!(clock.sleeps().len(), 2, "3 attempts, 2 waits: {err}");
 }
 
 #[tokio::test]
 async fn a_refused_connection_is_transient_for_key_vault() {
-    let err = key_vault_error(&refusing_url().await, https_options()).await;
+    let err = key_vault_error(&refusing_url().await, https_env()).await;
     assert_transport(&err, "Key Vault", true, ErrorCategory::Transient);
 }
 
@@ -246,7 +241,7 @@ async fn a_refused_connection_is_transient_for_key_vault() {
 #[tokio::test]
 async fn a_connection_closed_before_the_answer_is_retried_by_the_token_endpoint() {
     let server = RawServer::start(Answer::Close).await;
-    let err = token_error(&server.url, https_options(), manual_clock()).await;
+    let err = token_error(&server.url, https_env(), manual_clock()).await;
     assert_transport(&err, "token", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
 }
@@ -254,7 +249,7 @@ async fn a_connection_closed_before_the_answer_is_retried_by_the_token_endpoint(
 #[tokio::test]
 async fn a_connection_closed_before_the_answer_is_retried_by_the_data_plane() {
     let server = RawServer::start(Answer::Close).await;
-    let err = data_plane_error(&server.url, https_options(), manual_clock()).await;
+    let err = data_plane_error(&server.url, https_env(), manual_clock()).await;
     assert_transport(&err, "data plane", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
 }
@@ -262,7 +257,7 @@ async fn a_connection_closed_before_the_answer_is_retried_by_the_data_plane() {
 #[tokio::test]
 async fn a_connection_closed_before_the_answer_is_retried_by_key_vault() {
     let server = RawServer::start(Answer::Close).await;
-    let err = key_vault_error(&server.url, https_options()).await;
+    let err = key_vault_error(&server.url, https_env()).await;
     assert_transport(&err, "Key Vault", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
 }
@@ -273,7 +268,7 @@ async fn a_connection_closed_before_the_answer_is_retried_by_key_vault() {
 #[tokio::test]
 async fn an_answer_cut_short_is_retried_by_the_token_endpoint() {
     let server = RawServer::start(Answer::CutBody).await;
-    let err = token_error(&server.url, https_options(), manual_clock()).await;
+    let err = token_error(&server.url, https_env(), manual_clock()).await;
     assert_transport(&err, "token", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
 }
@@ -281,7 +276,7 @@ async fn an_answer_cut_short_is_retried_by_the_token_endpoint() {
 #[tokio::test]
 async fn an_answer_cut_short_is_retried_by_key_vault() {
     let server = RawServer::start(Answer::CutBody).await;
-    let err = key_vault_error(&server.url, https_options()).await;
+    let err = key_vault_error(&server.url, https_env()).await;
     assert_transport(&err, "Key Vault", true, ErrorCategory::Transient);
     assert_eq!((server.connections(), server.requests()), (3, 3), "{err}");
 }
@@ -292,7 +287,7 @@ async fn an_answer_cut_short_is_retried_by_key_vault() {
 async fn a_malformed_header_is_not_retried_by_the_token_endpoint() {
     let server = RawServer::start(Answer::MalformedHeader).await;
     let clock = manual_clock();
-    let err = token_error(&server.url, https_options(), clock.clone()).await;
+    let err = token_error(&server.url, https_env(), clock.clone()).await;
     assert_transport(&err, "token", false, ErrorCategory::Service);
     assert_eq!((server.connections(), server.requests()), (1, 1), "{err}");
     assert!(clock.sleeps().is_empty());
@@ -302,7 +297,7 @@ async fn a_malformed_header_is_not_retried_by_the_token_endpoint() {
 async fn a_malformed_header_is_not_retried_by_the_data_plane() {
     let server = RawServer::start(Answer::MalformedHeader).await;
     let clock = manual_clock();
-    let err = data_plane_error(&server.url, https_options(), clock.clone()).await;
+    let err = data_plane_error(&server.url, https_env(), clock.clone()).await;
     assert_transport(&err, "data plane", false, ErrorCategory::Service);
     assert_eq!((server.connections(), server.requests()), (1, 1), "{err}");
     assert!(clock.sleeps().is_empty());
@@ -311,16 +306,16 @@ async fn a_malformed_header_is_not_retried_by_the_data_plane() {
 #[tokio::test]
 async fn a_malformed_header_is_not_retried_by_key_vault() {
     let server = RawServer::start(Answer::MalformedHeader).await;
-    let err = key_vault_error(&server.url, https_options()).await;
+    let err = key_vault_error(&server.url, https_env()).await;
     assert_transport(&err, "Key Vault", false, ErrorCategory::Service);
     assert_eq!((server.connections(), server.requests()), (1, 1), "{err}");
 }
 
 // ---- a certificate the client does not trust: tried once ----
 
-/// The client of `HttpOptions::default()` trusts the system's roots, not the kit's test CA.
-fn untrusting() -> HttpOptions {
-    HttpOptions::default()
+/// The client of `Environment::default()` trusts the system's roots, not the kit's test CA.
+fn untrusting() -> Environment {
+    Environment::default()
 }
 
 #[tokio::test]

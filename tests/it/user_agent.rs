@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ConfigError, ErrorCategory, ErrorKind, HttpOptions, RetryPolicy,
+    ClientCertificateCredential, ConfigError, Environment, ErrorCategory, ErrorKind, RetryPolicy,
 };
 use msi_dataplane_testing::{DataPlaneServer, RecordedRequest};
 use support::entra::EntraServer;
 use support::fixtures::fixture_credentials;
-use support::harness::{ARM, credential_with, https_client, https_options};
+use support::harness::{ARM, credential_with, https_client, https_env};
 
 /// The fixtures' home tenant (the test servers' tenant).
 const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
@@ -28,15 +28,15 @@ fn crate_agent() -> String {
     )
 }
 
-fn with_app(http: HttpOptions) -> HttpOptions {
+fn with_app(http: Environment) -> Environment {
     http.with_application_id("myapp").unwrap()
 }
 
-fn credential(entra: &EntraServer, http: HttpOptions) -> ClientCertificateCredential {
+fn credential(entra: &EntraServer, http: Environment) -> ClientCertificateCredential {
     credential_with(
         entra,
         "pem-pkcs8",
-        msi_dataplane::ClientCertificateCredentialOptions::default().with_http_options(http),
+        msi_dataplane::ClientCertificateCredentialOptions::default().with_environment(http),
     )
 }
 
@@ -51,7 +51,7 @@ fn token_agents(entra: &EntraServer) -> Vec<Option<String>> {
 #[tokio::test]
 async fn a_token_request_names_the_crate_and_its_platform() {
     let entra = EntraServer::start().await;
-    let credential = credential(&entra, https_options());
+    let credential = credential(&entra, https_env());
     credential.get_token(&[ARM]).await.unwrap();
     assert_eq!(token_agents(&entra), [Some(crate_agent())]);
     // The recorded value is the header as sent.
@@ -65,7 +65,7 @@ async fn a_token_request_names_the_crate_and_its_platform() {
 #[tokio::test]
 async fn a_token_request_puts_the_application_id_first() {
     let entra = EntraServer::start().await;
-    let credential = credential(&entra, with_app(https_options()));
+    let credential = credential(&entra, with_app(https_env()));
     credential.get_token(&[ARM]).await.unwrap();
     let agents = token_agents(&entra);
     assert_eq!(agents, [Some(format!("myapp {}", crate_agent()))]);
@@ -82,7 +82,7 @@ async fn a_callers_own_client_with_its_own_default_agent_still_sends_the_crates(
         .build()
         .unwrap();
     let entra = EntraServer::start().await;
-    let http = HttpOptions::default().with_http_client(own);
+    let http = Environment::default().with_http_client(own);
     let credential = credential(&entra, with_app(http));
     credential.get_token(&[ARM]).await.unwrap();
     let requests = entra.requests();
@@ -103,7 +103,7 @@ async fn a_callers_own_client_with_its_own_default_agent_still_sends_the_crates(
 async fn the_crate_built_client_sends_it_too() {
     // No client of the caller's: the crate's own (extra roots for the test CA).
     let entra = EntraServer::start().await;
-    let http = HttpOptions::default()
+    let http = Environment::default()
         .with_extra_root_certificates_pem(&EntraServer::ca_pem())
         .unwrap();
     let credential = credential(&entra, with_app(http));
@@ -133,19 +133,19 @@ async fn the_servers_record_a_bounded_escaped_agent() {
     assert!(recorded.chars().count() < 540, "{}", recorded.len());
 }
 
-fn data_plane_options(http: HttpOptions) -> ClientOptions {
-    ClientOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(
+fn data_plane_options(http: Environment) -> ClientOptions {
+    ClientOptions::default().with_environment(
+        http.with_retry_policy(
             RetryPolicy::default()
                 .with_initial_delay(Duration::from_millis(10))
                 .with_max_delay(Duration::from_millis(50)),
-        )
+        ),
+    )
 }
 
 /// A data plane call (challenge, token, call): every request the data plane and Entra
 /// saw, with their `User-Agent`s.
-async fn data_plane_call(http: HttpOptions) -> (Vec<Option<String>>, Vec<Option<String>>) {
+async fn data_plane_call(http: Environment) -> (Vec<Option<String>>, Vec<Option<String>>) {
     let entra = EntraServer::start().await;
     let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
@@ -167,7 +167,7 @@ async fn data_plane_call(http: HttpOptions) -> (Vec<Option<String>>, Vec<Option<
 
 #[tokio::test]
 async fn every_data_plane_request_names_the_crate() {
-    let (dp, tokens) = data_plane_call(https_options()).await;
+    let (dp, tokens) = data_plane_call(https_env()).await;
     for agent in dp.iter().chain(&tokens) {
         assert_eq!(agent.as_deref(), Some(crate_agent().as_str()));
     }
@@ -176,7 +176,7 @@ async fn every_data_plane_request_names_the_crate() {
 
 #[tokio::test]
 async fn every_data_plane_request_puts_the_application_id_first() {
-    let (dp, tokens) = data_plane_call(with_app(https_options())).await;
+    let (dp, tokens) = data_plane_call(with_app(https_env())).await;
     let expected = format!("myapp {}", crate_agent());
     for agent in dp.iter().chain(&tokens) {
         assert_eq!(agent.as_deref(), Some(expected.as_str()));
@@ -186,7 +186,7 @@ async fn every_data_plane_request_puts_the_application_id_first() {
 #[tokio::test]
 async fn a_bad_application_id_is_a_configuration_error_naming_the_option() {
     for bad in ["", "my app", "myapp/1.0", "an_id_of_twenty_five_chars"] {
-        let err = HttpOptions::default().with_application_id(bad).unwrap_err();
+        let err = Environment::default().with_application_id(bad).unwrap_err();
         assert!(
             matches!(
                 err.kind(),
@@ -201,14 +201,14 @@ async fn a_bad_application_id_is_a_configuration_error_naming_the_option() {
         assert_eq!(err.category(), ErrorCategory::Configuration);
         assert!(err.to_string().contains("application_id"), "{err}");
     }
-    let http = HttpOptions::default()
+    let http = Environment::default()
         .with_application_id("exactly_24_characters!!!")
         .unwrap();
     assert_eq!(
         http.user_agent(),
         format!("exactly_24_characters!!! {}", crate_agent())
     );
-    assert_eq!(HttpOptions::default().user_agent(), crate_agent());
+    assert_eq!(Environment::default().user_agent(), crate_agent());
 }
 
 #[cfg(feature = "keyvault")]
@@ -225,14 +225,14 @@ mod key_vault {
 
     /// A put and a get through the store: the `User-Agent` of every request the vault and
     /// Entra saw.
-    async fn key_vault_calls(http: HttpOptions) -> (Vec<Option<String>>, Vec<Option<String>>) {
+    async fn key_vault_calls(http: Environment) -> (Vec<Option<String>>, Vec<Option<String>>) {
         let entra = EntraServer::start().await;
         let vault = KeyVaultServer::start(&entra, TENANT).await;
         let store = CredentialStore::new(
             &vault.url(),
             Arc::new(credential(&entra, http.clone())),
             StoreOptions::default()
-                .with_http_options(http)
+                .with_environment(http)
                 .verify_challenge_resource(false),
         )
         .unwrap();
@@ -271,7 +271,7 @@ mod key_vault {
 
     #[tokio::test]
     async fn every_key_vault_request_names_the_crate_then_the_sdk() {
-        let (vault, tokens) = key_vault_calls(https_options()).await;
+        let (vault, tokens) = key_vault_calls(https_env()).await;
         for agent in &vault {
             assert_key_vault_agent(agent.as_deref(), "");
         }
@@ -282,7 +282,7 @@ mod key_vault {
 
     #[tokio::test]
     async fn every_key_vault_request_puts_the_application_id_first() {
-        let (vault, tokens) = key_vault_calls(with_app(https_options())).await;
+        let (vault, tokens) = key_vault_calls(with_app(https_env())).await;
         for agent in &vault {
             assert!(agent.as_deref().unwrap().starts_with("myapp "), "{agent:?}");
             assert_key_vault_agent(agent.as_deref(), "myapp ");

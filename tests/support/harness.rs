@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions, ManualClock,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, ManualClock,
 };
 
 use super::entra::EntraServer;
@@ -20,14 +20,14 @@ pub fn https_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// HTTP settings that reach the test servers: [`https_client`].
-pub fn https_options() -> HttpOptions {
-    HttpOptions::default().with_http_client(https_client())
+/// An environment that reaches the test servers: [`https_client`].
+pub fn https_env() -> Environment {
+    Environment::default().with_http_client(https_client())
 }
 
 /// Options that reach the test server.
 pub fn options() -> ClientCertificateCredentialOptions {
-    ClientCertificateCredentialOptions::default().with_http_options(https_options())
+    ClientCertificateCredentialOptions::default().with_environment(https_env())
 }
 
 /// Register a fixture's leaf (from the generator's own file) with the server.
@@ -69,7 +69,9 @@ pub fn credential_on_clock(
     options: ClientCertificateCredentialOptions,
 ) -> (Arc<ManualClock>, ClientCertificateCredential) {
     let clock = manual_clock();
-    let credential = credential_with(server, name, options.with_clock(clock.clone()));
+    let mut options = options;
+    options.environment.clock = clock.clone();
+    let credential = credential_with(server, name, options);
     (clock, credential)
 }
 

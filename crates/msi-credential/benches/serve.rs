@@ -25,10 +25,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
-use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions,
-    UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::{BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions};
 use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -200,8 +197,8 @@ fn main() {
         let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
         let mount = CsiMount::with_credentials(&file);
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(entra.client()));
-        let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
+            .with_environment(Environment::default().with_http_client(entra.client()));
+        let (options, reload) = (client, ReloadOptions::default());
         let served = ServedIdentity::load(mount.visible_path(), options)
             .await
             .unwrap();

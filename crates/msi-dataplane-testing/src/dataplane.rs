@@ -504,7 +504,7 @@ impl DataPlaneServer {
     ///     .respond(Scripted::status(503).retry_after("0"))
     ///     .expect(2)
     ///     .mount();
-    /// let options = ClientOptions::default().with_http_options(app.http_options());
+    /// let options = ClientOptions::default().with_environment(app.environment());
     /// let factory = ClientFactory::new(app.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     /// let client = factory.client(&dp.identity_url()).unwrap();
     /// let issued = client

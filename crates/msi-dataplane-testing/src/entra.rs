@@ -60,15 +60,15 @@ const MAX_BODY: usize = 1 << 20;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use msi_dataplane_testing::{EntraServer, TestCertificate, TestIdentity};
 /// use msi_dataplane::{
-///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 /// };
 ///
 /// let server = EntraServer::start().await;
 /// let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 /// server.register(&identity, &cert);
 /// let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
-/// let http = HttpOptions::default().with_http_client(server.client());
-/// let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+/// let http = Environment::default().with_http_client(server.client());
+/// let options = ClientCertificateCredentialOptions::default().with_environment(http);
 /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 /// let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
 /// let issued = server.issued(token.token()).unwrap();
@@ -475,7 +475,7 @@ impl EntraServer {
     }
 
     /// An HTTP client that trusts the kit's test CA (and only it) and follows no
-    /// redirects: for [`HttpOptions::with_http_client`](crate::HttpOptions::with_http_client).
+    /// redirects: for [`Environment::with_http_client`](crate::Environment::with_http_client).
     pub fn client(&self) -> reqwest::Client {
         super::tls::client()
     }
@@ -581,7 +581,7 @@ impl EntraServer {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use msi_dataplane_testing::{EntraServer, Match, Scripted, TestCertificate, TestIdentity};
     /// use msi_dataplane::{
-    ///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    ///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
     ///     RetryPolicy,
     /// };
     ///
@@ -597,10 +597,10 @@ impl EntraServer {
     ///     .expect(2)
     ///     .mount_scoped();
     /// let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-    /// let http = HttpOptions::default().with_http_client(entra.client());
-    /// let options = ClientCertificateCredentialOptions::default()
-    ///     .with_http_options(http)
+    /// let env = Environment::default()
+    ///     .with_http_client(entra.client())
     ///     .with_retry_policy(RetryPolicy::default().with_initial_delay(std::time::Duration::ZERO));
+    /// let options = ClientCertificateCredentialOptions::default().with_environment(env);
     /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
     /// credential.get_token(&[vault]).await.unwrap();
     /// assert_eq!(script.matched(), 2);

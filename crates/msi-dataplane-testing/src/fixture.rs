@@ -10,10 +10,8 @@ use super::entra::EntraServer;
 use super::wait::wait_for_certificate;
 use msi_dataplane::BundleFormat;
 use msi_dataplane::ClientCertificateCredentialOptions;
-use msi_dataplane::HttpOptions;
-use msi_dataplane::{
-    ReloadStatus, UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::Environment;
+use msi_dataplane::{ReloadOptions, ReloadStatus, UserAssignedIdentityCredential};
 
 /// How long [`IdentityFixture::rotate_to`] waits for the credential to take up a rotation.
 const ROTATION_TIMEOUT: Duration = Duration::from_secs(20);
@@ -69,12 +67,13 @@ impl IdentityFixture {
         let mount =
             CsiMount::with_credentials_named(&format!("uamsi-{}", identity.client_id), &file);
         let client = ClientCertificateCredentialOptions::default()
-            .with_http_options(HttpOptions::default().with_http_client(entra.client()))
+            .with_environment(Environment::default().with_http_client(entra.client()))
             .with_failure_memory(Duration::ZERO);
-        let options = UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(client)
-            .with_debounce(Duration::from_millis(50));
-        let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
+        let (options, reload) = (
+            client,
+            ReloadOptions::default().with_debounce(Duration::from_millis(50)),
+        );
+        let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
             .await
             .unwrap_or_else(|e| panic!("testing: a credential from the mounted file: {e}"));
         IdentityFixture {
@@ -89,8 +88,8 @@ impl IdentityFixture {
     /// HTTP settings that trust the kit's test CA: for every builder that talks to the
     /// kit's servers (a credential, the data plane client, the Key Vault store), and
     /// [`EntraServer::client`] for your component's own calls.
-    pub fn http_options(&self) -> HttpOptions {
-        HttpOptions::default().with_http_client(self.entra.client())
+    pub fn environment(&self) -> Environment {
+        Environment::default().with_http_client(self.entra.client())
     }
 
     /// A renewal: Entra trusts `next` (the old certificate stays trusted, as it stays

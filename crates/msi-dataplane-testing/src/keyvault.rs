@@ -169,7 +169,7 @@ struct Deleted {
 /// use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 /// use msi_dataplane_testing::{EntraServer, KeyVaultServer, TestCertificate, TestIdentity};
 /// use msi_dataplane::{
-///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 /// };
 ///
 /// let entra = EntraServer::start().await;
@@ -177,14 +177,14 @@ struct Deleted {
 /// entra.register(&app, &cert);
 /// let vault = KeyVaultServer::start(&entra, &app.tenant_id).await;
 /// let creds = app.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-/// let http = HttpOptions::default().with_http_client(entra.client());
-/// let options = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
+/// let http = Environment::default().with_http_client(entra.client());
+/// let options = ClientCertificateCredentialOptions::default().with_environment(http.clone());
 /// let credential = Arc::new(ClientCertificateCredential::new(&creds, options)?);
 /// let store = CredentialStore::new(
 ///     &vault.url(),
 ///     credential,
 ///     StoreOptions::default()
-///         .with_http_options(http)
+///         .with_environment(http)
 ///         .verify_challenge_resource(false),
 /// )?;
 /// store.put_user_assigned_identity("my-identity", &creds).await?;
@@ -301,7 +301,7 @@ impl KeyVaultServer {
     /// let vault = KeyVaultServer::start(&fx.entra, &fx.identity.tenant_id).await;
     /// // The kit's vault is on 127.0.0.1: its challenge's resource is not the vault's host.
     /// let options = StoreOptions::default()
-    ///     .with_http_options(fx.http_options())
+    ///     .with_environment(fx.environment())
     ///     .verify_challenge_resource(false);
     /// let store = CredentialStore::new(&vault.url(), Arc::new(fx.credential.clone()), options).unwrap();
     /// // Reading `cpo` is forbidden while the guard lives, and is tried exactly once.

@@ -38,7 +38,7 @@
 //!   identity takes no answer that was meant for someone else.
 //! - **One-call setup** ([`IdentityFixture`]): Entra, an identity it trusts, the file
 //!   mounted as the CSI driver mounts it and the reloading credential on it; its
-//!   `http_options()` for every builder, `rotate_to` for a renewal.
+//!   `environment()` for every builder, `rotate_to` for a renewal.
 //! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
 //!   [`EntraServer::wait_for_token_requests`]): until a rotation is active or a
 //!   background request arrived, panicking with what was seen instead of hanging.
@@ -63,7 +63,7 @@
 //!
 //! | crate | version | where |
 //! |---|---|---|
-//! | `reqwest` | 0.13 | [`EntraServer::client`] (a client trusting the kit's CA), `HttpOptions::with_http_client` |
+//! | `reqwest` | 0.13 | [`EntraServer::client`] (a client trusting the kit's CA), `Environment::with_http_client` |
 //! | `time` | 0.3 | validity and times: [`TestCertificateBuilder::validity`], [`RecordedRequest::received_at`], `ManualClock` |
 //! | `rustls` | 0.23 | [`server_tls_config`] |
 //! | `serde_json` | 1 | [`DataPlaneServer::set_system_assigned`], [`EntraServer::set_extra_claims`], [`TokenClaims::extra`] and other JSON given as is |
@@ -74,7 +74,7 @@
 //! # async fn demo() {
 //! use msi_dataplane_testing::{EntraServer, TestCertificate, TestIdentity};
 //! use msi_dataplane::{
-//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 //! };
 //!
 //! let server = EntraServer::start().await;
@@ -82,8 +82,8 @@
 //! let cert = TestCertificate::self_signed();
 //! server.register(&identity, &cert);
 //! let creds = identity.credentials(&cert, &server.base_url(), BundleFormat::Pem);
-//! let http = HttpOptions::default().with_http_client(server.client());
-//! let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+//! let http = Environment::default().with_http_client(server.client());
+//! let options = ClientCertificateCredentialOptions::default().with_environment(http);
 //! let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 //! let token = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
 //! assert_eq!(server.issued(token.token()).unwrap().cert_sha256_hex, cert.sha256_hex());
@@ -144,7 +144,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use msi_dataplane_testing::{EntraServer, ResourceServer, TestCertificate, TestIdentity};
 //! use msi_dataplane::{
-//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 //! };
 //!
 //! let entra = EntraServer::start().await;
@@ -152,8 +152,8 @@
 //! let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 //! entra.register(&identity, &cert);
 //! let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-//! let http = HttpOptions::default().with_http_client(entra.client());
-//! let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+//! let http = Environment::default().with_http_client(entra.client());
+//! let options = ClientCertificateCredentialOptions::default().with_environment(http);
 //! let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 //!
 //! // The token is a JWT with an app-only token's claims.
@@ -186,7 +186,7 @@
 //! use std::sync::Arc;
 //! use msi_dataplane_testing::{EntraServer, TestCertificate, TestIdentity};
 //! use msi_dataplane::{
-//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+//!     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 //!     ManualClock,
 //! };
 //!
@@ -196,9 +196,11 @@
 //! let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 //! entra.register(&identity, &cert);
 //! let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-//! let options = ClientCertificateCredentialOptions::default()
-//!     .with_http_options(HttpOptions::default().with_http_client(entra.client()))
-//!     .with_clock(clock.clone());
+//! let options = ClientCertificateCredentialOptions::default().with_environment(
+//!     Environment::default()
+//!         .with_http_client(entra.client())
+//!         .with_clock(clock.clone()),
+//! );
 //! let credential = ClientCertificateCredential::new(&file, options).unwrap();
 //! let first = credential.get_token(&["https://management.azure.com/.default"]).await.unwrap();
 //! clock.advance(std::time::Duration::from_secs(2 * 3600));

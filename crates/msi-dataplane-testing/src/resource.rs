@@ -89,7 +89,7 @@ impl fmt::Debug for ResourceRequest {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use msi_dataplane_testing::{EntraServer, ResourceServer, TestCertificate, TestIdentity};
 /// use msi_dataplane::{
-///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+///     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 /// };
 ///
 /// let entra = EntraServer::start().await;
@@ -97,8 +97,8 @@ impl fmt::Debug for ResourceRequest {
 /// let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
 /// entra.register(&identity, &cert);
 /// let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-/// let http = HttpOptions::default().with_http_client(entra.client());
-/// let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+/// let http = Environment::default().with_http_client(entra.client());
+/// let options = ClientCertificateCredentialOptions::default().with_environment(http);
 /// let credential = ClientCertificateCredential::new(&creds, options).unwrap();
 ///
 /// // What a component does: a token, then the call.

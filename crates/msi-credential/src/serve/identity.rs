@@ -11,8 +11,10 @@ use crate::serve::answer::{IdentityHealth, Refusal};
 use crate::serve::request::Selector;
 use msi_dataplane::UserAssignedIdentityCredentials;
 use msi_dataplane::untrusted_text::bounded;
+use msi_dataplane::{
+    ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
+};
 use msi_dataplane::{ErrorKind, Result, ServeError};
-use msi_dataplane::{UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions};
 
 /// How long before expiry a served identity's tokens are refreshed, at least (see
 /// [`ServedIdentity::load`]): its clients treat a token with 5 minutes left as stale and
@@ -64,14 +66,12 @@ impl ServedIdentity {
     /// client id and by the object and resource ids its file holds.
     pub async fn load(
         path: impl Into<PathBuf>,
-        mut options: UserAssignedIdentityCredentialOptions,
+        options: ClientCertificateCredentialOptions,
+        reload: ReloadOptions,
     ) -> Result<Self> {
-        let window = options
-            .client
-            .refresh_window
-            .max(SERVED_TOKEN_REFRESH_WINDOW);
-        options.client = options.client.with_refresh_window(window);
-        let credential = UserAssignedIdentityCredential::new(path, options).await?;
+        let window = options.refresh_window.max(SERVED_TOKEN_REFRESH_WINDOW);
+        let options = options.with_refresh_window(window);
+        let credential = UserAssignedIdentityCredential::new(path, options, reload).await?;
         Self::from_credential(credential).await
     }
 
@@ -125,8 +125,9 @@ impl ServedIdentity {
     /// # async fn demo() -> msi_dataplane::Result<()> {
     /// use msi_credential::serve::ServedIdentity;
     ///
-    /// let identity = ServedIdentity::load("/mnt/certs/my-identity", Default::default())
-    ///     .await?
+    /// let identity =
+    ///     ServedIdentity::load("/mnt/certs/my-identity", Default::default(), Default::default())
+    ///         .await?
     ///     .with_allowed_resources(["https://management.azure.com/", "https://vault.azure.net"]);
     /// # Ok(()) }
     /// ```

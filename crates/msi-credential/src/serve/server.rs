@@ -25,7 +25,7 @@ use crate::serve::listener::{self, ConnectionLimits, HoldBack, MAX_CONNECTIONS_L
 use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
-use msi_dataplane::{Clock, SystemClock};
+use msi_dataplane::{Clock, Environment};
 use msi_dataplane::{ConfigError, ErrorKind, Result, ServeError};
 
 /// The port [`ServeOptions::default`] listens on.
@@ -76,8 +76,10 @@ pub struct ServeOptions {
     /// How often a secret read from a file is read again, to follow a rotation of it
     /// (the last good one is kept when a re-read fails). Default 10 s.
     pub secret_recheck: Duration,
-    /// The clock the health report reads.
-    pub clock: Arc<dyn Clock>,
+    /// The environment the server runs in: the same value as its identities'
+    /// credentials' (`msi_dataplane::Environment`); the server reads its clock, for the
+    /// health report.
+    pub environment: Environment,
 }
 
 impl Default for ServeOptions {
@@ -90,7 +92,7 @@ impl Default for ServeOptions {
             idle_timeout: Duration::from_secs(30),
             max_token_requests_per_second: Some(50),
             secret_recheck: Duration::from_secs(10),
-            clock: Arc::new(SystemClock),
+            environment: Environment::default(),
         }
     }
 }
@@ -162,9 +164,10 @@ impl ServeOptions {
         self
     }
 
-    /// Use this clock for the health report.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+    /// Run in this environment (the one the identities' credentials share): its clock
+    /// times the health report.
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
         self
     }
 
@@ -284,7 +287,8 @@ struct State {
 /// # async fn run() -> Result<(), msi_dataplane::Error> {
 /// let identity = ServedIdentity::load(
 ///     "/mnt/certs/my-identity",
-///     Default::default(),
+///     Default::default(), // the credential's options, with its `Environment`
+///     Default::default(), // how it follows the file
 /// )
 /// .await?;
 /// let secret = IdentityHeaderSecret::from_file("/var/run/identity-header/secret")?;
@@ -345,7 +349,7 @@ impl TokenServer {
                 .max_token_requests_per_second
                 .map(|rate| RateLimiter::new(rate, Instant::now())),
             refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
-            clock: options.clock.clone(),
+            clock: options.environment.clock.clone(),
         });
         if state.secret.load().path().is_some() {
             tokio::spawn(follow_secret(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, TokenServer};
 use msi_dataplane::{
-    ClientCertificateCredentialOptions, Clock as _, ErrorKind, ManualClock, ServeError,
+    ClientCertificateCredentialOptions, Clock as _, Environment, ErrorKind, ManualClock, ServeError,
 };
 use msi_dataplane_testing::{Scripted, TempDir, wait_for_certificate};
 use serving::{ARM, Mounted, SECRET, raw, start, token_request};
@@ -252,7 +252,8 @@ async fn served_tokens_are_refreshed_fifteen_minutes_ahead() {
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
     entra.use_clock(clock.clone());
     let a = Mounted::new(&entra);
-    let client = ClientCertificateCredentialOptions::default().with_clock(clock.clone());
+    let client = ClientCertificateCredentialOptions::default()
+        .with_environment(Environment::default().with_clock(clock.clone()));
     let server = start(vec![a.serve(&entra, client).await], ServeOptions::default()).await;
     let ask = || raw(server.local_addr(), token_request(&server, ARM, "", SECRET));
     let left = |answer: &serving::Raw| {
@@ -376,7 +377,8 @@ async fn health_is_ready_while_every_credential_is_valid() {
     let entra = msi_dataplane_testing::EntraServer::start().await;
     let a = Mounted::new(&entra);
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
-    let options = ServeOptions::default().with_clock(clock.clone());
+    let options =
+        ServeOptions::default().with_environment(Environment::default().with_clock(clock.clone()));
     let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
     let host = server.local_addr();
     let health = |secret: &str| {

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, ReloadOutcome,
-    UserAssignedIdentityCredential, UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions, ReloadOutcome,
+    UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{
     CsiMount, EntraServer, Outcome, ResourceServer, TestCa, TestCertificate, TestIdentity,
@@ -29,13 +29,12 @@ async fn run_time_credential_token_rotation_then_token_signed_by_the_new_certifi
         &server.base_url(),
         BundleFormat::Pem,
     ));
-    let options = UserAssignedIdentityCredentialOptions::default()
-        .with_client_options(
-            ClientCertificateCredentialOptions::default()
-                .with_http_options(HttpOptions::default().with_http_client(server.client())),
-        )
-        .with_debounce(Duration::from_millis(50));
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
+    let (options, reload) = (
+        ClientCertificateCredentialOptions::default()
+            .with_environment(Environment::default().with_http_client(server.client())),
+        ReloadOptions::default().with_debounce(Duration::from_millis(50)),
+    );
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
         .await
         .expect("credential from the mounted file");
 
@@ -105,7 +104,7 @@ async fn the_server_rejects_an_unregistered_certificate_and_stops_on_drop() {
     server.register(&identity, &registered);
     let creds = identity.credentials(&other, &server.base_url(), BundleFormat::Pem);
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(server.client()));
+        .with_environment(Environment::default().with_http_client(server.client()));
     let credential = msi_dataplane::ClientCertificateCredential::new(&creds, options).unwrap();
     let err = credential
         .get_token(&[ARM])
@@ -135,7 +134,7 @@ async fn the_resource_server_answers_only_valid_tokens_for_its_audience() {
     entra.register(&identity, &cert);
     let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     let credential = msi_dataplane::ClientCertificateCredential::new(&creds, options).unwrap();
     let arm_token = credential.get_token(&[ARM]).await.unwrap();
     let vault_token = credential

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use msi_dataplane::inspect::{CredentialReport, ProblemKind};
 use msi_dataplane::{
     BundleFormat, ClientCertificate, ClientCertificateCredential,
-    ClientCertificateCredentialOptions, Clock, ErrorKind, FileError, HttpOptions, ManualClock,
+    ClientCertificateCredentialOptions, Clock, Environment, ErrorKind, FileError, ManualClock,
 };
 use msi_dataplane_testing::{EntraServer, TestCertificate, TestIdentity};
 
@@ -31,10 +31,9 @@ async fn a_manual_clock_crosses_refresh_expiry_renewal_and_the_end_without_waiti
         .self_signed();
     entra.register(&identity, &certificate);
     let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_clock(clock.clone());
+        .with_environment(http.with_clock(clock.clone()));
     let credential = ClientCertificateCredential::new(&file, options).unwrap();
 
     // A one-hour token.

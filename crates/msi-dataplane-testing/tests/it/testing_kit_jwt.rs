@@ -14,7 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Clock,
-    HttpOptions, ManualClock,
+    Environment, ManualClock,
 };
 use msi_dataplane_testing::{
     EntraServer, ResourceServer, TOKEN_CLOCK_SKEW_SECS, TestCertificate, TestIdentity,
@@ -45,9 +45,9 @@ fn credential(
     entra.register(identity, &certificate);
     let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
     let mut options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     if let Some(clock) = clock {
-        options = options.with_clock(clock);
+        options.environment.clock = clock;
     }
     ClientCertificateCredential::new(&file, options).expect("credential")
 }
@@ -282,7 +282,7 @@ async fn a_client_registered_without_an_identity_has_a_stable_object_id() {
     };
     let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     let credential = ClientCertificateCredential::new(&file, options).unwrap();
     let token = credential.get_token(&[ARM_SCOPE]).await.unwrap();
     let claims = entra.claims(token.token()).unwrap();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
     RetryPolicy,
 };
 use msi_dataplane_testing::{
@@ -34,10 +34,9 @@ fn credential(
     let cert = TestCertificate::self_signed();
     entra.register(&identity, &cert);
     let creds = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(1))
+        .with_environment(http.with_retry_policy(RetryPolicy::default().with_max_attempts(1)))
         .with_failure_memory(std::time::Duration::ZERO);
     let credential = ClientCertificateCredential::new(&creds, options).unwrap();
     (identity, credential)
@@ -208,11 +207,11 @@ async fn data_plane_scripts_match_by_method_and_tenant() {
     dp.create_user_assigned(home);
     dp.create_user_assigned_in(other_tenant, away);
     // The managing service's credential, allowed into the customer's tenant.
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
     let credential = ClientCertificateCredential::new(
         &app.credentials(&app_cert, &entra.base_url(), BundleFormat::Pem),
         ClientCertificateCredentialOptions::default()
-            .with_http_options(http.clone())
+            .with_environment(http.clone())
             .with_additionally_allowed_tenants(["*"]),
     )
     .unwrap();
@@ -234,8 +233,7 @@ async fn data_plane_scripts_match_by_method_and_tenant() {
         .mount_scoped();
 
     let options = ClientOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(1));
+        .with_environment(http.with_retry_policy(RetryPolicy::default().with_max_attempts(1)));
     let factory = ClientFactory::new(credential, DataPlaneServer::AUDIENCE, options).unwrap();
     let request = |id: &str| UserAssignedIdentitiesRequest::new([id]);
     let issued = factory
@@ -273,7 +271,7 @@ async fn key_vault_scripts_match_by_path_and_answer_n_times() {
         &vault.url(),
         Arc::new(fx.credential.clone()),
         msi_dataplane::keyvault::store::StoreOptions::default()
-            .with_http_options(fx.http_options())
+            .with_environment(fx.environment())
             .verify_challenge_resource(false),
     )
     .unwrap();

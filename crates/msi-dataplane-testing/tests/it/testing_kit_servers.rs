@@ -11,7 +11,7 @@ use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentit
 use msi_dataplane::keyvault::renewal::RenewalOutcome;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
     UserAssignedIdentityCredentials,
 };
 use msi_dataplane_testing::{
@@ -27,13 +27,13 @@ fn app_credential(entra: &EntraServer, app: &TestIdentity) -> ClientCertificateC
     entra.register(app, &cert);
     let creds = app.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     ClientCertificateCredential::new(&creds, options).expect("app credential")
 }
 
 async fn token_cert(entra: &EntraServer, creds: &UserAssignedIdentityCredentials) -> String {
     let options = ClientCertificateCredentialOptions::default()
-        .with_http_options(HttpOptions::default().with_http_client(entra.client()));
+        .with_environment(Environment::default().with_http_client(entra.client()));
     let credential = ClientCertificateCredential::new(creds, options).expect("identity credential");
     let token = credential.get_token(&[ARM]).await.expect("token");
     entra
@@ -50,11 +50,11 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
     let dp = DataPlaneServer::start(&entra, &tenant, DataPlaneServer::AUDIENCE).await;
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     let service = app_credential(&entra, &app);
-    let http = HttpOptions::default().with_http_client(entra.client());
+    let http = Environment::default().with_http_client(entra.client());
     let factory = ClientFactory::new(
         service.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_http_options(http.clone()),
+        ClientOptions::default().with_environment(http.clone()),
     )
     .unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
@@ -62,7 +62,7 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
         &vault.url(),
         Arc::new(service),
         StoreOptions::default()
-            .with_http_options(http)
+            .with_environment(http)
             .verify_challenge_resource(false),
     )
     .unwrap();

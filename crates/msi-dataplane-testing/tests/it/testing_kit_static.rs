@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions,
+    BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
 };
 use msi_dataplane_testing::{EntraServer, TestCertificate, TestIdentity};
 
@@ -23,8 +23,8 @@ static IDENTITY: LazyLock<(TestIdentity, TestCertificate)> = LazyLock::new(|| {
 async fn token_for(scope: &str) {
     let (identity, certificate) = &*IDENTITY;
     let file = identity.credentials(certificate, &ENTRA.base_url(), BundleFormat::Pem);
-    let http = HttpOptions::default().with_http_client(ENTRA.client());
-    let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+    let http = Environment::default().with_http_client(ENTRA.client());
+    let options = ClientCertificateCredentialOptions::default().with_environment(http);
     let credential = ClientCertificateCredential::new(&file, options).unwrap();
     let token = credential.get_token(&[scope]).await.unwrap();
     let issued = ENTRA

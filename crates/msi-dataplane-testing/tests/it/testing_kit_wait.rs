@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions,
+    UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{
     CsiMount, EntraServer, TestCertificate, TestIdentity, wait_for_certificate, wait_for_status,
@@ -22,10 +22,10 @@ async fn wait_for_certificate_returns_once_the_rotation_is_active() {
     entra.register(&identity, &new);
     let file = |cert| identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
     let mut mount = CsiMount::with_credentials(&file(&old));
-    let http = HttpOptions::default().with_http_client(entra.client());
-    let client = ClientCertificateCredentialOptions::default().with_http_options(http);
-    let options = UserAssignedIdentityCredentialOptions::default().with_client_options(client);
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options)
+    let http = Environment::default().with_http_client(entra.client());
+    let client = ClientCertificateCredentialOptions::default().with_environment(http);
+    let (options, reload) = (client, ReloadOptions::default());
+    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
         .await
         .unwrap();
     // Already there: at once.
@@ -63,9 +63,13 @@ async fn wait_for_certificate_panics_naming_what_it_saw() {
         &entra.base_url(),
         BundleFormat::Pem,
     ));
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), Default::default())
-        .await
-        .unwrap();
+    let credential = UserAssignedIdentityCredential::new(
+        mount.visible_path(),
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     wait_for_certificate(&credential, &never, Duration::from_millis(100)).await;
 }
 
@@ -76,8 +80,8 @@ async fn wait_for_token_requests_sees_a_background_request() {
     let cert = TestCertificate::self_signed();
     entra.register(&identity, &cert);
     let file = identity.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
-    let http = HttpOptions::default().with_http_client(entra.client());
-    let options = ClientCertificateCredentialOptions::default().with_http_options(http);
+    let http = Environment::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default().with_environment(http);
     let credential = msi_dataplane::ClientCertificateCredential::new(&file, options).unwrap();
     let task = tokio::spawn(async move {
         credential
@@ -105,9 +109,13 @@ async fn an_in_place_write_through_the_mount_s_symlinks_is_picked_up() {
     let mount = CsiMount::with_credentials_named("uamsi-cpo", &file(&old));
     assert!(mount.visible_path().ends_with("uamsi-cpo"));
     let ts_before = mount.current_ts_dir().to_owned();
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), Default::default())
-        .await
-        .unwrap();
+    let credential = UserAssignedIdentityCredential::new(
+        mount.visible_path(),
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     mount.write_in_place(&msi_dataplane_testing::credentials_json(&file(&new)));
     let link = std::fs::symlink_metadata(mount.visible_path()).unwrap();
     assert!(link.file_type().is_symlink(), "the link stays a link");
@@ -143,7 +151,7 @@ async fn the_identity_fixture_wires_everything_to_the_kit() {
         &vault.url(),
         credential,
         msi_dataplane::keyvault::store::StoreOptions::default()
-            .with_http_options(fixture.http_options())
+            .with_environment(fixture.environment())
             .verify_challenge_resource(false),
     )
     .unwrap();

@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
-use msi_dataplane::{
-    ClientCertificateCredentialOptions, Error, RetryPolicy, UserAssignedIdentityCredentialOptions,
-};
+use msi_dataplane::{ClientCertificateCredentialOptions, Error, ReloadOptions, RetryPolicy};
 use serde::Serialize;
 
 use crate::args::{ProbeArgs, ServeArgs};
@@ -93,12 +91,13 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
             return Exit::Usage;
         }
     };
-    let options = UserAssignedIdentityCredentialOptions::default()
-        .with_client_options(client)
-        .with_backstop_interval(args.backstop);
+    let (options, reload) = (
+        client,
+        ReloadOptions::default().with_backstop_interval(args.backstop),
+    );
     let mut identities = Vec::new();
     for file in &args.files {
-        match ServedIdentity::load(file, options.clone()).await {
+        match ServedIdentity::load(file, options.clone(), reload.clone()).await {
             Ok(identity) if args.allow_resources.is_empty() => identities.push(identity),
             Ok(identity) => identities
                 .push(identity.with_allowed_resources(args.allow_resources.iter().cloned())),
@@ -152,7 +151,7 @@ fn unreachable_secret() -> msi_dataplane::Result<IdentityHeaderSecret> {
 
 /// The credentials' options from the command line; an error names the option.
 fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions, String> {
-    let http = crate::token::http_options(
+    let http = crate::token::environment(
         args.ca_file.as_deref(),
         args.allow_http_loopback,
         args.timeout,
@@ -163,8 +162,7 @@ fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions
         .with_max_attempts(args.attempts)
         .with_max_total(Duration::from_secs(10));
     Ok(ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(retry)
+        .with_environment(http.with_retry_policy(retry))
         .with_max_cached_scopes(usize::try_from(args.max_cached_resources).unwrap_or(usize::MAX)))
 }
 

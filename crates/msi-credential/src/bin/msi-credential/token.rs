@@ -4,7 +4,7 @@
 //! it as an `Option` that stays `None` otherwise, so no rendering can print it by mistake.
 
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, Error, HttpOptions,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, Error,
     RetryPolicy, UserAssignedIdentityCredentials,
 };
 use time::OffsetDateTime;
@@ -64,24 +64,26 @@ pub fn run(args: &TokenArgs, format: Format) -> Exit {
 
 /// The credential's options from the command line; an error names the option.
 fn client_options(args: &TokenArgs) -> Result<ClientCertificateCredentialOptions, String> {
-    let http = http_options(
+    let http = environment(
         args.ca_file.as_deref(),
         args.allow_http_loopback,
         args.timeout,
     )?;
-    Ok(ClientCertificateCredentialOptions::default()
-        .with_http_options(http)
-        .with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts)))
+    Ok(
+        ClientCertificateCredentialOptions::default().with_environment(
+            http.with_retry_policy(RetryPolicy::default().with_max_attempts(args.attempts)),
+        ),
+    )
 }
 
 /// The HTTP options of `--ca-file`, `--allow-http-loopback` and `--timeout` (`token` and
 /// `serve`); an error names the option.
-pub fn http_options(
+pub fn environment(
     ca_file: Option<&std::path::Path>,
     allow_http_loopback: bool,
     timeout: std::time::Duration,
-) -> Result<HttpOptions, String> {
-    let mut http = HttpOptions::default()
+) -> Result<Environment, String> {
+    let mut http = Environment::default()
         .allow_http_loopback(allow_http_loopback)
         .with_request_timeout(timeout);
     if let Some(path) = ca_file {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use msi_dataplane::keyvault::renewal::{RenewalState, renewal_state};
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, HttpOptions, RetryPolicy,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, RetryPolicy,
     UserAssignedIdentityCredentials,
 };
 use serde::Serialize;
@@ -69,15 +69,15 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
         Err(err) => return fail_err(&err),
     };
     let retry = RetryPolicy::default().with_max_attempts(args.attempts);
-    let mut options =
-        ClientCertificateCredentialOptions::default().with_retry_policy(retry.clone());
+    let mut options = ClientCertificateCredentialOptions::default()
+        .with_environment(Environment::default().with_retry_policy(retry.clone()));
     let mut store_options = StoreOptions::default()
         .verify_challenge_resource(!args.no_verify_challenge_resource)
-        .with_retry_policy(retry);
+        .with_environment(Environment::default().with_retry_policy(retry));
     if let Some(path) = &args.ca_file {
         // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
         // is refused, not read). One read serves the credential and the store.
-        let http = match HttpOptions::default().with_extra_root_certificates_file(path) {
+        let http = match Environment::default().with_extra_root_certificates_file(path) {
             Ok(http) => http,
             Err(e) => {
                 let message = format!("--ca-file {}: {}", path.display(), e.kind());
@@ -85,8 +85,8 @@ pub fn list(args: &VaultListArgs, format: Format) -> Exit {
                 return Exit::Usage;
             }
         };
-        options = options.with_http_options(http.clone());
-        store_options = store_options.with_http_options(http);
+        options = options.with_environment(http.clone());
+        store_options = store_options.with_environment(http);
     }
     let credential = match ClientCertificateCredential::new(&creds, options) {
         Ok(c) => c,

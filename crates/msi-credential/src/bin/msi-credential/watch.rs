@@ -8,8 +8,8 @@
 //! counter in every line stays exact.
 
 use msi_dataplane::{
-    ReloadOutcome, ReloadStatus, UserAssignedIdentityCredential,
-    UserAssignedIdentityCredentialOptions,
+    ClientCertificateCredentialOptions, ReloadOptions, ReloadOutcome, ReloadStatus,
+    UserAssignedIdentityCredential,
 };
 use time::OffsetDateTime;
 
@@ -40,11 +40,14 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
         Ok(metrics) => metrics,
         Err(exit) => return exit,
     };
-    let options = UserAssignedIdentityCredentialOptions::default()
-        .with_backstop_interval(args.backstop)
-        .with_debounce(args.debounce)
-        .with_watch(!args.no_watch);
-    let credential = match UserAssignedIdentityCredential::new(&args.file, options).await {
+    let (options, reload) = (
+        ClientCertificateCredentialOptions::default(),
+        ReloadOptions::default()
+            .with_backstop_interval(args.backstop)
+            .with_debounce(args.debounce)
+            .with_watch(!args.no_watch),
+    );
+    let credential = match UserAssignedIdentityCredential::new(&args.file, options, reload).await {
         Ok(credential) => credential,
         Err(err) => {
             output::failure(&render::error(&err, Some(&args.file), format), format);

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, HttpOptions, RetryPolicy,
-    UserAssignedIdentityCredentialOptions,
+    BundleFormat, ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy,
 };
 use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
 
@@ -62,17 +61,13 @@ impl Mounted {
         entra: &EntraServer,
         client: ClientCertificateCredentialOptions,
     ) -> ServedIdentity {
-        let client = client
-            .with_http_options(HttpOptions::default().with_http_client(entra.client()))
-            .with_retry_policy(
-                RetryPolicy::default()
-                    .with_max_attempts(2)
-                    .with_initial_delay(Duration::from_millis(50)),
-            );
-        let options = UserAssignedIdentityCredentialOptions::default()
-            .with_client_options(client)
-            .with_debounce(Duration::from_millis(50));
-        ServedIdentity::load(self.mount.visible_path(), options)
+        let mut client = client;
+        client.environment.http_client = Some(entra.client());
+        client.environment.retry_policy = RetryPolicy::default()
+            .with_max_attempts(2)
+            .with_initial_delay(Duration::from_millis(50));
+        let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
+        ServedIdentity::load(self.mount.visible_path(), client, reload)
             .await
             .expect("the served identity loads")
     }

@@ -1,37 +1,50 @@
-//! `HttpOptions`: the HTTP settings that the credential, the data plane client and the Key
-//! Vault store share (a client of the caller's or extra roots, the loopback flag, the
-//! request timeout, the application id in the `User-Agent`), and the one decision of
-//! which HTTP client they use.
+//! `Environment`: what every client the crate builds shares (the HTTP client or extra
+//! roots, the loopback flag, the request timeout, the application id in the
+//! `User-Agent`, the clock and its sleeps, the retry policy), and the one decision of which
+//! HTTP client they use.
 
 use std::fmt;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::http::retry::RetryPolicy;
 use crate::http::user_agent;
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";
 
-/// The HTTP settings shared by
-/// [`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions),
-/// [`dataplane::ClientOptions`](crate::dataplane::ClientOptions) and (feature `keyvault`)
-/// `keyvault::store::StoreOptions`: each holds one as its `http` field, set with its
-/// `with_http_options`. The setters below are the only ones: make the value here, then
-/// hand it (or a clone of it, to serve all three) to `with_http_options`.
+/// What every client the crate builds shares, set once: the HTTP client (or extra roots
+/// for the crate-built one), `http://` loopback, the request timeout, the application id
+/// of the `User-Agent`, the clock (times and sleeps) and the retry policy.
+///
+/// Each client takes it whole, with `with_environment`: the credential
+/// ([`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions), and
+/// through it [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)),
+/// the data plane client ([`dataplane::ClientOptions`](crate::dataplane::ClientOptions)),
+/// the Key Vault store (feature `keyvault`: `keyvault::store::StoreOptions`) and the
+/// `msi-credential` crate's token server. Cloning it is cheap (the HTTP client and the
+/// clock are shared handles), so one value made at start-up serves them all; no
+/// options struct has setters of its own for what is here.
 ///
 /// ```
 /// use std::time::Duration;
-/// use msi_dataplane::{ClientCertificateCredentialOptions, HttpOptions};
+/// use msi_dataplane::{ClientCertificateCredentialOptions, Environment, RetryPolicy};
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
-/// let http = HttpOptions::default().with_request_timeout(Duration::from_secs(10));
-/// let credential = ClientCertificateCredentialOptions::default().with_http_options(http.clone());
-/// let data_plane = ClientOptions::default().with_http_options(http);
-/// assert_eq!(credential.http.request_timeout, data_plane.http.request_timeout);
+/// let env = Environment::default()
+///     .with_request_timeout(Duration::from_secs(10))
+///     .with_retry_policy(RetryPolicy::default().with_max_attempts(2));
+/// let credential = ClientCertificateCredentialOptions::default().with_environment(env.clone());
+/// let data_plane = ClientOptions::default().with_environment(env);
+/// assert_eq!(
+///     credential.environment.request_timeout,
+///     data_plane.environment.request_timeout
+/// );
 /// ```
 ///
 /// # User-Agent
@@ -50,7 +63,7 @@ const CA_FILE: &str = "CA file";
 /// (...)`). [`user_agent`](Self::user_agent) gives the value.
 #[derive(Clone)]
 #[non_exhaustive]
-pub struct HttpOptions {
+pub struct Environment {
     /// The HTTP client. `None` uses a shared client built by the crate (rustls, system
     /// roots, no redirects, proxies from the environment but never for a loopback
     /// authority, pooled connections: see SECURITY.md and the README's "Runtimes").
@@ -71,6 +84,12 @@ pub struct HttpOptions {
     pub allow_http_loopback: bool,
     /// Total time allowed for one HTTP request (connect, send, receive). Default 30 s.
     pub request_timeout: Duration,
+    /// The clock: assertion times, token expiry, validity checks, the reload backstop, and
+    /// every sleep (retry delays, debounce). Default [`SystemClock`]; a
+    /// [`ManualClock`](crate::ManualClock) moves time in tests.
+    pub clock: Arc<dyn Clock>,
+    /// How failed requests are retried (token requests, the data plane, Key Vault).
+    pub retry_policy: RetryPolicy,
     /// The application id put first in the `User-Agent` (checked when set, so private:
     /// see [`with_application_id`](Self::with_application_id)).
     application_id: Option<String>,
@@ -78,20 +97,22 @@ pub struct HttpOptions {
     user_agent: HeaderValue,
 }
 
-impl Default for HttpOptions {
+impl Default for Environment {
     fn default() -> Self {
-        HttpOptions {
+        Environment {
             http_client: None,
             extra_root_certificates: Vec::new(),
             allow_http_loopback: false,
             request_timeout: Duration::from_secs(30),
+            clock: Arc::new(SystemClock),
+            retry_policy: RetryPolicy::default(),
             application_id: None,
             user_agent: user_agent::header_value(None),
         }
     }
 }
 
-impl HttpOptions {
+impl Environment {
     /// Use this HTTP client.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
         self.http_client = Some(client);
@@ -144,6 +165,19 @@ impl HttpOptions {
         self
     }
 
+    /// Use this clock for times and sleeps (a [`ManualClock`](crate::ManualClock) in
+    /// tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Retry failed requests with this policy.
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
+        self
+    }
+
     /// Put your application id first in the `User-Agent` of every request (the token
     /// endpoint, the data plane, Key Vault), as azure_core's
     /// `UserAgentOptions::application_id` does: `myapp azsdk-rust-msi-dataplane/<version>
@@ -154,11 +188,11 @@ impl HttpOptions {
     /// a secret: services log it.
     ///
     /// ```
-    /// use msi_dataplane::HttpOptions;
+    /// use msi_dataplane::Environment;
     ///
-    /// let http = HttpOptions::default().with_application_id("myapp").unwrap();
+    /// let http = Environment::default().with_application_id("myapp").unwrap();
     /// assert!(http.user_agent().starts_with("myapp azsdk-rust-msi-dataplane/"));
-    /// assert!(HttpOptions::default().with_application_id("my app").is_err());
+    /// assert!(Environment::default().with_application_id("my app").is_err());
     /// ```
     ///
     /// # Errors
@@ -212,9 +246,9 @@ impl HttpOptions {
     }
 }
 
-impl fmt::Debug for HttpOptions {
+impl fmt::Debug for Environment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpOptions")
+        f.debug_struct("Environment")
             .field("http_client", &self.http_client.as_ref().map(|_| "custom"))
             .field(
                 "extra_root_certificates",
@@ -223,6 +257,8 @@ impl fmt::Debug for HttpOptions {
             .field("allow_http_loopback", &self.allow_http_loopback)
             .field("request_timeout", &self.request_timeout)
             .field("application_id", &self.application_id)
+            .field("clock", &self.clock)
+            .field("retry_policy", &self.retry_policy)
             .finish()
     }
 }
@@ -282,13 +318,13 @@ mod tests {
     #[test]
     fn a_client_and_extra_roots_conflict_each_alone_is_fine() {
         let pem = include_str!("../../fixtures/tls/ca.pem");
-        let roots = HttpOptions::default()
+        let roots = Environment::default()
             .with_extra_root_certificates_pem(pem.as_bytes())
             .unwrap();
         assert_eq!(roots.extra_root_certificates.len(), 1);
         assert!(!roots.has_own_client());
         roots.client(false).unwrap();
-        let own = HttpOptions::default().with_http_client(reqwest::Client::new());
+        let own = Environment::default().with_http_client(reqwest::Client::new());
         assert!(own.has_own_client());
         own.client(true).unwrap();
         let both = roots.with_http_client(reqwest::Client::new());
@@ -310,7 +346,7 @@ mod tests {
     fn debug_names_no_client_internals() {
         let debug = format!(
             "{:?}",
-            HttpOptions::default().with_http_client(reqwest::Client::new())
+            Environment::default().with_http_client(reqwest::Client::new())
         );
         assert!(debug.contains("http_client: Some(\"custom\")"), "{debug}");
         assert!(debug.contains("request_timeout: 30s"), "{debug}");
@@ -318,7 +354,7 @@ mod tests {
 
     #[test]
     fn the_application_id_is_checked_and_goes_first() {
-        let plain = HttpOptions::default();
+        let plain = Environment::default();
         assert_eq!(plain.application_id(), None);
         assert_eq!(plain.user_agent(), user_agent::base());
         let http = plain.with_application_id("myapp").unwrap();
