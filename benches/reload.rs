@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use msi_dataplane::{
-    ReloadOptions, UserAssignedIdentityCredential, UserAssignedIdentityCredentials,
+    ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
+    UserAssignedIdentityCredentials,
 };
 
 /// kubelet's AtomicWriter, reduced to what a rotation does.

@@ -198,8 +198,7 @@ fn main() {
         let mount = CsiMount::with_credentials(&file);
         let client = ClientCertificateCredentialOptions::default()
             .with_environment(Environment::default().with_http_client(entra.client()));
-        let (options, reload) = (client, ReloadOptions::default());
-        let served = ServedIdentity::load(mount.visible_path(), options)
+        let served = ServedIdentity::load(mount.visible_path(), client, ReloadOptions::default())
             .await
             .unwrap();
         let secret = IdentityHeaderSecret::new(SECRET).unwrap();

@@ -8,9 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
-use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy,
-};
+use msi_dataplane::{BundleFormat, ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
 use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
 
 /// The identity header secret the tests serve with.
