@@ -1,5 +1,6 @@
 //! The costs behind the cache's hit-path design (BENCHMARKS.md, "How the hit path got
-//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`.
+//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what the
+//! directory re-arm thread does for each watched directory once a second (`stat`).
 //!
 //! `cargo bench --bench probes`
 
@@ -20,6 +21,10 @@ fn probes(c: &mut Criterion) {
     #[cfg(target_os = "linux")]
     g.bench_function("clock_gettime(REALTIME_COARSE)", |b| {
         b.iter(|| rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse))
+    });
+    let dir = std::env::temp_dir();
+    g.bench_function("stat of a watched directory (re-arm poll)", |b| {
+        b.iter(|| std::fs::metadata(black_box(&dir)))
     });
     let state = foldhash::fast::RandomState::default();
     let scope = "https://management.azure.com/.default";
