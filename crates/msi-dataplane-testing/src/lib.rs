@@ -267,9 +267,12 @@ pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
 pub use resource::{ResourceRequest, ResourceServer};
-pub use script::{Expected, Match, ScriptBuilder, ScriptGuard};
+pub use script::{
+    ExpectationFailure, Expected, Match, ReceivedRequest, ScriptBuilder, ScriptGuard,
+    UnmetExpectation,
+};
 pub use tls::server_tls_config;
-pub use wait::{wait_for_certificate, wait_for_status};
+pub use wait::{wait_for_certificate, wait_for_refreshed_token, wait_for_status};
 
 /// The library this kit is built on, for msi-dataplane's own unit tests: they link a
 /// second copy of it, and name this one's types (`BundleFormat`, the credential file) to
