@@ -356,7 +356,21 @@ impl Scripted {
         }
     }
 
-    /// Answer an Entra-shaped error body (`AADSTS{code}: {description}`).
+    /// Answer an Entra-shaped error body (`AADSTS{code}: {description}`). The request
+    /// log keeps the code ([`RecordedRequest::aadsts_code`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane_testing::{IdentityFixture, Outcome, Scripted};
+    ///
+    /// let fx = IdentityFixture::start().await;
+    /// fx.entra.enqueue(Scripted::aadsts(400, "invalid_request", 90002, "Tenant not found."));
+    /// let e = fx.credential.get_token(&["https://vault.azure.net/.default"]).await.unwrap_err();
+    /// assert!(e.to_string().contains("AADSTS90002"), "{e}");
+    /// let recorded = &fx.entra.requests()[0];
+    /// assert_eq!((&recorded.outcome, recorded.aadsts_code), (&Outcome::Scripted(400), Some(90002)));
+    /// # }
+    /// ```
     pub fn aadsts(status: u16, error: &str, code: u32, description: &str) -> Self {
         let correlation = new_uuid();
         let body = entra_error_body(error, code, description, &correlation);
@@ -428,9 +442,17 @@ impl EntraServer {
     /// `static` and shared by many `#[tokio::test]`s (each its own runtime). Nothing
     /// blocks but binding the socket.
     ///
+    /// **Expectations on a server in a `static` are never checked on their own**: a
+    /// `static` is never dropped, so the check its last handle makes when dropped never
+    /// runs, and a test passes whatever its scripts expected. Mount them with
+    /// [`mount_scoped`](ScriptBuilder::mount_scoped) (checked when the guard is dropped,
+    /// at the end of the test) or check them yourself with [`verify`](Self::verify) or
+    /// [`try_verify`](Self::try_verify). The tests sharing the server share its scripts:
+    /// match on something only the test's own requests have (its identity's client id).
+    ///
     /// ```
     /// use std::sync::LazyLock;
-    /// use msi_dataplane_testing::EntraServer;
+    /// use msi_dataplane_testing::{EntraServer, Match};
     ///
     /// static ENTRA: LazyLock<EntraServer> = LazyLock::new(EntraServer::start_blocking);
     ///
@@ -443,6 +465,13 @@ impl EntraServer {
     ///     });
     ///     assert_eq!(status, 404);
     /// }
+    ///
+    /// // This test's expectation, on requests of its own client id only: checked by hand.
+    /// let client_id = "0b7e2a4c-1111-4222-8333-944455566677";
+    /// ENTRA.on(Match::any().client_id(client_id)).expect(1).mount();
+    /// let failure = ENTRA.try_verify().unwrap_err(); // no such request came
+    /// assert_eq!(failure.unmet[0].matched, 0);
+    /// ENTRA.clear_scripts();
     /// # }
     /// ```
     pub fn start_blocking() -> EntraServer {
@@ -487,11 +516,15 @@ impl EntraServer {
 
     /// Judge time by `clock` from now on: assertions' `nbf`, `iat` and `exp`, the
     /// registered certificates' validity, and the time requests are recorded at. Share the
-    /// [`ManualClock`](crate::ManualClock) the credentials under test use, and a test can
+    /// [`ManualClock`](msi_dataplane::ManualClock) the credentials under test use, and a test can
     /// move time across refresh ahead, token expiry, `renew_after` and the certificate's
     /// end without waiting (a credential on a clock hours ahead is otherwise refused as
     /// Entra refuses an assertion from the future). The data plane server makes its
-    /// identities' certificates by the same clock.
+    /// identities' certificates by the same clock. [`IdentityFixture::start_with_clock`]
+    /// wires one clock into the server and the fixture's credential;
+    /// `ManualClock::starting_now()` starts one at the current time.
+    ///
+    /// [`IdentityFixture::start_with_clock`]: crate::IdentityFixture::start_with_clock
     ///
     /// ```
     /// # async fn demo() {
@@ -499,7 +532,7 @@ impl EntraServer {
     /// use msi_dataplane_testing::EntraServer;
     /// use msi_dataplane::{Clock, ManualClock};
     ///
-    /// let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    /// let clock = Arc::new(ManualClock::starting_now());
     /// let entra = EntraServer::start().await;
     /// entra.use_clock(clock.clone());
     /// clock.advance(std::time::Duration::from_secs(3 * 3600));
@@ -565,7 +598,7 @@ impl EntraServer {
     }
 
     /// An HTTP client that trusts the kit's test CA (and only it) and follows no
-    /// redirects: for [`HttpOptions::with_http_client`](crate::HttpOptions::with_http_client).
+    /// redirects: for [`HttpOptions::with_http_client`](msi_dataplane::HttpOptions::with_http_client).
     pub fn client(&self) -> reqwest::Client {
         super::tls::client()
     }

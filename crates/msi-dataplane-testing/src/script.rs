@@ -793,6 +793,20 @@ impl ScriptBuilder {
     /// writing that to stderr instead when the thread is already panicking, so that the
     /// test's own failure is the one reported). A test returning `Result` loses its `Err`
     /// to that panic: end it with [`ScriptGuard::finish`]`()?` instead.
+    ///
+    /// ```
+    /// use std::panic::{AssertUnwindSafe, catch_unwind};
+    /// use msi_dataplane_testing::{EntraServer, Match};
+    ///
+    /// let entra = EntraServer::start_blocking();
+    /// let failed = catch_unwind(AssertUnwindSafe(|| {
+    ///     let _guard = entra.on(Match::any()).expect(1).mount_scoped(); // unmet
+    ///     panic!("the test's own error");
+    /// }));
+    /// // The guard wrote its failure to stderr; the test's panic is the one reported.
+    /// let payload = failed.unwrap_err();
+    /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"the test's own error"));
+    /// ```
     pub fn mount_scoped(self) -> ScriptGuard {
         let scripts = self.scripts.clone();
         let id = scripts.mount(self);
