@@ -11,7 +11,8 @@
 //!
 //! [dev-dependencies]
 //! msi-dataplane-testing = "0.1"
-//! reqwest = { version = "0.13", default-features = false } # the kit's client brings TLS
+//! # the kit's client brings TLS; add features = ["json"] if your tests call `.json()`
+//! reqwest = { version = "0.13", default-features = false }
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!

@@ -170,6 +170,10 @@ pub struct RecordedRequest {
     pub form_fields: Vec<String>,
     /// What the server answered.
     pub outcome: Outcome,
+    /// The `AADSTS` code of the error answered, if it was one: the server's own
+    /// ([`Outcome::Error`]) or a scripted answer's (the first of its body's
+    /// `error_codes`, as [`Scripted::aadsts`] writes it).
+    pub aadsts_code: Option<u32>,
     /// Lowercase hex SHA-256 of the registered certificate's DER whose key verified the
     /// assertion's signature (None when verification did not get that far).
     pub matched_cert_sha256: Option<String>,
@@ -240,6 +244,92 @@ pub struct IssuedToken {
     pub alg: String,
     /// `expires_in` answered.
     pub expires_in: i64,
+    /// `refresh_in` answered, if any ([`TokenShape::refresh_in`]).
+    pub refresh_in: Option<i64>,
+    /// When it was issued, by the server's clock ([`EntraServer::use_clock`]).
+    pub issued_at: time::OffsetDateTime,
+}
+
+impl IssuedToken {
+    /// When it expires: `issued_at + expires_in`.
+    pub fn expires_at(&self) -> time::OffsetDateTime {
+        self.issued_at + time::Duration::seconds(self.expires_in)
+    }
+
+    /// When a credential of `msi_dataplane` refreshes this token ahead of expiry: at a
+    /// time in this range, for a credential whose `refresh_window` is `refresh_window`
+    /// ([`MIN_REFRESH_WINDOW`](msi_dataplane::limits::MIN_REFRESH_WINDOW), 5 minutes,
+    /// by default) and that reads the server's clock (share one
+    /// [`ManualClock`](msi_dataplane::ManualClock): [`EntraServer::use_clock`]). The
+    /// refresh itself starts at the first `get_token` call from then on.
+    ///
+    /// The library has no public accessor for this: the kit computes it from the rule
+    /// the library documents for its credentials' refresh ahead: at the server's
+    /// `refresh_in` if it sent one, else at half-life for tokens living over 2 hours,
+    /// else `refresh_window` before expiry; always at least `refresh_window` (at least
+    /// 5 minutes) before expiry, half the lifetime for shorter tokens; moved earlier by
+    /// up to 10 % of the time until it (at most 60 s) of jitter: the range's start
+    /// allows for the most jitter, its end for none. The credential times the token
+    /// from when it sent the request; the server from when it issued it, a little later
+    /// on a system clock (the same instant on a manual clock that does not move
+    /// meanwhile).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use msi_dataplane::{Clock as _, ManualClock, limits::MIN_REFRESH_WINDOW};
+    /// use msi_dataplane_testing::{IdentityFixture, TestCertificate};
+    ///
+    /// let clock = Arc::new(ManualClock::starting_now());
+    /// let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
+    /// let arm = "https://management.azure.com/.default";
+    /// let token = fx.credential.get_token(&[arm]).await.unwrap();
+    /// let issued = fx.entra.issued(token.token()).unwrap();
+    /// let refresh = issued.refresh_between(MIN_REFRESH_WINDOW);
+    /// // A 3599 s token: refreshed 5 minutes before expiry, up to 60 s earlier.
+    /// assert_eq!(*refresh.end(), issued.expires_at() - MIN_REFRESH_WINDOW);
+    /// assert_eq!(*refresh.start(), *refresh.end() - time::Duration::seconds(60));
+    /// // Just before the range, the cached token is served and nothing is asked.
+    /// clock.set(*refresh.start() - time::Duration::seconds(1));
+    /// fx.credential.get_token(&[arm]).await.unwrap();
+    /// assert_eq!(fx.entra.token_requests(), 1);
+    /// # }
+    /// ```
+    pub fn refresh_between(
+        &self,
+        refresh_window: Duration,
+    ) -> std::ops::RangeInclusive<time::OffsetDateTime> {
+        refresh_range(
+            self.issued_at,
+            self.expires_in,
+            self.refresh_in,
+            refresh_window,
+        )
+    }
+}
+
+/// The documented refresh-ahead rule of the library's credentials (see
+/// [`IssuedToken::refresh_between`]), for a token issued at `issued`.
+fn refresh_range(
+    issued: time::OffsetDateTime,
+    expires_in: i64,
+    refresh_in: Option<i64>,
+    refresh_window: Duration,
+) -> std::ops::RangeInclusive<time::OffsetDateTime> {
+    let lifetime = time::Duration::seconds(expires_in);
+    let expires = issued + lifetime;
+    let half: time::Duration = lifetime / 2i32;
+    let window = refresh_window.max(msi_dataplane::limits::MIN_REFRESH_WINDOW);
+    let window = time::Duration::try_from(window).unwrap_or(time::Duration::MAX);
+    let latest = expires - window.min(half);
+    let planned = match refresh_in {
+        Some(r) if r > 0 && r < expires_in => (issued + time::Duration::seconds(r)).min(latest),
+        _ if lifetime > time::Duration::hours(2) => issued + half,
+        _ => latest,
+    };
+    let until: time::Duration = planned - issued;
+    let spread = (until / 10i32).clamp(time::Duration::ZERO, time::Duration::seconds(60));
+    (planned - spread).max(issued)..=planned
 }
 
 impl Default for TokenShape {
@@ -266,7 +356,21 @@ impl Scripted {
         }
     }
 
-    /// Answer an Entra-shaped error body (`AADSTS{code}: {description}`).
+    /// Answer an Entra-shaped error body (`AADSTS{code}: {description}`). The request
+    /// log keeps the code ([`RecordedRequest::aadsts_code`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane_testing::{IdentityFixture, Outcome, Scripted};
+    ///
+    /// let fx = IdentityFixture::start().await;
+    /// fx.entra.enqueue(Scripted::aadsts(400, "invalid_request", 90002, "Tenant not found."));
+    /// let e = fx.credential.get_token(&["https://vault.azure.net/.default"]).await.unwrap_err();
+    /// assert!(e.to_string().contains("AADSTS90002"), "{e}");
+    /// let recorded = &fx.entra.requests()[0];
+    /// assert_eq!((&recorded.outcome, recorded.aadsts_code), (&Outcome::Scripted(400), Some(90002)));
+    /// # }
+    /// ```
     pub fn aadsts(status: u16, error: &str, code: u32, description: &str) -> Self {
         let correlation = new_uuid();
         let body = entra_error_body(error, code, description, &correlation);
@@ -338,9 +442,17 @@ impl EntraServer {
     /// `static` and shared by many `#[tokio::test]`s (each its own runtime). Nothing
     /// blocks but binding the socket.
     ///
+    /// **Expectations on a server in a `static` are never checked on their own**: a
+    /// `static` is never dropped, so the check its last handle makes when dropped never
+    /// runs, and a test passes whatever its scripts expected. Mount them with
+    /// [`mount_scoped`](ScriptBuilder::mount_scoped) (checked when the guard is dropped,
+    /// at the end of the test) or check them yourself with [`verify`](Self::verify) or
+    /// [`try_verify`](Self::try_verify). The tests sharing the server share its scripts:
+    /// match on something only the test's own requests have (its identity's client id).
+    ///
     /// ```
     /// use std::sync::LazyLock;
-    /// use msi_dataplane_testing::EntraServer;
+    /// use msi_dataplane_testing::{EntraServer, Match};
     ///
     /// static ENTRA: LazyLock<EntraServer> = LazyLock::new(EntraServer::start_blocking);
     ///
@@ -353,6 +465,13 @@ impl EntraServer {
     ///     });
     ///     assert_eq!(status, 404);
     /// }
+    ///
+    /// // This test's expectation, on requests of its own client id only: checked by hand.
+    /// let client_id = "0b7e2a4c-1111-4222-8333-944455566677";
+    /// ENTRA.on(Match::any().client_id(client_id)).expect(1).mount();
+    /// let failure = ENTRA.try_verify().unwrap_err(); // no such request came
+    /// assert_eq!(failure.unmet[0].matched, 0);
+    /// ENTRA.clear_scripts();
     /// # }
     /// ```
     pub fn start_blocking() -> EntraServer {
@@ -397,11 +516,15 @@ impl EntraServer {
 
     /// Judge time by `clock` from now on: assertions' `nbf`, `iat` and `exp`, the
     /// registered certificates' validity, and the time requests are recorded at. Share the
-    /// [`ManualClock`](crate::ManualClock) the credentials under test use, and a test can
+    /// [`ManualClock`](msi_dataplane::ManualClock) the credentials under test use, and a test can
     /// move time across refresh ahead, token expiry, `renew_after` and the certificate's
     /// end without waiting (a credential on a clock hours ahead is otherwise refused as
     /// Entra refuses an assertion from the future). The data plane server makes its
-    /// identities' certificates by the same clock.
+    /// identities' certificates by the same clock. [`IdentityFixture::start_with_clock`]
+    /// wires one clock into the server and the fixture's credential;
+    /// `ManualClock::starting_now()` starts one at the current time.
+    ///
+    /// [`IdentityFixture::start_with_clock`]: crate::IdentityFixture::start_with_clock
     ///
     /// ```
     /// # async fn demo() {
@@ -409,7 +532,7 @@ impl EntraServer {
     /// use msi_dataplane_testing::EntraServer;
     /// use msi_dataplane::{Clock, ManualClock};
     ///
-    /// let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+    /// let clock = Arc::new(ManualClock::starting_now());
     /// let entra = EntraServer::start().await;
     /// entra.use_clock(clock.clone());
     /// clock.advance(std::time::Duration::from_secs(3 * 3600));
@@ -475,7 +598,7 @@ impl EntraServer {
     }
 
     /// An HTTP client that trusts the kit's test CA (and only it) and follows no
-    /// redirects: for [`Environment::with_http_client`](crate::Environment::with_http_client).
+    /// redirects: for [`Environment::with_http_client`](msi_dataplane::Environment::with_http_client).
     pub fn client(&self) -> reqwest::Client {
         super::tls::client()
     }
@@ -706,17 +829,38 @@ impl EntraServer {
     }
 
     /// The self-signed certificate of the key that signs new tokens, PEM (for a
-    /// validator configured with a certificate rather than the JWKS).
+    /// validator configured with a certificate rather than the JWKS; one wanting the key
+    /// itself takes [`signing_public_key_pem`](Self::signing_public_key_pem)).
     pub fn signing_certificate_pem(&self) -> String {
-        let der = self.state.issuer.active_key().certificate_der().to_vec();
-        let body = STANDARD.encode(der);
-        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
-        for line in body.as_bytes().chunks(64) {
-            pem.push_str(&String::from_utf8_lossy(line));
-            pem.push('\n');
-        }
-        pem.push_str("-----END CERTIFICATE-----\n");
-        pem
+        pem(
+            "CERTIFICATE",
+            self.state.issuer.active_key().certificate_der(),
+        )
+    }
+
+    /// The public key that signs new tokens, PEM (`BEGIN PUBLIC KEY`:
+    /// SubjectPublicKeyInfo), as `jsonwebtoken::DecodingKey::from_rsa_pem` and other
+    /// validators given a key take it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
+    /// use msi_dataplane_testing::IdentityFixture;
+    ///
+    /// let fx = IdentityFixture::start().await;
+    /// let token = fx.credential.get_token(&["api://my-api/.default"]).await.unwrap();
+    /// let key = DecodingKey::from_rsa_pem(fx.entra.signing_public_key_pem().as_bytes()).unwrap();
+    /// let mut validation = Validation::new(Algorithm::RS256);
+    /// validation.set_audience(&["api://my-api"]);
+    /// let claims = decode::<serde_json::Value>(token.token(), &key, &validation).unwrap().claims;
+    /// assert_eq!(claims["appid"], fx.identity.client_id.as_str());
+    /// # }
+    /// ```
+    pub fn signing_public_key_pem(&self) -> String {
+        pem(
+            "PUBLIC KEY",
+            &self.state.issuer.active_key().public_key_der(),
+        )
     }
 
     /// Roll the signing key over, as Entra does: a new key signs the tokens from now on,
@@ -724,6 +868,31 @@ impl EntraServer {
     /// stay valid). Returns the new key's `kid`.
     pub fn rotate_signing_key(&self) -> String {
         self.state.issuer.rotate().kid().to_owned()
+    }
+
+    /// Retire the signing key `kid`, as Entra drops a key from its JWKS after a rollover:
+    /// the JWKS no longer lists it, and tokens it signed are refused as signed by an
+    /// unknown key ([`TokenRejection::UnknownKey`](crate::TokenRejection::UnknownKey)) by
+    /// [`validate`](Self::validate) and the [`ResourceServer`](crate::ResourceServer).
+    /// When it was the key signing new tokens, the newest remaining key signs them (a new
+    /// key is made when none remains). `false` when no published key has that `kid`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane_testing::{IdentityFixture, TokenRejection};
+    ///
+    /// let fx = IdentityFixture::start().await;
+    /// let token = fx.credential.get_token(&["api://my-api/.default"]).await.unwrap();
+    /// let old = fx.entra.signing_key_id();
+    /// fx.entra.rotate_signing_key();
+    /// assert!(fx.entra.retire_signing_key(&old));
+    /// assert!(!fx.entra.jwks().to_string().contains(&old));
+    /// let refused = fx.entra.validate(token.token(), "api://my-api").unwrap_err();
+    /// assert_eq!(refused, TokenRejection::UnknownKey { kid: old });
+    /// # }
+    /// ```
+    pub fn retire_signing_key(&self, kid: &str) -> bool {
+        self.state.issuer.retire(kid)
     }
 
     /// Put these claims in every access token issued from now on (e.g. `roles`),
@@ -931,6 +1100,18 @@ fn entra_error_body(error: &str, code: u32, description: &str, correlation: &str
     .to_string()
 }
 
+/// `der` as PEM with the `label`.
+fn pem(label: &str, der: &[u8]) -> String {
+    let body = STANDARD.encode(der);
+    let mut pem = format!("-----BEGIN {label}-----\n");
+    for line in body.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(line));
+        pem.push('\n');
+    }
+    pem.push_str(&format!("-----END {label}-----\n"));
+    pem
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -1072,6 +1253,7 @@ async fn handle(
         user_agent: serve::user_agent(&parts.headers),
         form_fields: form.iter().map(|(n, _)| n.clone()).collect(),
         outcome: Outcome::Scripted(0),
+        aadsts_code: None,
         matched_cert_sha256: None,
         received_at,
     };
@@ -1086,6 +1268,7 @@ async fn handle(
     });
     if let Some(s) = &scripted {
         record.outcome = Outcome::Scripted(s.status);
+        record.aadsts_code = scripted_aadsts_code(&s.body);
         state.lock().requests.push(record.clone());
     }
     if let Some(s) = scripted {
@@ -1117,6 +1300,7 @@ async fn handle(
                 json_answer(200, success.body)
             }
             Err(rejection) => {
+                record.aadsts_code = Some(rejection.code);
                 record.outcome = Outcome::Error {
                     status: rejection.status,
                     code: rejection.code,
@@ -1145,6 +1329,13 @@ async fn handle(
 }
 
 type JsonObject = Map<String, Value>;
+
+/// The first of `error_codes` in a scripted answer's body (an Entra error), if any.
+fn scripted_aadsts_code(body: &str) -> Option<u32> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    let code = value.get("error_codes")?.as_array()?.first()?.as_u64()?;
+    u32::try_from(code).ok()
+}
 
 /// Lenient decoding of the assertion's header and claims, for recording only.
 fn peek_assertion(assertion: &str) -> (Option<JsonObject>, Option<JsonObject>) {
@@ -1496,11 +1687,11 @@ fn verify(
     let cert_sha256_hex = hex(&cert.sha256);
     record.matched_cert_sha256 = Some(cert_sha256_hex.clone());
 
-    let now = inner
+    let now_time = inner
         .clock
         .as_ref()
-        .map_or_else(time::OffsetDateTime::now_utc, |c| c.now())
-        .unix_timestamp();
+        .map_or_else(time::OffsetDateTime::now_utc, |c| c.now());
+    let now = now_time.unix_timestamp();
     if now < cert.not_before || now > cert.not_after {
         return Err(invalid_client(
             700027,
@@ -1629,6 +1820,8 @@ fn verify(
             cert_sha256_hex,
             alg,
             expires_in: shape.expires_in,
+            refresh_in: shape.refresh_in,
+            issued_at: now_time,
         },
     );
     Ok(Success {

@@ -2,6 +2,7 @@
 //! certificate it trusts, the credential file mounted as the CSI driver mounts it, and
 //! the reloading credential on that file, all wired to trust the kit's test CA.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::credentials::{TestCertificate, TestIdentity};
@@ -10,7 +11,7 @@ use super::entra::EntraServer;
 use super::wait::wait_for_certificate;
 use msi_dataplane::BundleFormat;
 use msi_dataplane::ClientCertificateCredentialOptions;
-use msi_dataplane::Environment;
+use msi_dataplane::{Clock, Environment};
 use msi_dataplane::{ReloadOptions, ReloadStatus, UserAssignedIdentityCredential};
 
 /// How long [`IdentityFixture::rotate_to`] waits for the credential to take up a rotation.
@@ -60,20 +61,66 @@ impl IdentityFixture {
     /// When the credential cannot be built from the file (a certificate the crate
     /// refuses), naming why.
     pub async fn start_with(certificate: TestCertificate) -> IdentityFixture {
+        IdentityFixture::start_inner(certificate, None).await
+    }
+
+    /// With `certificate`, and time read from `clock` by the Entra server
+    /// ([`EntraServer::use_clock`]) and the credential (its options' `clock`): move a
+    /// [`ManualClock`](msi_dataplane::ManualClock) (`ManualClock::starting_now()`, for
+    /// the kit's certificates valid from an hour ago) and the test crosses refresh ahead,
+    /// expiry and the certificate's end without waiting. The CSI mount and the reload
+    /// watcher still run on real time.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use msi_dataplane::ManualClock;
+    /// use msi_dataplane_testing::{IdentityFixture, TestCertificate};
+    ///
+    /// let clock = Arc::new(ManualClock::starting_now());
+    /// let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
+    /// let arm = "https://management.azure.com/.default";
+    /// let first = fx.credential.get_token(&[arm]).await.unwrap();
+    /// clock.advance(Duration::from_secs(2 * 3600)); // the token has expired
+    /// let next = fx.credential.get_token(&[arm]).await.unwrap();
+    /// assert_ne!(first.token(), next.token());
+    /// assert_eq!(fx.entra.requests()[1].received_at, fx.entra.now());
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// As [`start_with`](Self::start_with) (a certificate not valid at the clock's time
+    /// is one the crate refuses).
+    pub async fn start_with_clock(
+        certificate: TestCertificate,
+        clock: Arc<dyn Clock>,
+    ) -> IdentityFixture {
+        IdentityFixture::start_inner(certificate, Some(clock)).await
+    }
+
+    async fn start_inner(
+        certificate: TestCertificate,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> IdentityFixture {
         let entra = EntraServer::start().await;
+        if let Some(clock) = &clock {
+            entra.use_clock(clock.clone());
+        }
         let identity = TestIdentity::new();
         entra.register(&identity, &certificate);
         let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
         let mount =
             CsiMount::with_credentials_named(&format!("uamsi-{}", identity.client_id), &file);
-        let client = ClientCertificateCredentialOptions::default()
+        let mut client = ClientCertificateCredentialOptions::default()
             .with_environment(Environment::default().with_http_client(entra.client()))
             .with_failure_memory(Duration::ZERO);
-        let (options, reload) = (
-            client,
-            ReloadOptions::default().with_debounce(Duration::from_millis(50)),
-        );
-        let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
+        if let Some(clock) = clock {
+            client.environment.clock = clock;
+        }
+        let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
+        let credential = UserAssignedIdentityCredential::new(mount.visible_path(), client, reload)
             .await
             .unwrap_or_else(|e| panic!("testing: a credential from the mounted file: {e}"));
         IdentityFixture {

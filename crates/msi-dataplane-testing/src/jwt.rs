@@ -291,6 +291,11 @@ impl IssuerKey {
         &self.certificate_der
     }
 
+    /// The public key, DER SubjectPublicKeyInfo.
+    pub(crate) fn public_key_der(&self) -> Vec<u8> {
+        self.key.subject_public_key_info()
+    }
+
     /// The key as a JWK, as Entra's `discovery/v2.0/keys` lists it.
     fn jwk(&self, issuer: &str) -> Value {
         json!({
@@ -427,6 +432,14 @@ impl Issuer {
         state.keys();
         state.keys.push(key.clone());
         key
+    }
+
+    /// Stop publishing (and validating with) the key `kid`; `false` when there is none.
+    pub(crate) fn retire(&self, kid: &str) -> bool {
+        let mut state = self.lock();
+        let before = state.keys.len();
+        state.keys.retain(|k| k.kid() != kid);
+        state.keys.len() != before
     }
 
     /// The JWKS: every key, newest first (as Entra lists its current key first).

@@ -1,7 +1,9 @@
-//! A kit for testing components that use this crate, without Azure (feature
-//! `test-util`; for tests only, never enabled by default).
+//! Azure without Azure, for the tests of components that use [`msi_dataplane`]: the
+//! library's testing kit, a crate of its own that a component adds as a
+//! dev-dependency (the README says how, with a first test). This is the long form. The
+//! kit is built on the library's public API only.
 //!
-//! What it gives:
+//! ## What it gives
 //!
 //! - **Credentials made at run time** ([`TestCertificate`], [`TestCa`],
 //!   [`TestIdentity::credentials`]): a fresh RSA key and certificate with chosen validity,
@@ -28,23 +30,30 @@
 //!   by the [`EntraServer`]'s keys, issuer, audience, tenant, lifetime) and answering a
 //!   refusal with Azure's 401 saying what was wrong; it logs each token's claims or
 //!   [`TokenRejection`] and which certificate signed it ([`ResourceServer::requests`]).
+//!   The Entra server's signing keys roll over ([`EntraServer::rotate_signing_key`]) and
+//!   retire ([`EntraServer::retire_signing_key`]: its tokens then name an unknown key).
 //! - **Scripted answers and expectations** on the Entra, data plane and Key Vault
 //!   servers, as wiremock's mocks ([`EntraServer::on`], [`DataPlaneServer::on`],
 //!   [`KeyVaultServer::on`]): a [`Match`] by client id, tenant, scope, path or method; an
 //!   answer ([`Scripted`]: a status, an AADSTS error, `Retry-After`, a delay, a closed
 //!   connection) given once, n times or until cleared; and an expected number of matching
-//!   requests, checked when the server's last handle or a [`ScriptGuard`] is dropped,
-//!   failing with the list of requests received. A background refresh or another
-//!   identity takes no answer that was meant for someone else.
+//!   requests, checked when the server's last handle or a [`ScriptGuard`] is dropped or
+//!   at `verify()` (`try_verify()` returns an [`ExpectationFailure`] instead of
+//!   panicking). A background refresh or another identity takes no answer that was meant
+//!   for someone else. See [Scripts and expectations](#scripts-and-expectations).
 //! - **One-call setup** ([`IdentityFixture`]): Entra, an identity it trusts, the file
-//!   mounted as the CSI driver mounts it and the reloading credential on it; its
-//!   `environment()` for every builder, `rotate_to` for a renewal.
+//!   mounted as the CSI driver mounts it and the reloading credential on it, on a clock
+//!   of your choice ([`IdentityFixture::start_with_clock`]); its `environment()` for
+//!   every builder, `rotate_to` for a renewal.
 //! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
-//!   [`EntraServer::wait_for_token_requests`]): until a rotation is active or a
-//!   background request arrived, panicking with what was seen instead of hanging.
+//!   [`wait_for_refreshed_token`], [`EntraServer::wait_for_token_requests`]): until a
+//!   rotation is active, a background refresh is taken up, or a request arrived,
+//!   panicking with what was seen instead of hanging.
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
+//!
+//! ## Servers and runtimes
 //!
 //! Servers bind 127.0.0.1 only (one shared accept loop), stop when their last handle is
 //! dropped, and log nothing (no secret can leak through them). They all run on the kit's
@@ -58,8 +67,10 @@
 //! client identifies itself as. Misuse panics with a message naming what failed: it
 //! is test code.
 //!
+//! ## Versions to match
+//!
 //! Types of other crates in the kit's signatures, and the versions to match in your
-//! `[dev-dependencies]` (the crate's own API uses the same):
+//! `[dev-dependencies]` (the library's own API uses the same):
 //!
 //! | crate | version | where |
 //! |---|---|---|
@@ -68,7 +79,12 @@
 //! | `rustls` | 0.23 | [`server_tls_config`] |
 //! | `serde_json` | 1 | [`DataPlaneServer::set_system_assigned`], [`EntraServer::set_extra_claims`], [`TokenClaims::extra`] and other JSON given as is |
 //! | `tokio` | 1 | the servers' `start` (any runtime; see above) and the waiting helpers |
-//! | `azure_core` | 1 | (feature `azure_core`) the credentials' `TokenCredential` |
+//! | `azure_core` | 1 | (the library's feature `azure_core`) the credentials' `TokenCredential` |
+//!
+//! ## The pieces by hand
+//!
+//! What [`IdentityFixture`] does in one call: a credential file for an identity the
+//! server trusts, and the library's credential on it, trusting the kit's CA:
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -90,8 +106,10 @@
 //! # }
 //! ```
 //!
-//! Scripts: this identity's vault tokens fail once with AADSTS7000215, and the test checks
-//! that the component asked exactly twice (the failure, then its retry):
+//! ## Scripts and expectations
+//!
+//! This identity's vault tokens fail once with AADSTS7000215, and the test checks that
+//! the component asked exactly twice (the failure, then its retry):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -111,6 +129,18 @@
 //! # }
 //! ```
 //!
+//! A failed expectation is an [`ExpectationFailure`]: the scripts and their counts, and
+//! the requests received since the first of them was mounted, each marked with the
+//! scripts it matched and saying what it got (a scripted answer, from which script, or
+//! the server's own). The Entra server's request log keeps each answer's `AADSTS` code,
+//! scripted or not ([`RecordedRequest::aadsts_code`]). When the test is already
+//! failing (its thread panicking), a guard or server finding an unmet expectation writes
+//! it to stderr rather than panicking again (which would abort the test and lose its
+//! own message). A test returning `Result` ends with [`ScriptGuard::finish`]`()?` or
+//! `try_verify()?` to keep its own `Err`. Expectations on a server kept in a `static`
+//! are checked only by `verify()`, `try_verify()` or a guard: see
+//! [`EntraServer::start_blocking`].
+//!
 //! ## Access tokens
 //!
 //! The [`EntraServer`]'s access tokens are RS256 JWTs signed by a key the server makes on
@@ -126,7 +156,9 @@
 //! ([`EntraServer::openid_configuration_url`]) names the issuer and the `jwks_uri`
 //! ([`EntraServer::jwks_url`], [`EntraServer::jwks`]), so any JWT library can verify a
 //! token on its own; [`EntraServer::validate`] and [`EntraServer::claims`] give the
-//! [`TokenClaims`] or a typed [`TokenRejection`].
+//! [`TokenClaims`] or a typed [`TokenRejection`]. A validator given one key rather than
+//! the JWKS takes [`EntraServer::signing_public_key_pem`] (`BEGIN PUBLIC KEY`) or
+//! [`EntraServer::signing_certificate_pem`].
 //!
 //! `aud` is the scope without `/.default` (`https://management.azure.com` for
 //! `https://management.azure.com/.default`; the first scope when several are asked), as
@@ -178,8 +210,16 @@
 //! # }
 //! ```
 //!
-//! Time moved by the test, with no wait: the server reads the credential's `ManualClock`,
-//! so two hours on, the expired token is replaced by a new request the server accepts:
+//! ## Time
+//!
+//! Time moved by the test, with no wait: a
+//! [`ManualClock`](msi_dataplane::ManualClock) (`ManualClock::starting_now()`: the kit's
+//! certificates are valid from an hour ago) shared by the server
+//! ([`EntraServer::use_clock`]) and the credential (its options' `clock`), or given to
+//! [`IdentityFixture::start_with_clock`], which wires both. When the credential will
+//! refresh a token is [`IssuedToken::refresh_between`]; [`wait_for_refreshed_token`]
+//! waits until the refreshed token is handed out. By hand, two hours on, the expired
+//! token is replaced by a new request the server accepts:
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -190,7 +230,7 @@
 //!     ManualClock,
 //! };
 //!
-//! let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
+//! let clock = Arc::new(ManualClock::starting_now());
 //! let entra = EntraServer::start().await;
 //! entra.use_clock(clock.clone());
 //! let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
@@ -209,6 +249,8 @@
 //! assert_eq!(entra.token_requests(), 2);
 //! # }
 //! ```
+//!
+//! ## Renewals and a shared server
 //!
 //! One identity in one call, its renewal, and a wait with a deadline ([`IdentityFixture`],
 //! [`wait_for_certificate`]); and a server in a `static` that outlives each test's runtime
@@ -232,6 +274,11 @@
 //! # }
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+// The README's example compiles (it is not run: it is a `#[tokio::test]`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod credentials;
 #[cfg(unix)]
@@ -269,9 +316,12 @@ pub use keyvault::{
     KeyVaultRequest, KeyVaultServer, VaultDeletedSecret, VaultSecret, VaultSecretVersion,
 };
 pub use resource::{ResourceRequest, ResourceServer};
-pub use script::{Expected, Match, ScriptBuilder, ScriptGuard};
+pub use script::{
+    ExpectationFailure, Expected, Match, ReceivedRequest, ScriptBuilder, ScriptGuard,
+    UnmetExpectation,
+};
 pub use tls::server_tls_config;
-pub use wait::{wait_for_certificate, wait_for_status};
+pub use wait::{wait_for_certificate, wait_for_refreshed_token, wait_for_status};
 
 /// The library this kit is built on, for msi-dataplane's own unit tests: they link a
 /// second copy of it, and name this one's types (`BundleFormat`, the credential file) to

@@ -7,7 +7,9 @@
 //! an optional expectation ([`ScriptBuilder::expect`]) on how many matching requests
 //! arrive while it is mounted. Expectations are checked when the server's last handle is
 //! dropped, when a [`ScriptGuard`] is dropped, or at the server's `verify()`; a failed one
-//! panics with what the server received.
+//! panics with an [`ExpectationFailure`]: what the server received, which of those
+//! requests the expectation matched, and what each got. `try_verify()` and
+//! [`ScriptGuard::finish`] return it instead.
 
 use std::fmt;
 use std::ops::{Range, RangeFrom, RangeInclusive, RangeTo, RangeToInclusive};
@@ -234,6 +236,114 @@ impl fmt::Display for Expected {
     }
 }
 
+/// Scripts whose expectations failed, and what the server received meanwhile: from a
+/// server's `try_verify()` and [`ScriptGuard::finish`]; its text is what `verify()` and a
+/// dropped guard panic with.
+///
+/// The text lists every request received since the first failed script was mounted (the
+/// last 200 at most), each marked with the failed scripts that matched it and saying what
+/// it got: a scripted answer (and from which script) or the server's own answer.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use msi_dataplane_testing::{IdentityFixture, Match, Scripted};
+///
+/// let fx = IdentityFixture::start().await;
+/// let arm = "https://management.azure.com/.default";
+/// fx.entra
+///     .on(Match::any().scope(arm))
+///     .named("one ARM token")
+///     .respond(Scripted::aadsts(401, "invalid_client", 700027, "Key not found."))
+///     .expect(1)
+///     .mount();
+/// assert!(fx.credential.get_token(&[arm]).await.is_err()); // the scripted 401
+/// fx.credential.get_token(&[arm]).await.unwrap(); // a second request: one too many
+/// let failure = fx.entra.try_verify().unwrap_err();
+/// assert_eq!(failure.unmet[0].matched, 2);
+/// let got: Vec<_> = failure.requests.iter().map(|r| r.scripted.is_some()).collect();
+/// assert_eq!(got, [true, false]); // the script's answer, then the server's own
+/// assert!(failure.requests.iter().all(|r| r.matched == ["\"one ARM token\""]));
+/// let text = failure.to_string();
+/// assert!(text.contains("[matched \"one ARM token\"] -> status 401 from script"), "{text}");
+/// assert!(text.contains("-> the server's own answer"), "{text}");
+/// fx.entra.clear_scripts(); // or the fixture's drop panics with the same text
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExpectationFailure {
+    /// The server (`EntraServer`, `DataPlaneServer`, `KeyVaultServer`).
+    pub server: &'static str,
+    /// Each failed expectation.
+    pub unmet: Vec<UnmetExpectation>,
+    /// The requests received since the first failed script was mounted, oldest first.
+    pub requests: Vec<ReceivedRequest>,
+}
+
+/// One script's failed expectation (see [`ExpectationFailure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnmetExpectation {
+    /// The script: its name or number, its [`Match`] and its answer.
+    pub script: String,
+    /// What it expected.
+    pub expected: Expected,
+    /// How many requests its [`Match`] matched while it was mounted.
+    pub matched: usize,
+}
+
+/// One request a server received, as an [`ExpectationFailure`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReceivedRequest {
+    /// Its number on the server (the first request its scripts saw is 1).
+    pub number: u64,
+    /// Method, path, and the client id, tenant and scope the scripts match on.
+    pub summary: String,
+    /// The failed scripts whose [`Match`] matched it, by name (quoted) or number (`#2`).
+    pub matched: Vec<String>,
+    /// The scripted answer it got and the script that gave it (`status 503 from script
+    /// #1`); `None` when it got the server's own answer.
+    pub scripted: Option<String>,
+}
+
+impl fmt::Display for ExpectationFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.server)?;
+        for (i, unmet) in self.unmet.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(
+                f,
+                "{} expected {} matching request(s), got {}",
+                unmet.script, unmet.expected, unmet.matched
+            )?;
+        }
+        write!(
+            f,
+            ".\nRequests received while it was mounted ({}):",
+            self.requests.len()
+        )?;
+        if self.requests.is_empty() {
+            f.write_str(" none")?;
+        }
+        for r in &self.requests {
+            write!(f, "\n  {}. {}", r.number, r.summary)?;
+            if !r.matched.is_empty() {
+                write!(f, " [matched {}]", r.matched.join(", "))?;
+            }
+            match &r.scripted {
+                Some(answer) => write!(f, " -> {answer}")?,
+                None => f.write_str(" -> the server's own answer")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ExpectationFailure {}
+
 /// How many times a script gives its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Limit {
@@ -279,9 +389,19 @@ pub(crate) struct Scripts {
 struct Inner {
     next_id: u64,
     scripts: Vec<Entry>,
-    /// Every request that consulted the scripts, numbered from 1: (number, summary).
-    received: Vec<(u64, String)>,
+    /// The last requests that consulted the scripts (numbered from 1).
+    received: Vec<Received>,
     received_count: u64,
+}
+
+/// What the scripts know of one request they were consulted on.
+struct Received {
+    number: u64,
+    summary: String,
+    /// The ids of the scripts whose matcher matched it.
+    matched: Vec<u64>,
+    /// The scripted answer it got, described with the script that gave it.
+    scripted: Option<String>,
 }
 
 struct Entry {
@@ -298,6 +418,14 @@ struct Entry {
 }
 
 impl Entry {
+    /// The script's name, quoted, or its number.
+    fn label(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name:?}"),
+            None => format!("#{}", self.id),
+        }
+    }
+
     fn describe(&self) -> String {
         let answer = match (&self.answer, self.limit) {
             (None, _) => "no answer of its own".to_owned(),
@@ -306,20 +434,15 @@ impl Entry {
                 format!("answers {} until cleared", describe_answer(a))
             }
         };
-        match &self.name {
-            Some(name) => format!("script {name:?} ({}; {answer})", self.matcher),
-            None => format!("script #{} ({}; {answer})", self.id, self.matcher),
-        }
+        format!("script {} ({}; {answer})", self.label(), self.matcher)
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<UnmetExpectation> {
         let expected = self.expected?;
-        (!expected.holds(self.matched)).then(|| {
-            format!(
-                "{} expected {expected} matching request(s), got {}",
-                self.describe(),
-                self.matched
-            )
+        (!expected.holds(self.matched)).then(|| UnmetExpectation {
+            script: self.describe(),
+            expected,
+            matched: self.matched,
         })
     }
 }
@@ -349,17 +472,19 @@ impl Scripts {
     pub(crate) fn answer(&self, facts: &Facts<'_>) -> Option<Scripted> {
         let mut inner = self.lock();
         inner.received_count += 1;
-        let number = inner.received_count;
-        if inner.received.len() == MAX_RECEIVED {
-            inner.received.remove(0);
-        }
-        inner.received.push((number, facts.to_string()));
+        let mut received = Received {
+            number: inner.received_count,
+            summary: facts.to_string(),
+            matched: Vec::new(),
+            scripted: None,
+        };
         let mut answer = None;
         for entry in &mut inner.scripts {
             if !entry.matcher.matches(facts) {
                 continue;
             }
             entry.matched += 1;
+            received.matched.push(entry.id);
             if answer.is_some() {
                 continue;
             }
@@ -369,9 +494,18 @@ impl Scripts {
             };
             if let (true, Some(a)) = (left, &entry.answer) {
                 entry.answered += 1;
+                received.scripted = Some(format!(
+                    "{} from script {}",
+                    describe_answer(a),
+                    entry.label()
+                ));
                 answer = Some(a.clone());
             }
         }
+        if inner.received.len() == MAX_RECEIVED {
+            inner.received.remove(0);
+        }
+        inner.received.push(received);
         answer
     }
 
@@ -393,53 +527,55 @@ impl Scripts {
         self.lock().scripts.clear();
     }
 
-    fn report(&self, inner: &Inner, failures: &[String], first_request: u64) -> String {
-        let mut message = format!("{}: ", self.server);
-        message.push_str(&failures.join("; "));
-        let received: Vec<&(u64, String)> = inner
+    /// The failure of the `failed` scripts: the requests received since the first of them
+    /// was mounted, each marked with the failed scripts that matched it.
+    fn report(&self, inner: &Inner, failed: &[&Entry]) -> ExpectationFailure {
+        let first_request = failed.iter().map(|e| e.first_request).min().unwrap_or(1);
+        let requests = inner
             .received
             .iter()
-            .filter(|(n, _)| *n >= first_request)
+            .filter(|r| r.number >= first_request)
+            .map(|r| ReceivedRequest {
+                number: r.number,
+                summary: r.summary.clone(),
+                matched: failed
+                    .iter()
+                    .filter(|e| r.matched.contains(&e.id))
+                    .map(|e| e.label())
+                    .collect(),
+                scripted: r.scripted.clone(),
+            })
             .collect();
-        message.push_str(&format!(
-            ".\nRequests received while it was mounted ({}):",
-            received.len()
-        ));
-        if received.is_empty() {
-            message.push_str(" none");
+        ExpectationFailure {
+            server: self.server,
+            unmet: failed.iter().filter_map(|e| e.failure()).collect(),
+            requests,
         }
-        for (n, summary) in received {
-            message.push_str(&format!("\n  {n}. {summary}"));
-        }
-        message
     }
 
-    /// Check every mounted script's expectation; the failures as one message.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    /// Check every mounted script's expectation.
+    pub(crate) fn check(&self) -> Result<(), ExpectationFailure> {
         let inner = self.lock();
-        let failures: Vec<String> = inner.scripts.iter().filter_map(Entry::failure).collect();
-        if failures.is_empty() {
-            return Ok(());
-        }
-        let first = inner
+        let failed: Vec<&Entry> = inner
             .scripts
             .iter()
             .filter(|e| e.failure().is_some())
-            .map(|e| e.first_request)
-            .min()
-            .unwrap_or(1);
-        Err(self.report(&inner, &failures, first))
+            .collect();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        Err(self.report(&inner, &failed))
     }
 
     /// Check every expectation and panic with the failures (the server's `verify`).
     pub(crate) fn verify(&self) {
-        if let Err(message) = self.check() {
-            panic!("{message}");
+        if let Err(failure) = self.check() {
+            panic!("{failure}");
         }
     }
 
-    /// Remove one script, returning its failed expectation as a message.
-    fn unmount(&self, id: u64) -> Result<(), String> {
+    /// Remove one script, returning its failed expectation.
+    fn unmount(&self, id: u64) -> Result<(), ExpectationFailure> {
         let mut inner = self.lock();
         let Some(i) = inner.scripts.iter().position(|e| e.id == id) else {
             return Ok(());
@@ -447,7 +583,7 @@ impl Scripts {
         let entry = inner.scripts.remove(i);
         match entry.failure() {
             None => Ok(()),
-            Some(failure) => Err(self.report(&inner, &[failure], entry.first_request)),
+            Some(_) => Err(self.report(&inner, &[&entry])),
         }
     }
 
@@ -505,10 +641,23 @@ macro_rules! script_methods {
         }
 
         /// Check every mounted script's expectation now, and panic with the failed ones
-        /// and the requests received if any failed. (The server checks them too when the
-        /// test's last handle to it is dropped.)
+        /// and the requests received if any failed (the [`ExpectationFailure`]'s text:
+        /// [`try_verify`](Self::try_verify) returns it instead). The server checks them
+        /// too when the test's last handle to it is dropped; a server kept in a `static`
+        /// is never dropped, so call this (or use [`ScriptBuilder::mount_scoped`]'s
+        /// guards) for its expectations to be checked at all.
+        ///
+        /// [`ExpectationFailure`]: crate::ExpectationFailure
+        /// [`ScriptBuilder::mount_scoped`]: crate::ScriptBuilder::mount_scoped
         pub fn verify(&self) {
             self.state.scripts.verify();
+        }
+
+        /// Check every mounted script's expectation now, without panicking: `Err` with
+        /// the failed ones, the requests received since the first of them was mounted,
+        /// which of those each matched and what each got. The scripts stay mounted.
+        pub fn try_verify(&self) -> Result<(), crate::ExpectationFailure> {
+            self.state.scripts.check()
         }
     };
 }
@@ -520,10 +669,22 @@ pub(crate) struct VerifyOnDrop(pub(crate) Arc<Scripts>);
 
 impl Drop for VerifyOnDrop {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
+        if let Err(failure) = self.0.check() {
+            raise_unless_panicking(&failure);
         }
-        self.0.verify();
+    }
+}
+
+/// Panic with `failure`, or, when the thread is already panicking (the test failed on
+/// its own: a second panic would abort the process and hide the first), write it to
+/// stderr instead.
+fn raise_unless_panicking(failure: &ExpectationFailure) {
+    if std::thread::panicking() {
+        eprintln!(
+            "{failure}\n(not raised: the thread is already panicking with the test's own error)"
+        );
+    } else {
+        panic!("{failure}");
     }
 }
 
@@ -628,7 +789,24 @@ impl ScriptBuilder {
     }
 
     /// Mount it until the guard is dropped; dropping the guard removes the script and
-    /// checks its expectation (panicking, with what the server received, when it failed).
+    /// checks its expectation (panicking, with what the server received, when it failed;
+    /// writing that to stderr instead when the thread is already panicking, so that the
+    /// test's own failure is the one reported). A test returning `Result` loses its `Err`
+    /// to that panic: end it with [`ScriptGuard::finish`]`()?` instead.
+    ///
+    /// ```
+    /// use std::panic::{AssertUnwindSafe, catch_unwind};
+    /// use msi_dataplane_testing::{EntraServer, Match};
+    ///
+    /// let entra = EntraServer::start_blocking();
+    /// let failed = catch_unwind(AssertUnwindSafe(|| {
+    ///     let _guard = entra.on(Match::any()).expect(1).mount_scoped(); // unmet
+    ///     panic!("the test's own error");
+    /// }));
+    /// // The guard wrote its failure to stderr; the test's panic is the one reported.
+    /// let payload = failed.unwrap_err();
+    /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"the test's own error"));
+    /// ```
     pub fn mount_scoped(self) -> ScriptGuard {
         let scripts = self.scripts.clone();
         let id = scripts.mount(self);
@@ -652,7 +830,19 @@ impl ScriptGuard {
 
     /// Remove the script now and return its expectation's failure, if any, instead of
     /// panicking.
-    pub fn finish(mut self) -> Result<(), String> {
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use msi_dataplane_testing::{EntraServer, Match};
+    ///
+    /// let entra = EntraServer::start().await;
+    /// let guard = entra.on(Match::any()).named("tokens").expect(1).mount_scoped();
+    /// let failure = guard.finish().unwrap_err(); // no request arrived
+    /// assert_eq!((failure.unmet[0].matched, failure.requests.len()), (0, 0));
+    /// assert!(failure.to_string().contains("script \"tokens\""), "{failure}");
+    /// # }
+    /// ```
+    pub fn finish(mut self) -> Result<(), ExpectationFailure> {
         let result = self.scripts.unmount(self.id);
         // Ids start at 1: the drop that follows finds nothing to remove.
         self.id = 0;
@@ -671,11 +861,8 @@ impl fmt::Debug for ScriptGuard {
 
 impl Drop for ScriptGuard {
     fn drop(&mut self) {
-        let result = self.scripts.unmount(self.id);
-        if let Err(message) = result
-            && !std::thread::panicking()
-        {
-            panic!("{message}");
+        if let Err(failure) = self.scripts.unmount(self.id) {
+            raise_unless_panicking(&failure);
         }
     }
 }
@@ -726,7 +913,7 @@ mod tests {
             .expect_at_least(1)
             .mount();
         scripts.answer(&facts("after", "arm"));
-        let message = scripts.check().unwrap_err();
+        let message = scripts.check().unwrap_err().to_string();
         assert!(
             message.starts_with(
                 "EntraServer: script \"vault tokens\" (scope = vault; no answer of its own) \

@@ -108,3 +108,126 @@ async fn a_manual_clock_crosses_refresh_expiry_renewal_and_the_end_without_waiti
         "no real waiting"
     );
 }
+
+/// A fixture on a manual clock: the server records by it, the credential refreshes by it,
+/// and the refresh point the kit computes is where the credential refreshes: nothing a
+/// second before the earliest point, a background refresh at the latest, taken up once
+/// `wait_for_refreshed_token` returns.
+#[tokio::test]
+async fn a_fixture_on_a_manual_clock_refreshes_where_the_issued_token_says() {
+    use msi_dataplane::limits::MIN_REFRESH_WINDOW;
+    use msi_dataplane_testing::{IdentityFixture, TokenShape, wait_for_refreshed_token};
+
+    let clock = Arc::new(ManualClock::starting_now());
+    let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
+    let tenant = fx.identity.tenant_id.clone();
+    let wait = Duration::from_secs(5);
+
+    // Three shapes of token: one hour (5 minutes before expiry), a day (half-life), and
+    // one hour with the server's `refresh_in` of 10 minutes.
+    let cases = [
+        (ARM, TokenShape::default(), 3599 - 300),
+        (
+            "https://vault.azure.net/.default",
+            TokenShape {
+                expires_in: 86_400,
+                ..TokenShape::default()
+            },
+            43_200,
+        ),
+        (
+            "https://graph.microsoft.com/.default",
+            TokenShape {
+                refresh_in: Some(600),
+                ..TokenShape::default()
+            },
+            600,
+        ),
+    ];
+    for (scope, shape, after) in cases {
+        fx.entra.set_token_shape(shape);
+        let requests = fx.entra.token_requests();
+        let first = fx.credential.get_token(&[scope]).await.unwrap();
+        let issued = fx.entra.issued(first.token()).unwrap();
+        assert_eq!(issued.issued_at, clock.now(), "issued by the shared clock");
+        assert_eq!(first.expires_on(), issued.expires_at());
+        let range = issued.refresh_between(MIN_REFRESH_WINDOW);
+        let latest = issued.issued_at + time::Duration::seconds(after);
+        assert_eq!(*range.end(), latest, "{scope}");
+        // Up to 60 s of jitter (10 % of the time until it, at most 60 s: 60 s for all three).
+        assert_eq!(
+            *range.start(),
+            latest - time::Duration::seconds(60),
+            "{scope}"
+        );
+
+        // A second before the earliest point: the cached token, and no request.
+        clock.set(*range.start() - time::Duration::seconds(1));
+        let same = fx.credential.get_token(&[scope]).await.unwrap();
+        assert_eq!(same.token(), first.token(), "{scope}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(fx.entra.token_requests(), requests + 1, "{scope}");
+
+        // At the latest point: still the cached token, refreshed behind it.
+        clock.set(latest);
+        let during = fx.credential.get_token(&[scope]).await.unwrap();
+        assert_eq!(during.token(), first.token(), "{scope}");
+        let next = wait_for_refreshed_token(&fx.credential, scope, &tenant, &first, wait).await;
+        assert_eq!(fx.entra.token_requests(), requests + 2, "{scope}");
+        assert!(fx.entra.issued(next.token()).is_some());
+        let again = fx.credential.get_token(&[scope]).await.unwrap();
+        assert_eq!(again.token(), next.token(), "taken up: {scope}");
+        assert_eq!(fx.entra.token_requests(), requests + 2, "{scope}");
+    }
+}
+
+/// The refresh waiter fails, saying so, when the refresh does not succeed: Entra refuses
+/// it, the credential keeps handing out the cached token.
+#[tokio::test]
+async fn the_refresh_waiter_panics_at_its_deadline_when_the_refresh_fails() {
+    use msi_dataplane::limits::MIN_REFRESH_WINDOW;
+    use msi_dataplane_testing::{IdentityFixture, Match, Scripted, wait_for_refreshed_token};
+
+    let clock = Arc::new(ManualClock::starting_now());
+    let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
+    let first = fx.credential.get_token(&[ARM]).await.unwrap();
+    let range = fx
+        .entra
+        .issued(first.token())
+        .unwrap()
+        .refresh_between(MIN_REFRESH_WINDOW);
+    let refused = fx
+        .entra
+        .on(Match::any().scope(ARM))
+        .respond(Scripted::aadsts(
+            401,
+            "invalid_client",
+            700027,
+            "Key not found.",
+        ))
+        .until_cleared()
+        .expect(1..)
+        .mount_scoped();
+    clock.set(*range.end());
+    let credential = fx.credential.clone();
+    let tenant = fx.identity.tenant_id.clone();
+    let waiting = tokio::spawn(async move {
+        wait_for_refreshed_token(
+            &credential,
+            ARM,
+            &tenant,
+            &first,
+            Duration::from_millis(300),
+        )
+        .await
+    });
+    let panic = waiting.await.unwrap_err().into_panic();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("still hands out the token for"),
+        "{message}"
+    );
+    assert!(message.contains(ARM), "{message}");
+    drop(refused); // the refresh was asked for (and refused)
+    assert_eq!(fx.entra.requests()[1].aadsts_code, Some(700027));
+}

@@ -665,3 +665,92 @@ async fn padded_tokens_have_the_length_asked_and_stay_valid_jwts() {
     assert_eq!(entra.validate(token.token(), ARM).unwrap().aud, ARM);
     assert_eq!(call(&entra, &arm, token.token()).await.0, 200);
 }
+
+#[tokio::test]
+async fn a_retired_signing_key_leaves_the_jwks_and_its_tokens_are_refused_as_unknown() {
+    let entra = EntraServer::start().await;
+    let arm = ResourceServer::start(&entra, ARM_SCOPE).await;
+    let identity = TestIdentity::new();
+    let credential = credential(&entra, &identity, None);
+    let old = credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    let old_kid = entra.signing_key_id();
+    let new_kid = entra.rotate_signing_key();
+
+    assert!(!entra.retire_signing_key("no-such-kid"));
+    assert!(entra.retire_signing_key(&old_kid));
+    assert!(!entra.retire_signing_key(&old_kid), "already retired");
+    let (status, jwks) = get_json(&entra, &entra.jwks_url()).await;
+    assert_eq!(status, 200);
+    let kids: Vec<&str> = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids, [new_kid.as_str()], "only the new key is published");
+
+    // The resource refuses the old key's token, naming the unknown key.
+    let (status, message, challenge) = call(&entra, &arm, old.token()).await;
+    assert_eq!(status, 401);
+    assert!(
+        message.contains(&format!("no key with kid '{old_kid}'")),
+        "{message}"
+    );
+    assert!(challenge.contains("invalid_token"), "{challenge}");
+    assert_eq!(
+        entra.validate(old.token(), ARM).unwrap_err(),
+        TokenRejection::UnknownKey { kid: old_kid }
+    );
+
+    // Retiring the key that signs: a new key signs the next tokens (the resource accepts
+    // them) and the retired key's tokens are refused.
+    let signed_by_new = credential.get_token(&[VAULT_SCOPE]).await.unwrap();
+    assert_eq!(entra.claims(signed_by_new.token()).unwrap().kid, new_kid);
+    assert!(entra.retire_signing_key(&new_kid));
+    let replacement = entra.signing_key_id();
+    assert_ne!(replacement, new_kid);
+    assert!(matches!(
+        entra.validate(signed_by_new.token(), "https://vault.azure.net"),
+        Err(TokenRejection::UnknownKey { .. })
+    ));
+    let other = TestIdentity::new();
+    let new_token = crate::testing_kit_jwt::credential(&entra, &other, None)
+        .get_token(&[ARM_SCOPE])
+        .await
+        .unwrap();
+    assert_eq!(entra.claims(new_token.token()).unwrap().kid, replacement);
+    assert_eq!(call(&entra, &arm, new_token.token()).await.0, 200);
+}
+
+#[tokio::test]
+async fn the_signing_public_key_pem_verifies_tokens_of_its_key_only_with_jsonwebtoken() {
+    use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
+
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let credential = credential(&entra, &identity, None);
+    let token = credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    let pem = entra.signing_public_key_pem();
+    assert!(pem.starts_with("-----BEGIN PUBLIC KEY-----\n"), "{pem}");
+    assert!(pem.ends_with("-----END PUBLIC KEY-----\n"), "{pem}");
+    let mut validation = Validation::new(Algorithm::RS256);
+    validation.set_audience(&[ARM]);
+    validation.set_issuer(&[entra.issuer(&identity.tenant_id)]);
+    let key = DecodingKey::from_rsa_pem(pem.as_bytes()).unwrap();
+    let claims = decode::<Value>(token.token(), &key, &validation)
+        .unwrap()
+        .claims;
+    assert_eq!(claims["tid"], identity.tenant_id.as_str());
+
+    // After a rollover the new key's PEM does not verify the old key's token.
+    entra.rotate_signing_key();
+    let rolled = entra.signing_public_key_pem();
+    assert_ne!(rolled, pem);
+    let new_key = DecodingKey::from_rsa_pem(rolled.as_bytes()).unwrap();
+    let e = decode::<Value>(token.token(), &new_key, &validation).unwrap_err();
+    assert_eq!(
+        *e.kind(),
+        jsonwebtoken::errors::ErrorKind::InvalidSignature,
+        "{e}"
+    );
+}

@@ -13,8 +13,8 @@ use msi_dataplane::{
     RetryPolicy,
 };
 use msi_dataplane_testing::{
-    DataPlaneServer, EntraServer, IdentityFixture, KeyVaultServer, Match, Outcome, Scripted,
-    TestCertificate, TestIdentity,
+    DataPlaneServer, EntraServer, Expected, IdentityFixture, KeyVaultServer, Match, Outcome,
+    Scripted, TestCertificate, TestIdentity,
 };
 
 const ARM: &str = "https://management.azure.com/.default";
@@ -139,7 +139,7 @@ async fn a_failed_expectation_says_what_the_server_received() {
         .expect(1)
         .mount_scoped();
     cred.get_token(&[ARM]).await.unwrap();
-    let message = guard.finish().unwrap_err();
+    let message = guard.finish().unwrap_err().to_string();
     assert!(
         message.starts_with(
             "EntraServer: script \"vault tokens\" (scope = https://vault.azure.net/.default; \
@@ -301,4 +301,176 @@ async fn key_vault_scripts_match_by_path_and_answer_n_times() {
     vault.on(Match::any().method("DELETE")).expect(1).mount();
     vault.clear_scripts();
     drop(vault);
+}
+
+#[tokio::test]
+async fn try_verify_gives_a_typed_failure_marking_the_matched_requests_and_what_each_got() {
+    let entra = EntraServer::start().await;
+    let (a, cred_a) = credential(&entra, None);
+    let (_b, cred_b) = credential(&entra, None);
+    assert!(entra.try_verify().is_ok(), "nothing mounted");
+    entra
+        .on(Match::any().client_id(&a.client_id).scope(VAULT))
+        .named("a's vault token")
+        .respond(Scripted::aadsts(
+            401,
+            "invalid_client",
+            700027,
+            "Key not found.",
+        ))
+        .expect(1)
+        .mount();
+    let e = cred_a.get_token(&[VAULT]).await.unwrap_err();
+    assert!(e.to_string().contains("AADSTS700027"), "{e}");
+    cred_b.get_token(&[ARM]).await.unwrap();
+    cred_a.get_token(&[VAULT]).await.unwrap();
+
+    let failure = entra.try_verify().unwrap_err();
+    assert_eq!(failure.server, "EntraServer");
+    assert_eq!(failure.unmet.len(), 1);
+    assert_eq!(failure.unmet[0].expected, Expected::from(1));
+    assert_eq!(failure.unmet[0].matched, 2);
+    assert!(failure.unmet[0].script.contains("a's vault token"));
+    let label = "\"a's vault token\"".to_owned();
+    let listed: Vec<(u64, Vec<String>, Option<String>)> = failure
+        .requests
+        .iter()
+        .map(|r| (r.number, r.matched.clone(), r.scripted.clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                1,
+                vec![label.clone()],
+                Some(format!("status 401 from script {label}"))
+            ),
+            (2, vec![], None),
+            (3, vec![label.clone()], None),
+        ]
+    );
+    let text = failure.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(
+        lines[2].ends_with(&format!(
+            "[matched {label}] -> status 401 from script {label}"
+        )),
+        "{text}"
+    );
+    assert!(lines[3].ends_with("-> the server's own answer") && !lines[3].contains("[matched"));
+    assert!(lines[4].ends_with(&format!("[matched {label}] -> the server's own answer")));
+
+    // An `Error` for `?` and `Box<dyn Error>`; `verify()` panics with the same text.
+    let boxed: Box<dyn std::error::Error> = Box::new(failure.clone());
+    assert_eq!(boxed.to_string(), text);
+    let panic = catch_unwind(AssertUnwindSafe(|| entra.verify())).unwrap_err();
+    assert_eq!(panic_message(panic), text);
+    // Still mounted: checking did not remove it.
+    assert_eq!(entra.try_verify().unwrap_err(), failure);
+    entra.clear_scripts();
+    assert!(entra.try_verify().is_ok());
+}
+
+#[tokio::test]
+async fn the_request_log_keeps_the_aadsts_code_of_scripted_and_own_errors() {
+    let entra = EntraServer::start().await;
+    let (a, cred) = credential(&entra, None);
+    entra
+        .on(Match::any().client_id(&a.client_id))
+        .respond(Scripted::aadsts(
+            400,
+            "unauthorized_client",
+            700016,
+            "Application not found.",
+        ))
+        .mount();
+    entra.enqueue(Scripted::status(503));
+    assert!(cred.get_token(&[ARM]).await.is_err());
+    assert!(cred.get_token(&[ARM]).await.is_err());
+    cred.get_token(&[ARM]).await.unwrap();
+    // Entra's own refusal of a client it does not know.
+    let stranger = TestIdentity::new();
+    let cert = TestCertificate::self_signed();
+    let file = stranger.credentials(&cert, &entra.base_url(), BundleFormat::Pem);
+    let http = Environment::default().with_http_client(entra.client());
+    let options = ClientCertificateCredentialOptions::default().with_environment(http);
+    let unknown = ClientCertificateCredential::new(&file, options).unwrap();
+    let e = unknown
+        .get_token(&["https://vault.azure.net/.default"])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("AADSTS90002"), "{e}");
+
+    let log: Vec<(Outcome, Option<u32>)> = entra
+        .requests()
+        .into_iter()
+        .map(|r| (r.outcome, r.aadsts_code))
+        .collect();
+    assert_eq!(log[0], (Outcome::Scripted(400), Some(700016)));
+    assert_eq!(
+        log[1],
+        (Outcome::Scripted(503), None),
+        "a body without codes"
+    );
+    assert!(matches!(log[2], (Outcome::Token(_), None)));
+    assert_eq!(
+        log[3].1,
+        Some(90002),
+        "the server's own error: {:?}",
+        log[3].0
+    );
+}
+
+/// Set in the child process of the test below: the test then fails on its own, with an
+/// unmet guard and an unmet server-wide script in scope.
+const CHILD: &str = "MSI_DATAPLANE_TESTING_PANICKING_CHILD";
+const OWN_ERROR: &str = "the test's own assertion failed";
+
+#[test]
+fn an_unmet_expectation_goes_to_stderr_when_the_test_is_already_panicking() {
+    if std::env::var_os(CHILD).is_some() {
+        let entra = EntraServer::start_blocking();
+        entra
+            .on(Match::any())
+            .named("server-wide")
+            .expect(1)
+            .mount();
+        let _guard = entra
+            .on(Match::any())
+            .named("scoped")
+            .expect(2)
+            .mount_scoped();
+        panic!("{OWN_ERROR}");
+    }
+    let name = "testing_kit_scripts::an_unmet_expectation_goes_to_stderr_when_the_test_is_already_panicking";
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The harness reports a failed test (exit code 101), not a process aborted by a
+    // panic during a panic (a signal, no code).
+    assert_eq!(output.status.code(), Some(101), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 failed"), "{stdout}");
+    // The test's own error is the panic; both expectations are reported beside it.
+    assert!(stderr.contains(OWN_ERROR), "{stderr}");
+    for script in ["\"scoped\"", "\"server-wide\""] {
+        assert!(
+            stderr.contains(&format!(
+                "script {script} (any request; no answer of its own)"
+            )),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        stderr
+            .matches("not raised: the thread is already panicking")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panic in a destructor"), "{stderr}");
 }
