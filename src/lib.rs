@@ -23,8 +23,8 @@ pub mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
 // `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
-// `dataplane` (the MSI data plane), `keyvault` (Key Vault storage), `serve` (the token
-// server for other processes), `hypershift` (HyperShift and Kubernetes).
+// `dataplane` (the MSI data plane), `keyvault` (Key Vault storage), `hypershift`
+// (HyperShift and Kubernetes).
 mod azure;
 pub mod dataplane;
 mod file;
@@ -33,10 +33,12 @@ pub mod keyvault;
 mod reload;
 mod token;
 
-// Across the layers: the health report of a credential file, the fixed limits, and the
-// testing kit.
+// Across the layers: the health report of a credential file and the fixed limits.
 pub mod inspect;
 pub mod limits;
+
+// Documentation only: the long form, one chapter per cross-cutting topic (no code).
+pub mod guide;
 
 pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
@@ -77,7 +79,7 @@ pub mod fuzzing {
     }
 }
 
-/// The README's examples, compiled as doctests (one uses `azure_core`).
-#[cfg(all(doctest, feature = "azure_core"))]
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

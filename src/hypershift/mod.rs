@@ -35,9 +35,27 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This folder also builds HyperShift's Kubernetes objects (`k8s`, feature `k8s`) and
-//! reads the managed identities file a cluster starts from (`managed_identities`). Uses
-//! `reload/` (the credential from the environment) and `keyvault/` (secret names).
+//! `cargo run --example cpo_component` runs such a component against a loopback Entra (it
+//! starts itself as a child process with the variables set).
+//!
+//! Besides the variables, the module names the mounts ([`CERTS_MOUNT_PATH`],
+//! [`KMS_MOUNT_PATH`]), the CSI driver ([`SECRETS_STORE_CSI_DRIVER`]) and its
+//! [`SECRET_PROVIDER_CLASS_ATTRIBUTE`], and each control-plane [`Component`]'s
+//! SecretProviderClass (`managed-azure-cpo`, `managed-azure-cloud-provider`, ...) and
+//! volume name.
+//!
+//! With the feature `k8s`, the `k8s` module builds the pod pieces exactly as HyperShift's
+//! `support/azureutil` does (the CSI volume, the `/mnt/certs` and `/mnt/kms` mounts, the
+//! environment variable) and a typed `secrets-store.csi.x-k8s.io/v1` SecretProviderClass
+//! with HyperShift's Azure parameters, as `k8s-openapi` types; values are checked (GUIDs,
+//! Key Vault and DNS-1123 names), and `tests/it/k8s.rs` parses their YAML back. It also
+//! builds the native sidecar that runs the `msi-credential` crate's token server for
+//! containers using a stock Azure SDK (`TokenServerSidecar`). `managed_identities`
+//! parses and validates HyperShift's managed identities file, where a cluster's identity
+//! flow starts.
+//!
+//! This folder: `k8s` and `sidecar` (feature `k8s`), `managed_identities`. Uses `reload/`
+//! (the credential from the environment) and `keyvault/` (secret names).
 
 #[cfg(feature = "k8s")]
 #[cfg_attr(docsrs, doc(cfg(feature = "k8s")))]

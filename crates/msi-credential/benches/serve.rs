@@ -8,7 +8,7 @@
 //! connections on a runtime of their own, reconnecting whenever the server closes one)
 //! runs beside it: the legitimate client's p99 flooded against alone.
 //!
-//! `cargo bench --features serve,test-util --bench serve` (10 s per server, alternated
+//! `cargo bench -p msi-credential --bench serve` (10 s per server, alternated
 //! five times); under `cargo test --benches` each runs for a moment only. Results in
 //! BENCHMARKS.md.
 

@@ -35,20 +35,156 @@
 //!   kin: 403), a method other than GET (405), a body (413), a target over 4 KiB (414)
 //!   and oversized headers (431) refused with the JSON error. No token and no secret is
 //!   ever logged, and values a client chose are escaped before they reach a log line.
-//! - **Limits** (each a [`ServeOptions`] field): at most
-//!   [`max_connections`](ServeOptions::max_connections) connections, the one idle longest
-//!   closed for a new one when full; a first byte within
-//!   [`first_byte_timeout`](ServeOptions::first_byte_timeout) and each head within
-//!   [`idle_timeout`](ServeOptions::idle_timeout); refusals before the secret on a budget
-//!   of their own (past it, each is held back a second and its connection closed); only cache misses take
-//!   from [`max_token_requests_per_second`](ServeOptions::max_token_requests_per_second);
-//!   resources limited per identity with [`ServedIdentity::with_allowed_resources`].
+//! - **Limits** a process in the pod cannot starve others with (a row with a flag is an
+//!   option of `msi-credential serve` and a setting of [`ServeOptions`] or
+//!   [`ServedIdentity`]):
+//!
+//!   | limit | default | what it protects |
+//!   |---|---|---|
+//!   | `--max-connections` ([`max_connections`](ServeOptions::max_connections)) | 512 | descriptors and memory; when full, a new connection closes the one idle longest (never one being answered), so idle connections cannot hold every slot |
+//!   | `--first-byte-timeout` ([`first_byte_timeout`](ServeOptions::first_byte_timeout)) | 2 s | slots held by connections that send nothing |
+//!   | `--idle-timeout` ([`idle_timeout`](ServeOptions::idle_timeout)) | 30 s | slots held by slow heads and idle keep-alive connections |
+//!   | `--max-token-requests-per-second` ([`max_token_requests_per_second`](ServeOptions::max_token_requests_per_second)) | 50 (bursts of 100) | Entra: only cache misses take from it; cached tokens, refusals and `/healthz` never do |
+//!   | refusals before the secret | 50 a second (bursts of 100) | past it, each refusal is held back a second and its connection closed, so a flood without the secret waits instead of taking the server's time |
+//!   | `--allow-resource` ([`ServedIdentity::with_allowed_resources`]) | any resource | the token endpoint and the cache: other resources are refused (403 `resource_not_allowed`) before any request |
+//!   | `--max-cached-resources` | 1,000 per identity | memory: the least recently used resources' tokens leave first (the credential's maximum of cached scopes) |
+//!   | failure memory | 5 s per resource | Entra and the log: a refused or failed request is answered again from memory for 5 s, one request and one warning however often it is asked |
+//!
 //! - **Health**: `GET /healthz`, never rate limited: 200 when every identity's
 //!   credential is within its validity, else 503; the identities' details (client ids,
 //!   thumbprints, times) only with the secret, the status alone without it.
+//!   kubelet's `httpGet` probes come from outside the pod and cannot reach loopback, so
+//!   the sidecar's probes run `msi-credential probe`.
 //! - **Metrics**: [`MetricsServer`] serves a rendering of the process's metrics on
 //!   `GET /metrics` on the same bounded listener, with limits of its own
-//!   ([`MetricsServerOptions`]), for Prometheus to scrape from outside the pod.
+//!   ([`MetricsServerOptions`]), for Prometheus to scrape from outside the pod (the
+//!   [`cli`](crate::cli) chapter, "Metrics").
+//!
+//! In a Rust process, [`TokenServer::start`] runs the same server (its docs have an
+//! example). `SECURITY.md` has the threat model.
+//!
+//! # The pod
+//!
+//! msi-dataplane's `hypershift::k8s::TokenServerSidecar` (feature `k8s`) builds the
+//! native sidecar (an init container with `restartPolicy: Always`, Kubernetes 1.29+:
+//! started and ready before the application, stopped after it), its probes, its mounts,
+//! the Secret volume and the application containers' environment. The pod it builds
+//! (msi-dataplane's Kubernetes tests parse it back):
+//!
+//! ```yaml
+//! apiVersion: v1
+//! kind: Pod
+//! metadata:
+//!   name: app
+//! spec:
+//!   containers:
+//!   - env:
+//!     - name: IDENTITY_ENDPOINT
+//!       value: http://127.0.0.1:50342/msi/token
+//!     - name: IDENTITY_HEADER
+//!       valueFrom:
+//!         secretKeyRef:
+//!           key: identity-header
+//!           name: app-identity-header
+//!           optional: false
+//!     - name: NO_PROXY
+//!       value: 127.0.0.1,localhost,::1
+//!     - name: no_proxy
+//!       value: 127.0.0.1,localhost,::1
+//!     image: quay.io/example/app:1
+//!     name: app
+//!   initContainers:
+//!   - args:
+//!     - serve
+//!     - /mnt/certs/uamsi-app
+//!     - --listen
+//!     - 127.0.0.1:50342
+//!     - --secret-file
+//!     - /var/run/msi-token-server/identity-header
+//!     - --previous-secret-file
+//!     - /var/run/msi-token-server/identity-header-previous
+//!     command:
+//!     - msi-credential
+//!     image: quay.io/example/msi-credential:1
+//!     name: msi-token-server
+//!     readinessProbe:
+//!       exec:
+//!         command:
+//!         - msi-credential
+//!         - probe
+//!         - --url
+//!         - http://127.0.0.1:50342/healthz
+//!       failureThreshold: 3
+//!       periodSeconds: 10
+//!       timeoutSeconds: 5
+//!     restartPolicy: Always
+//!     securityContext:
+//!       allowPrivilegeEscalation: false
+//!       capabilities:
+//!         drop:
+//!         - ALL
+//!       readOnlyRootFilesystem: true
+//!       runAsNonRoot: true
+//!     startupProbe:
+//!       exec:
+//!         command:
+//!         - msi-credential
+//!         - probe
+//!         - --url
+//!         - http://127.0.0.1:50342/healthz
+//!       failureThreshold: 60
+//!       periodSeconds: 1
+//!       timeoutSeconds: 5
+//!     volumeMounts:
+//!     - mountPath: /mnt/certs
+//!       name: app-cert
+//!       readOnly: true
+//!     - mountPath: /var/run/msi-token-server
+//!       name: msi-token-server-secret
+//!       readOnly: true
+//!   volumes:
+//!   - csi:
+//!       driver: secrets-store.csi.k8s.io
+//!       readOnly: true
+//!       volumeAttributes:
+//!         secretProviderClass: managed-azure-app
+//!     name: app-cert
+//!   - name: msi-token-server-secret
+//!     secret:
+//!       secretName: app-identity-header
+//! ```
+//!
+//! The Secret `app-identity-header` holds `identity-header` (any 16 to 512 visible ASCII
+//! characters, e.g. `openssl rand -hex 32`). To rotate it: put the new value in
+//! `identity-header` and the old one in `identity-header-previous`, restart the
+//! applications (they read `IDENTITY_HEADER` only at start), then delete
+//! `identity-header-previous`. The server re-reads the previous-secret file every 10 s and
+//! accepts it while it exists.
+//!
+//! # Clients tested against it
+//!
+//! Run with real clients (this crate's `serve_clients` tests, against the testing kit's
+//! verifying Entra server, through a CSI `..data` rotation): Python `azure-identity` 1.27
+//! `ManagedIdentityCredential` (with `client_id`, `identity_config={"object_id": ...}` and
+//! `{"resource_id": ...}`) and the Azure SDK for Rust's `azure_identity` 1.0
+//! `ManagedIdentityCredential` (`UserAssignedId::ClientId` and `ObjectId`; it refuses
+//! resource ids for App Service before sending anything), each in a process of its own
+//! with only the pod's environment: `cargo test -p msi-credential --test it serve_clients`
+//! (the tests make their Python environment on first use). Other SDKs speak the same
+//! protocol but were not run here.
+//!
+//! # What operators should know
+//!
+//! - Python's `DefaultAzureCredential` **moves on silently** when this endpoint fails:
+//!   every managed identity failure is a `CredentialUnavailableError`, and the chain tries
+//!   the next credential (Azure CLI, ...). A misconfigured sidecar can show up as "no
+//!   credential found" or as another identity; use `ManagedIdentityCredential` directly,
+//!   or check the sidecar's `/healthz` and its log.
+//! - Python gives up after about 5 s with nothing listening (Rust after about 82 s): the
+//!   native sidecar is started and ready before the application containers.
+//! - With `HTTP_PROXY`/`HTTPS_PROXY` set and `NO_PROXY` not covering loopback, the
+//!   clients send the request, secret included, to the proxy: keep `NO_PROXY` (the
+//!   sidecar's environment sets it; merge it with your own).
 
 mod answer;
 mod identity;
