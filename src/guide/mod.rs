@@ -14,6 +14,7 @@
 //! | [`troubleshooting`] | a component gets no token: what to check, in order |
 //! | [`secrets`] | where secrets can and cannot appear, and the transport's guarantees |
 //! | [`performance`] | the measured costs, in one page (the numbers are in `BENCHMARKS.md`) |
+//! | [`background`] | every thread and task the crate starts, why, and when it ends |
 //! | [`architecture`] | how `src/` is layered, and the repository's other crates and tools |
 //!
 //! The modules hold the rest: [`dataplane`](crate::dataplane) (managing identities),
@@ -53,6 +54,9 @@ pub mod secrets {}
 
 #[doc = include_str!("performance.md")]
 pub mod performance {}
+
+#[doc = include_str!("background.md")]
+pub mod background {}
 
 #[doc = include_str!("architecture.md")]
 pub mod architecture {}

@@ -66,12 +66,12 @@ const CA_FILE: &str = "CA file";
 pub struct Environment {
     /// The HTTP client. `None` uses a shared client built by the crate (rustls, system
     /// roots, no redirects, proxies from the environment but never for a loopback
-    /// authority, pooled connections: see SECURITY.md and the README's "Runtimes").
+    /// authority, pooled connections: see SECURITY.md and [`guide::token_cache`](crate::guide::token_cache)).
     /// Supply your own for explicit proxies; disable redirects on it
     /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. Every
     /// exchange, with either client, runs on the caller's task when it is on a
     /// multi-threaded runtime and on the crate's own I/O thread otherwise, so pooled
-    /// connections work whatever runtime the caller uses (the README's "Runtimes").
+    /// connections work whatever runtime the caller uses ([`guide::background`](crate::guide::background)).
     pub http_client: Option<reqwest::Client>,
     /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
     /// roots), for hosts behind a private CA. Setting both this and `http_client` is

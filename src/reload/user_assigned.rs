@@ -112,8 +112,9 @@ impl Drop for Reloader {
 ///   misses every such rotation and only its 6-hour backstop catches it), debounces, and
 ///   re-reads the visible path; it also re-reads every `backstop_interval`.
 /// - A re-read file replaces the active credential only if it is valid and its
-///   `not_before` is strictly later (see [`crate::ReloadOutcome`] and the rule in the
-///   README); bad files never replace a good one, and each refusal is a `tracing` event.
+///   `not_before` is strictly later (see [`crate::ReloadOutcome`] and the rule in
+///   [`guide::rotation`](crate::guide::rotation)); bad files never replace a good one,
+///   and each refusal is a `tracing` event.
 /// - `get_token` serves from the active credential's cache and is never blocked by a
 ///   re-read (reading and parsing happen on blocking threads; the swap is one pointer
 ///   store). After a swap, tokens come from the new credential only.
