@@ -7,5 +7,6 @@ pub(crate) mod assertion;
 pub(crate) mod cache;
 pub(crate) mod credential;
 pub(crate) mod endpoint;
+pub(crate) mod entry;
 pub(crate) mod per_cpu;
 pub(crate) mod refresh;
