@@ -7,14 +7,16 @@
 //!   one short lock; what is replaced is freed once no reader holds it.
 //! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
 //!   a clone of the token's handle for this CPU: no lock, no allocation.
-//! - **Single flight**: a miss joins the entry's one request or starts it in a spawned
-//!   task; every waiter gets its result. After a failure, callers without a usable token
-//!   get its error for `failure_memory`.
+//! - **Single flight**: a miss joins the entry's one request or starts it, run in the
+//!   starting caller's own task ([`Driven`]: in a task of its own if that caller leaves
+//!   first); every waiter gets its result. After a failure, callers without a usable
+//!   token get its error for `failure_memory` ([`settled`]).
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request replaces it, [`refresh_backoff`] apart after failures.
+//!   and one background request (a task of its own) replaces it, [`settled`]'s backoff
+//!   apart after failures.
 //! - **Bound**: at most `max_entries` (besides those in flight); past it the least
-//!   recently used eighth leaves; entries idle for a minute ([`evictable`]) leave at the
-//!   next sweep (at most one a minute).
+//!   recently used eighth leaves ([`least_recently_used`]); entries idle for a minute
+//!   ([`Entry::evictable`]) leave at the next sweep (at most one a minute).
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -29,6 +31,7 @@ use crate::clock::{Clock, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
+use crate::token::driven::Driven;
 use crate::token::entry::{Answer, Cached, Entry, Key, State};
 use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{
@@ -149,7 +152,7 @@ impl TokenCache {
         rejected: Option<&AccessToken>,
     ) -> Result<AccessToken> {
         let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
-        let mut rx = {
+        let (mut rx, work) = {
             let mut state = entry.state();
             // Re-check: a request may have completed since the caller's lookup.
             let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
@@ -157,14 +160,22 @@ impl TokenCache {
                 return Ok(token);
             }
             match (&state.inflight, &state.failed) {
-                (Some(rx), _) => rx.clone(),
+                (Some(rx), _) => (rx.clone(), None),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
                     tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
                     return Err(error.clone());
                 }
-                _ => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
+                _ => {
+                    let (rx, work) = entry.start(&mut state, shared, fetcher, rejected.cloned())?;
+                    (rx, Some(work))
+                }
             }
         };
+        // The caller that started the request runs it in its own task (no other thread
+        // woken for it); were it dropped first, the request would finish in a task.
+        if let Some(work) = work {
+            work.await;
+        }
         let reason = "the task running it ended without an answer (runtime shutting down?)";
         match rx.wait_for(Option::is_some).await.as_deref() {
             Ok(Some(result)) => result.clone(),
@@ -280,20 +291,24 @@ impl Entry {
             && state.inflight.is_none()
         {
             tracing::debug!(scope = %service_text(&self.joined), "refreshing token ahead of expiry");
-            if let Err(e) = self.start(&mut state, shared, fetcher, None) {
-                tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
+            match self.start(&mut state, shared, fetcher, None) {
+                Ok((_, work)) => work.detach(),
+                Err(e) => {
+                    tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
+                }
             }
         }
     }
 
-    /// Start the entry's request (the caller holds the state lock and saw none in flight).
+    /// Start the entry's request (the caller holds the state lock and saw none in flight):
+    /// its answer, and the work that runs it, for the caller to drive or detach.
     fn start<F: Fetch>(
         self: &Arc<Self>,
         state: &mut State,
         shared: &Arc<Shared>,
         fetcher: &Arc<F>,
         rejected: Option<AccessToken>,
-    ) -> Result<Answer> {
+    ) -> Result<(Answer, Driven)> {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             let reason = "no Tokio runtime to run it on";
             return Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into());
@@ -303,13 +318,13 @@ impl Entry {
         let mut flight = Flight(Some((self.clone(), shared.clone())));
         let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
         let started = shared.clock.now();
-        handle.spawn(async move {
+        let work = Box::pin(async move {
             let result = request.await;
             flight.complete(&result, started);
             // Waiters may all have gone; nothing to do then.
             let _ = tx.send(Some(result));
         });
-        Ok(rx)
+        Ok((rx, Driven::new(work, handle)))
     }
 }
 
