@@ -227,7 +227,7 @@ impl Shared {
         entry
     }
 
-    /// Under the writer lock: drop the entries [`evictable`] at `now`, then, if the cache
+    /// Under the writer lock: drop the entries [`Entry::evictable`] at `now`, then, if the cache
     /// is still full, the least recently used eighth (none with a request in flight).
     fn sweep(&self, now: i64) {
         let map = self.map.pin();
