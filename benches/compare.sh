@@ -10,7 +10,8 @@
 #   --report-only   run nothing; report what target/criterion already holds
 #   --no-openssl    skip `openssl speed` (the sign-vs-OpenSSL rows then say "skipped")
 #   --no-memory     skip the memory test
-#   --bench NAME    run this bench only (repeatable; default: core token first_token reload)
+#   --bench NAME    run this bench only (repeatable; default: core token first_token reload
+#                   cache_scale); each bench's output is kept in target/compare/bench-NAME.log
 #   -- ARGS         passed to every criterion bench, e.g. `-- --quick` or
 #                   `-- --warm-up-time 1 --measurement-time 2`
 #
@@ -42,7 +43,7 @@ while (($#)); do
             break
             ;;
         -h | --help)
-            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -52,7 +53,7 @@ while (($#)); do
     esac
     shift
 done
-((${#benches[@]})) || benches=(core token first_token reload)
+((${#benches[@]})) || benches=(core token first_token reload cache_scale)
 
 target_dir=$(cargo metadata --no-deps --format-version 1 |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
@@ -75,7 +76,10 @@ machine_log=/dev/null
 if ((run_benches)); then
     for bench in "${benches[@]}"; do
         echo "== cargo bench --features full --bench $bench -- ${criterion_args[*]:-}"
-        cargo bench --features full --bench "$bench" -- "${criterion_args[@]}"
+        # Kept: the TLS handshake counts (token) and bytes per scope (cache_scale) that
+        # criterion does not record are read from it by report.py.
+        cargo bench --features full --bench "$bench" -- "${criterion_args[@]}" 2>&1 |
+            tee "$out/bench-$bench.log"
     done
 fi
 
@@ -106,6 +110,7 @@ python3 benches/report.py \
     --criterion "$target_dir/criterion" \
     --openssl "$out/openssl.txt" \
     --memory "$out/memory.txt" \
+    --logs "$out" \
     --plots "${PLOTS_DIR:-benches/plots}" \
     --markdown "$out/results.md" \
     "${since_args[@]}" "${strict[@]}" || status=$?

@@ -1,6 +1,8 @@
 //! The cache hit path allocates nothing and does not grow the heap: a counting global
 //! allocator (tests/support/counting.rs) watches 10⁶ `get_token` calls on a warm cache,
-//! on one scope and one thread, then on ten scopes and two threads at once.
+//! on one scope and one thread, then on ten scopes and two threads at once. And during an
+//! Entra outage, the data plane client's token read past the refresh point costs the same
+//! few allocations at 10 and at 1,000 cached scopes: no table copied, no fetch started.
 
 mod support;
 
@@ -9,10 +11,11 @@ use std::pin::pin;
 use std::sync::{Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use msi_dataplane::{AccessToken, ClientCertificateCredential};
+use msi_dataplane::dataplane::TokenSource;
+use msi_dataplane::{AccessToken, ClientCertificateCredential, RetryPolicy};
 use support::counting::{Counting, count_this_thread, live_bytes, thread_allocations};
-use support::entra::EntraServer;
-use support::harness::{ARM, credential_with, options};
+use support::entra::{EntraServer, Scripted, TokenShape};
+use support::harness::{ARM, credential_on_clock, credential_with, options};
 use tokio::runtime::Runtime;
 
 #[global_allocator]
@@ -189,4 +192,108 @@ fn hits_on_ten_scopes_from_two_threads_allocate_nothing() {
         "2 x {PER_THREAD} hits over ten scopes left the heap changed"
     );
     assert_eq!(server.token_requests(), 10, "every call was a hit");
+}
+
+/// The read the data plane client makes before each call (`TokenSource::token`, the
+/// credential's one cache), polled once in place: it must be `Ready` at once.
+fn data_plane_read(cred: &ClientCertificateCredential, scope: &str) -> AccessToken {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(TokenSource::token(cred, scope, cred.tenant_id())).poll(&mut cx) {
+        Poll::Ready(Ok(token)) => token,
+        other => panic!("not a ready read: {:?}", other.map(|r| r.map(|_| ()))),
+    }
+}
+
+/// Data plane token reads measured per cache size.
+const READS: u64 = 1_000;
+
+/// Allocations on this thread in [`READS`] data plane token reads, with `n` scopes cached and the
+/// read scope's token past its refresh point while Entra answers 503 (its refresh failed
+/// once and is backing off); and the token requests the reads made.
+fn outage_reads(rt: &Runtime, n: usize) -> (u64, usize) {
+    let (_server_rt, server) = server();
+    let server = &server;
+    server.set_token_shape(TokenShape {
+        expires_in: 500,
+        ..TokenShape::default()
+    });
+    let (clock, cred) = {
+        let _guard = rt.enter();
+        let options = options()
+            .with_ready_assertion(false)
+            .with_retry_policy(RetryPolicy::none())
+            .with_max_cached_scopes(n);
+        credential_on_clock(server, "pem-pkcs8", options)
+    };
+    let scopes: Vec<String> = (0..n)
+        .map(|i| format!("https://svc{i}.example.com/.default"))
+        .collect();
+    for scope in &scopes {
+        rt.block_on(cred.get_token(&[scope.as_str()])).unwrap();
+    }
+    let before_outage = server.token_requests();
+    for _ in 0..50 {
+        server.enqueue(Scripted::status(503));
+    }
+    // 500 s tokens: the window opens at 250 s at the latest; 240 s of validity left.
+    clock.advance(std::time::Duration::from_secs(260));
+    let scope = scopes[n / 2].as_str();
+    // In the runtime's context, as the client's calls are: a refresh a read starts is
+    // spawned on it (and runs whenever it is driven below).
+    let _context = rt.enter();
+    let first = data_plane_read(&cred, scope); // starts the one background refresh
+    let settle = |ms| {
+        let pause = std::time::Duration::from_millis(ms);
+        rt.block_on(async move { tokio::time::sleep(pause).await })
+    };
+    for _ in 0..250 {
+        if server.token_requests() > before_outage {
+            break;
+        }
+        settle(20);
+    }
+    settle(100); // the 503 recorded: the refresh backs off
+    assert_eq!(
+        server.token_requests(),
+        before_outage + 1,
+        "the one refresh"
+    );
+    for _ in 0..10 {
+        drop(data_plane_read(&cred, scope));
+    }
+    // Rounds of reads with the runtime driven between them, as an application's would
+    // be: a fetch a read started runs (and ends) before the next round.
+    let mut allocations = 0;
+    for _ in 0..READS / 50 {
+        let before = thread_allocations();
+        for _ in 0..50 {
+            let token = data_plane_read(&cred, scope);
+            assert_eq!(token.token(), first.token(), "the still-valid token");
+        }
+        allocations += thread_allocations() - before;
+        settle(5);
+    }
+    settle(100);
+    (allocations, server.token_requests() - before_outage)
+}
+
+#[test]
+fn an_outage_past_the_refresh_point_copies_nothing_and_fetches_nothing_per_read() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    count_this_thread();
+    let rt = client_runtime();
+    assert_counters_see_an_allocation();
+    let (small, small_requests) = outage_reads(&rt, 10);
+    let (large, large_requests) = outage_reads(&rt, 1_000);
+    // The read's boxed future (`TokenSource` returns one) and nothing that grows with
+    // the cache: a copied table, a spawned fetch or a new channel would add to it.
+    assert!(
+        small <= READS && large == small,
+        "allocations in {READS} reads: {small} at 10 scopes, {large} at 1,000"
+    );
+    assert_eq!(
+        (small_requests, large_requests),
+        (1, 1),
+        "token requests for 1,000 reads during the outage (the backoff holds the next)"
+    );
 }

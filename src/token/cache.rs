@@ -7,22 +7,22 @@
 //!   one short lock; what is replaced is freed once no reader holds it.
 //! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
 //!   a clone of the token's handle for this CPU: no lock, no allocation.
-//! - **Single flight**: a miss joins the entry's one request or starts it in a spawned
-//!   task; every waiter gets its result. After a failure, callers without a usable token
-//!   get its error for `failure_memory`.
+//! - **Single flight**: a miss joins the entry's one request or starts it, run in the
+//!   starting caller's own task ([`Driven`]: in a task of its own if that caller leaves
+//!   first); every waiter gets its result. After a failure, callers without a usable
+//!   token get its error for `failure_memory` ([`settled`]).
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request replaces it, [`refresh_backoff`] apart after failures.
+//!   and one background request (a task of its own) replaces it, [`settled`]'s backoff
+//!   apart after failures.
 //! - **Bound**: at most `max_entries` (besides those in flight); past it the least
-//!   recently used eighth leaves; entries idle for a minute ([`evictable`]) leave at the
-//!   next sweep (at most one a minute).
+//!   recently used eighth leaves ([`least_recently_used`]); entries idle for a minute
+//!   ([`Entry::evictable`]) leave at the next sweep (at most one a minute).
 
 use std::future::Future;
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use papaya::{Equivalent, HashMap};
+use papaya::HashMap;
 use seize::Collector;
 use time::OffsetDateTime;
 use tokio::sync::watch;
@@ -31,9 +31,11 @@ use crate::clock::{Clock, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
+use crate::token::driven::Driven;
+use crate::token::entry::{Answer, Cached, Entry, Key, State};
 use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{
-    Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, refresh_at, refresh_backoff,
+    Freshness, IDLE_GRACE, Limits, evict_count, freshness, least_recently_used, refresh_at, settled,
 };
 use crate::untrusted_text::service_text;
 
@@ -47,44 +49,6 @@ struct Shared {
     writer: Mutex<i64>,
     clock: Arc<dyn Clock>,
     limits: Limits,
-}
-
-/// One tenant and scope set, and its request state.
-struct Entry {
-    tenant: Option<Arc<str>>,
-    scopes: Box<[Box<str>]>,
-    joined: Arc<str>,
-    /// No background request before this Unix time (ms): `i64::MAX` while a request is
-    /// in flight, the backoff's end after failures.
-    quiet_until: AtomicI64,
-    /// When the entry was made or its last request ended (Unix ms).
-    settled_at: AtomicI64,
-    /// When a caller last asked for it (Unix ms): the least recently used leave first.
-    used_at: AtomicI64,
-    state: Mutex<State>,
-}
-
-type Answer = watch::Receiver<Option<Result<AccessToken>>>;
-
-#[derive(Default)]
-struct State {
-    inflight: Option<Answer>,
-    failures: u32,
-    /// The last request's error and until when (Unix ms) it is the answer.
-    failed: Option<(Error, i64)>,
-}
-
-/// A token and its times (Unix ms), with one handle per CPU.
-struct Cached {
-    handles: PerCpu,
-    refresh_at: i64,
-    expires_on: i64,
-}
-
-/// A key as callers hold it: borrowed, hashed and compared like the entry it finds.
-struct Key<'a> {
-    tenant: Option<&'a str>,
-    scopes: &'a [&'a str],
 }
 
 /// What the caller supplies: a fetch of a new token, runnable in a spawned task.
@@ -188,22 +152,30 @@ impl TokenCache {
         rejected: Option<&AccessToken>,
     ) -> Result<AccessToken> {
         let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
-        let mut rx = {
-            let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut rx, work) = {
+            let mut state = entry.state();
             // Re-check: a request may have completed since the caller's lookup.
             let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
             if let Some(token) = shared.usable(&entry).filter(other) {
                 return Ok(token);
             }
             match (&state.inflight, &state.failed) {
-                (Some(rx), _) => rx.clone(),
+                (Some(rx), _) => (rx.clone(), None),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
                     tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
                     return Err(error.clone());
                 }
-                _ => entry.start(&mut state, shared, fetcher, rejected.cloned())?,
+                _ => {
+                    let (rx, work) = entry.start(&mut state, shared, fetcher, rejected.cloned())?;
+                    (rx, Some(work))
+                }
             }
         };
+        // The caller that started the request runs it in its own task (no other thread
+        // woken for it); were it dropped first, the request would finish in a task.
+        if let Some(work) = work {
+            work.await;
+        }
         let reason = "the task running it ended without an answer (runtime shutting down?)";
         match rx.wait_for(Option::is_some).await.as_deref() {
             Ok(Some(result)) => result.clone(),
@@ -228,11 +200,7 @@ impl TokenCache {
         let map = self.0.map.pin();
         for (entry, _) in map.iter() {
             map.insert(entry.clone(), None);
-            entry
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .failed = None;
+            entry.state().failed = None;
         }
     }
 }
@@ -254,20 +222,12 @@ impl Shared {
             *next_sweep = now.saturating_add(IDLE_GRACE);
             self.sweep(now);
         }
-        let entry = Arc::new(Entry {
-            tenant: tenant.map(Arc::from),
-            scopes: scopes.iter().map(|s| Box::from(*s)).collect(),
-            joined: Arc::from(scopes.join(" ")),
-            quiet_until: AtomicI64::new(i64::MIN),
-            settled_at: AtomicI64::new(now),
-            used_at: AtomicI64::new(now),
-            state: Mutex::new(State::default()),
-        });
+        let entry = Arc::new(Entry::new(&key, now));
         map.insert(entry.clone(), None);
         entry
     }
 
-    /// Under the writer lock: drop the entries [`evictable`] at `now`, then, if the cache
+    /// Under the writer lock: drop the entries [`Entry::evictable`] at `now`, then, if the cache
     /// is still full, the least recently used eighth (none with a request in flight).
     fn sweep(&self, now: i64) {
         let map = self.map.pin();
@@ -277,14 +237,15 @@ impl Shared {
             return;
         }
         let mut idle: Vec<_> = map.iter().map(|(e, _)| e).filter(|e| !e.busy()).collect();
-        let excess = evict_count(map.len(), max).min(idle.len());
-        if excess == 0 {
+        let used_at = |e: &&Arc<Entry>| e.used_at.load(Ordering::Relaxed);
+        let evicted = least_recently_used(&mut idle, evict_count(map.len(), max), used_at);
+        if evicted.is_empty() {
             return;
         }
-        idle.select_nth_unstable_by_key(excess - 1, |e| e.used_at.load(Ordering::Relaxed));
-        for entry in &idle[..excess] {
+        for entry in evicted {
             map.remove(&***entry);
         }
+        let excess = evicted.len();
         tracing::debug!(
             evicted = excess,
             max,
@@ -324,108 +285,47 @@ impl Shared {
 }
 
 impl Entry {
-    fn busy(&self) -> bool {
-        self.quiet_until.load(Ordering::Acquire) == i64::MAX
-    }
-
-    fn evictable(&self, now: i64, cached: Option<&Cached>) -> bool {
-        let settled = self.settled_at.load(Ordering::Acquire);
-        evictable(now, settled, cached.map(|c| c.expires_on), self.busy())
-    }
-
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {
         // `try_lock`: never waits; whoever holds it starts or ends this entry's request.
-        if let Ok(mut state) = self.state.try_lock()
+        if let Some(mut state) = self.try_state()
             && state.inflight.is_none()
         {
             tracing::debug!(scope = %service_text(&self.joined), "refreshing token ahead of expiry");
-            if let Err(e) = self.start(&mut state, shared, fetcher, None) {
-                tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
+            match self.start(&mut state, shared, fetcher, None) {
+                Ok((_, work)) => work.detach(),
+                Err(e) => {
+                    tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
+                }
             }
         }
     }
 
-    /// Start the entry's request (the caller holds the state lock and saw none in flight).
+    /// Start the entry's request (the caller holds the state lock and saw none in flight):
+    /// its answer, and the work that runs it, for the caller to drive or detach.
     fn start<F: Fetch>(
         self: &Arc<Self>,
         state: &mut State,
         shared: &Arc<Shared>,
         fetcher: &Arc<F>,
         rejected: Option<AccessToken>,
-    ) -> Result<Answer> {
+    ) -> Result<(Answer, Driven)> {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             let reason = "no Tokio runtime to run it on";
             return Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into());
         };
         let (tx, rx) = watch::channel(None);
-        state.inflight = Some(rx.clone());
-        self.quiet_until.store(i64::MAX, Ordering::Release);
+        self.begin(state, rx.clone());
         let mut flight = Flight(Some((self.clone(), shared.clone())));
         let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
         let started = shared.clock.now();
-        handle.spawn(async move {
+        let work = Box::pin(async move {
             let result = request.await;
             flight.complete(&result, started);
             // Waiters may all have gone; nothing to do then.
             let _ = tx.send(Some(result));
         });
-        Ok(rx)
+        Ok((rx, Driven::new(work, handle)))
     }
-
-    /// The request ended (the caller holds the state lock).
-    fn settle(&self, state: &mut State, now: i64, quiet_until: i64) {
-        state.inflight = None;
-        self.settled_at.store(now, Ordering::Release);
-        self.quiet_until.store(quiet_until, Ordering::Release);
-    }
-}
-
-impl Hash for Entry {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        hash_key(h, self.tenant.as_deref(), self.scopes.iter().map(|s| &**s));
-    }
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        self.tenant == other.tenant && self.scopes == other.scopes
-    }
-}
-
-impl Eq for Entry {}
-
-impl Hash for Key<'_> {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        hash_key(h, self.tenant, self.scopes.iter().copied());
-    }
-}
-
-impl Equivalent<Arc<Entry>> for Key<'_> {
-    fn equivalent(&self, entry: &Arc<Entry>) -> bool {
-        entry.tenant.as_deref() == self.tenant
-            && entry.scopes.len() == self.scopes.len()
-            && entry
-                .scopes
-                .iter()
-                .zip(self.scopes)
-                .all(|(a, b)| **a == **b)
-    }
-}
-
-/// The one hash of a key, owned or borrowed.
-fn hash_key<'s, H: Hasher>(h: &mut H, tenant: Option<&str>, scopes: impl Iterator<Item = &'s str>) {
-    if let Some(tenant) = tenant {
-        h.write(tenant.as_bytes());
-    }
-    for s in scopes {
-        h.write_u8(0xff);
-        h.write(s.as_bytes());
-    }
-}
-
-/// `now` (Unix ms) plus `wait`.
-fn after(now: i64, wait: Duration) -> i64 {
-    now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Ends the entry's request however it ends (completion, panic, or its task dropped at
@@ -443,32 +343,28 @@ impl Flight {
         if let Ok(token) = result {
             shared.publish(&entry, token, started);
         }
-        let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = entry.state();
         let now = shared.clock.now_unix_millis();
-        let quiet_until = match result {
-            Ok(_) => {
-                (state.failures, state.failed) = (0, None);
-                i64::MIN
-            }
-            Err(error) => {
-                state.failures = state.failures.saturating_add(1);
-                // An answer or a transport failure; not a refusal made here (validity).
-                let reached = matches!(error.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
-                let until = after(now, shared.limits.failure_memory);
-                state.failed = reached.then(|| (error.clone(), until));
-                let wait = refresh_backoff(state.failures, jitter());
-                tracing::warn!(
-                    scope = %service_text(&entry.joined),
-                    error = %error,
-                    failures = state.failures,
-                    retry_in_secs = wait.as_secs(),
-                    serving_cached = shared.usable(&entry).is_some(),
-                    "token request failed"
-                );
-                after(now, wait)
-            }
-        };
-        entry.settle(&mut state, now, quiet_until);
+        // An answer or a transport failure; not a refusal made here (validity).
+        let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
+        let failed = result.as_ref().err();
+        let memory = shared.limits.failure_memory;
+        let next = settled(now, state.failures, failed.map(reached), memory, jitter());
+        state.failures = next.failures;
+        state.failed = failed
+            .zip(next.error_until)
+            .map(|(e, until)| (e.clone(), until));
+        if let Some(error) = failed {
+            tracing::warn!(
+                scope = %service_text(&entry.joined),
+                error = %error,
+                failures = state.failures,
+                retry_in_secs = (next.quiet_until - now) / 1000,
+                serving_cached = shared.usable(&entry).is_some(),
+                "token request failed"
+            );
+        }
+        entry.settle(&mut state, now, next.quiet_until);
     }
 }
 
@@ -476,7 +372,7 @@ impl Drop for Flight {
     fn drop(&mut self) {
         if let Some((entry, shared)) = self.0.take() {
             let now = shared.clock.now_unix_millis();
-            let mut state = entry.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = entry.state();
             entry.settle(&mut state, now, i64::MIN);
         }
     }

@@ -131,6 +131,65 @@ pub(crate) fn evict_count(len: usize, max: usize) -> usize {
     }
 }
 
+/// Pure: the `count` least recently used of `idle` (by `used_at`, Unix ms): moved to its
+/// front, in no particular order, and returned (all of `idle` if it holds fewer).
+pub(crate) fn least_recently_used<T>(
+    idle: &mut [T],
+    count: usize,
+    used_at: impl FnMut(&T) -> i64,
+) -> &[T] {
+    let count = count.min(idle.len());
+    if count > 0 {
+        idle.select_nth_unstable_by_key(count - 1, used_at);
+    }
+    &idle[..count]
+}
+
+/// What the cache keeps of a request once it has ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// Consecutive failures, this request's included.
+    pub(crate) failures: u32,
+    /// Until when (Unix ms) the request's error is the answer for callers without a
+    /// usable token; `None` after a success or a failure that never left the process.
+    pub(crate) error_until: Option<i64>,
+    /// No background request before this time (Unix ms): the backoff's end after a
+    /// failure, `i64::MIN` after a success.
+    pub(crate) quiet_until: i64,
+}
+
+/// Pure: what follows a request that ended at `now` (Unix ms) after `failures`
+/// consecutive failures before it. `failed`: `None` for a success; `Some(reached)` for a
+/// failure, `reached` when the error is the service's answer or a failure on the way to
+/// it (remembered for `memory`), not a refusal made before sending (not remembered).
+/// Either way the next background request waits [`refresh_backoff`].
+pub(crate) fn settled(
+    now: i64,
+    failures: u32,
+    failed: Option<bool>,
+    memory: Duration,
+    jitter: f64,
+) -> Settled {
+    let Some(reached) = failed else {
+        return Settled {
+            failures: 0,
+            error_until: None,
+            quiet_until: i64::MIN,
+        };
+    };
+    let failures = failures.saturating_add(1);
+    Settled {
+        failures,
+        error_until: reached.then(|| after(now, memory)),
+        quiet_until: after(now, refresh_backoff(failures, jitter)),
+    }
+}
+
+/// `now` (Unix ms) plus `wait`.
+fn after(now: i64, wait: Duration) -> i64 {
+    now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +285,40 @@ mod tests {
         let unusable = expires - EXPIRY_MARGIN_MS;
         assert!(!evictable(unusable + grace - 1, t, Some(expires), false));
         assert!(evictable(unusable + grace, t, Some(expires), false));
+    }
+
+    #[test]
+    fn the_least_recently_used_come_first() {
+        let mut used = [50, 10, 40, 20, 30];
+        let mut oldest = least_recently_used(&mut used, 2, |t| *t).to_vec();
+        oldest.sort();
+        assert_eq!(oldest, [10, 20]);
+        assert_eq!(least_recently_used(&mut used, 0, |t| *t), [] as [i64; 0]);
+        assert_eq!(least_recently_used(&mut used, 9, |t| *t).len(), 5);
+    }
+
+    #[test]
+    fn failures_are_remembered_briefly_and_back_off() {
+        let (now, memory) = (1_000_000, Duration::from_secs(5));
+        let ok = settled(now, 3, None, memory, 0.5);
+        assert_eq!(
+            (ok.failures, ok.error_until, ok.quiet_until),
+            (0, None, i64::MIN)
+        );
+        // A failure that reached the service: its error for `memory`, the backoff after.
+        let first = settled(now, 0, Some(true), memory, 0.0);
+        assert_eq!(first.failures, 1);
+        assert_eq!(first.error_until, Some(now + 5_000));
+        assert_eq!(first.quiet_until, now + 30_000);
+        let third = settled(now, 2, Some(true), memory, 0.0);
+        assert_eq!((third.failures, third.quiet_until), (3, now + 120_000));
+        // A refusal made here is not remembered, but still backs off.
+        let local = settled(now, 0, Some(false), memory, 0.0);
+        assert_eq!((local.error_until, local.quiet_until), (None, now + 30_000));
+        assert_eq!(
+            settled(now, 0, Some(true), Duration::ZERO, 0.0).error_until,
+            Some(now)
+        );
+        assert_eq!(after(i64::MAX - 1, Duration::MAX), i64::MAX);
     }
 }
