@@ -15,7 +15,7 @@ use msi_dataplane::dataplane::TokenSource;
 use msi_dataplane::{AccessToken, ClientCertificateCredential, RetryPolicy};
 use support::counting::{Counting, count_this_thread, live_bytes, thread_allocations};
 use support::entra::{EntraServer, Scripted, TokenShape};
-use support::harness::{ARM, credential_on_clock, credential_with, options};
+use support::harness::{ARM, credential_on_clock, credential_with, https_env, options};
 use tokio::runtime::Runtime;
 
 #[global_allocator]
@@ -221,7 +221,7 @@ fn outage_reads(rt: &Runtime, n: usize) -> (u64, usize) {
         let _guard = rt.enter();
         let options = options()
             .with_ready_assertion(false)
-            .with_retry_policy(RetryPolicy::none())
+            .with_environment(https_env().with_retry_policy(RetryPolicy::none()))
             .with_max_cached_scopes(n);
         credential_on_clock(server, "pem-pkcs8", options)
     };
