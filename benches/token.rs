@@ -45,6 +45,8 @@
 //! - `cold/raw_https_round_trip`: the baseline: a raw `reqwest` POST of the same form
 //!   (same fields and sizes, same headers, a pre-signed valid assertion) with the same
 //!   client to the same server URL, reading the whole body.
+//! - `cold/raw_https_round_trip_spaced`: the same POST with the spaced misses' untimed
+//!   3 ms gap after each: the baseline for requests that come apart.
 //! - `cold/sign_only`: `client_assertion()`, building and signing one assertion.
 //!   The crate's own cold-path overhead is about
 //!   `cold/get_token - (cold/sign_only + cold/raw_https_round_trip)`.
@@ -489,6 +491,25 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
             let (status, body) = raw().await;
             debug_assert_eq!(status, 200);
             black_box(body)
+        })
+    });
+    server.clear_requests();
+
+    // The baseline with the spaced misses' untimed 3 ms gap after each request: what the
+    // same POST costs when requests come apart (threads parked in between, on both
+    // sides), the figure the spaced misses are compared with beside the back-to-back one.
+    g.bench_function("raw_https_round_trip_spaced", |b| {
+        b.to_async(client_rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let start = Instant::now();
+                let (status, body) = raw().await;
+                total += start.elapsed();
+                debug_assert_eq!(status, 200);
+                black_box(body);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            total
         })
     });
     server.clear_requests();
