@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-3}
 filter='cached/get_token/1thread$|cold/get_token$'
 args=(--warm-up-time 1 --measurement-time 3 --noplot)
-declare -A features=([off]="test-util" [on]="test-util,metrics" [recorder]="test-util,metrics")
+declare -A features=([off]="azure_core" [on]="metrics" [recorder]="metrics")
 for config in off on recorder; do
     cargo bench --quiet --no-run --features "${features[$config]}" --bench token
 done

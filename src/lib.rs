@@ -5,7 +5,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The layers, lowest first; each uses only its own and those above it here
-// (`tests/layers.rs` checks it).
+// (`tests/it/layers.rs` checks it).
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
 // untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing

@@ -3,7 +3,7 @@
 //! azure_core's own `HttpClient` for reqwest (its `reqwest` feature) with a client trusting
 //! only the test CA. The service it calls is the kit's `ResourceServer`.
 //!
-//! Used by `tests/azure_core.rs`.
+//! Used by `tests/it/azure_core.rs`.
 
 use std::sync::Arc;
 

@@ -16,7 +16,7 @@ use support::harness::{
 };
 
 /// Without retries, and without the failure memory: each scripted answer reaches the
-/// next call (tests/cache.rs tests the memory).
+/// next call (tests/it/cache.rs tests the memory).
 fn no_retry() -> msi_dataplane::ClientCertificateCredentialOptions {
     options()
         .with_environment(https_env().with_retry_policy(RetryPolicy::none()))

@@ -366,7 +366,7 @@ async fn malformed_bundles_leave_no_secret_in_status_or_logs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The testing kit (feature `test-util`): its servers, certificates and writer print no
+/// The testing kit (`msi-dataplane-testing`): its servers, certificates and writer print no
 /// key material, client secret, assertion or access token in `Debug`, and nothing secret
 /// reaches the logs during a token flow, a scripted failure and a CSI rotation.
 #[cfg(unix)]

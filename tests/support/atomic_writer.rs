@@ -1,5 +1,5 @@
 //! The CSI mount writer and the plain write styles: the crate's testing kit
-//! (`msi_dataplane_testing`, feature `test-util`), under the names the tests use.
+//! (the `msi-dataplane-testing` crate), under the names the tests use.
 #![allow(unused_imports)]
 
 pub use msi_dataplane_testing::{

@@ -1,5 +1,5 @@
-//! The Entra-compatible token server: the crate's testing kit (`msi_dataplane_testing`,
-//! feature `test-util`), re-exported under the name the tests and examples use.
+//! The Entra-compatible token server: the testing kit (the `msi-dataplane-testing` crate),
+//! re-exported under the name the tests and examples use.
 #![allow(unused_imports)]
 
 pub use msi_dataplane_testing::{

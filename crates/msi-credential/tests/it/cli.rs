@@ -626,7 +626,7 @@ fn token_prints_the_expiry_and_the_token_only_when_asked() {
 #[test]
 /// Exit codes follow the error's category: a service's refusal 5, a server certificate not
 /// trusted 2 (configuration), anything wrong with the credential file (its validity
-/// included) 4. A transient failure's 7 is in tests/cli_vault.rs (nobody listening).
+/// included) 4. A transient failure's 7 is in crates/msi-credential/tests/it/cli_vault.rs (nobody listening).
 fn token_failures_exit_by_category() {
     let setup = token_setup("pem-pkcs8");
     let ca = ca_file(&setup);

@@ -286,7 +286,7 @@ async fn served_tokens_are_refreshed_fifteen_minutes_ahead() {
 async fn a_token_endpoint_refusal_is_passed_on_once_with_its_aadsts_code() {
     let entra = msi_dataplane_testing::EntraServer::start().await;
     let a = Mounted::new(&entra);
-    // Each scripted answer reaches the next request: no failure memory (tests/cache.rs).
+    // Each scripted answer reaches the next request: no failure memory (tests/it/cache.rs).
     let client = msi_dataplane::ClientCertificateCredentialOptions::default()
         .with_failure_memory(std::time::Duration::ZERO);
     let server = start(vec![a.serve(&entra, client).await], ServeOptions::default()).await;

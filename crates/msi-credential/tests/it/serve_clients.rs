@@ -274,7 +274,7 @@ async fn a_refusing_token_endpoint_reaches_each_client_as_a_clear_error_after_on
         .clear_cache();
     // The served identity's own cache: clear it through the server's credential.
     drop(server);
-    // Each client's request reaches Entra: no failure memory (tests/cache.rs tests it).
+    // Each client's request reaches Entra: no failure memory (tests/it/cache.rs tests it).
     let client = msi_dataplane::ClientCertificateCredentialOptions::default()
         .with_failure_memory(std::time::Duration::ZERO);
     let served = a.serve(&entra, client).await;
