@@ -45,8 +45,7 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
-    KeyVaultError, LinkFault, ReloadError, Result, ServeError, TokenEndpointError, TokenError,
-    TransportError,
+    KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
 };
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;

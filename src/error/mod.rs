@@ -15,7 +15,6 @@ mod dataplane;
 mod file;
 mod keyvault;
 mod reload;
-mod serve;
 mod token;
 mod transport;
 
@@ -24,7 +23,6 @@ pub use dataplane::{DataPlaneError, DataPlaneServiceError};
 pub use file::FileError;
 pub use keyvault::{KeyVaultError, LinkFault};
 pub use reload::ReloadError;
-pub use serve::ServeError;
 pub use token::{TokenEndpointError, TokenError};
 pub use transport::TransportError;
 pub(crate) use transport::TransportFault;
@@ -249,9 +247,6 @@ pub enum ErrorKind {
     /// The Key Vault store.
     #[error(transparent)]
     KeyVault(KeyVaultError),
-    /// Setting up the token server (the `msi-credential` crate's `serve` module).
-    #[error(transparent)]
-    Serve(ServeError),
 }
 
 /// What a caller should do about an [`Error`]: the one decision most callers need.
@@ -317,7 +312,6 @@ impl ErrorKind {
             ErrorKind::Reload(e) => e.code(),
             ErrorKind::DataPlane(e) => e.code(),
             ErrorKind::KeyVault(e) => e.code(),
-            ErrorKind::Serve(e) => e.code(),
         }
     }
 
@@ -404,7 +398,6 @@ impl ErrorKind {
                 KeyVaultError::RequestAbandoned { .. } => Configuration,
             },
             // Where to listen, the secret, the identities: the program's setup.
-            ErrorKind::Serve(_) => Configuration,
         }
     }
 }
@@ -454,7 +447,6 @@ layer_into_error!(
     Reload(ReloadError),
     DataPlane(DataPlaneError),
     KeyVault(KeyVaultError),
-    Serve(ServeError),
 );
 
 /// An error's message followed by each of its causes' (`a: b: c`), skipping a cause whose
@@ -711,7 +703,6 @@ mod tests {
                 message: None,
             })
         };
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
         let file = |e| (ErrorKind::File(e), Cred);
         let config = |e| (ErrorKind::Config(e), Cfg);
         vec![
@@ -890,36 +881,6 @@ mod tests {
             ),
             (
                 ErrorKind::KeyVault(KeyVaultError::RequestAbandoned { reason: "r" }),
-                Cfg,
-            ),
-            (
-                ErrorKind::Serve(ServeError::NonLoopbackAddress { addr }),
-                Cfg,
-            ),
-            (
-                ErrorKind::Serve(ServeError::Bind { addr, source: io() }),
-                Cfg,
-            ),
-            (
-                ErrorKind::Serve(ServeError::InvalidSecret {
-                    origin: r(),
-                    reason: r(),
-                }),
-                Cfg,
-            ),
-            (ErrorKind::Serve(ServeError::NoIdentity), Cfg),
-            (
-                ErrorKind::Serve(ServeError::DuplicateIdentity {
-                    field: "client_id",
-                    value: r(),
-                }),
-                Cfg,
-            ),
-            (
-                ErrorKind::Serve(ServeError::InvalidOption {
-                    option: "o",
-                    reason: r(),
-                }),
                 Cfg,
             ),
         ]

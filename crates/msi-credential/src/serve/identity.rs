@@ -8,13 +8,13 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::serve::answer::{IdentityHealth, Refusal};
+use crate::serve::error::{Result, ServeError};
 use crate::serve::request::Selector;
 use msi_dataplane::UserAssignedIdentityCredentials;
 use msi_dataplane::untrusted_text::bounded;
 use msi_dataplane::{
     ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
 };
-use msi_dataplane::{ErrorKind, Result, ServeError};
 
 /// How long before expiry a served identity's tokens are refreshed, at least (see
 /// [`ServedIdentity::load`]): its clients treat a token with 5 minutes left as stale and
@@ -86,11 +86,10 @@ impl ServedIdentity {
             Ok(file) => file?,
             Err(_) => {
                 let reason = "reading the credential file's ids was abandoned".to_owned();
-                return Err(ErrorKind::Serve(ServeError::InvalidOption {
+                return Err(ServeError::InvalidOption {
                     option: "identity",
                     reason,
-                })
-                .into());
+                });
             }
         };
         let clean = |id: Option<String>| id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
@@ -122,7 +121,7 @@ impl ServedIdentity {
     /// `https://vault.azure.net/.default` are one. Default: any resource.
     ///
     /// ```no_run
-    /// # async fn demo() -> msi_dataplane::Result<()> {
+    /// # async fn demo() -> msi_credential::serve::Result<()> {
     /// use msi_credential::serve::ServedIdentity;
     ///
     /// let identity =
@@ -236,7 +235,7 @@ pub(crate) struct Identities(Vec<ServedIdentity>);
 impl Identities {
     pub(crate) fn new(identities: Vec<ServedIdentity>) -> Result<Self> {
         if identities.is_empty() {
-            return Err(ErrorKind::Serve(ServeError::NoIdentity).into());
+            return Err(ServeError::NoIdentity);
         }
         for (i, a) in identities.iter().enumerate() {
             for b in &identities[i + 1..] {
@@ -249,11 +248,10 @@ impl Identities {
                     if let (Some(x), Some(y)) = (x, y)
                         && x.eq_ignore_ascii_case(y)
                     {
-                        return Err(ErrorKind::Serve(ServeError::DuplicateIdentity {
+                        return Err(ServeError::DuplicateIdentity {
                             field,
                             value: x.to_owned(),
-                        })
-                        .into());
+                        });
                     }
                 }
             }

@@ -15,10 +15,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::serve::error::{Result, ServeError};
 use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, RateLimiter};
 use crate::serve::listener::{self, ConnectionLimits};
 use crate::serve::server::check_connection_limits;
-use msi_dataplane::{ErrorKind, Result, ServeError};
 
 /// The one path the metrics listener answers.
 pub const METRICS_PATH: &str = "/metrics";
@@ -107,11 +107,10 @@ impl MetricsServerOptions {
             self.idle_timeout,
         )?;
         if self.max_scrapes_per_second == Some(0) {
-            return Err(ErrorKind::Serve(ServeError::InvalidOption {
+            return Err(ServeError::InvalidOption {
                 option: "max_scrapes_per_second",
                 reason: "must be at least 1 (or no limit)".to_owned(),
-            })
-            .into());
+            });
         }
         Ok(())
     }
@@ -124,7 +123,7 @@ impl MetricsServerOptions {
 /// ```no_run
 /// use msi_credential::serve::{MetricsServer, MetricsServerOptions};
 ///
-/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// # async fn run() -> msi_credential::serve::Result<()> {
 /// // With metrics-exporter-prometheus: `let handle = PrometheusBuilder::new().install_recorder()?;`
 /// // and `move || handle.render()` as the rendering.
 /// let options = MetricsServerOptions::new("127.0.0.1:9464".parse().unwrap());
@@ -164,11 +163,9 @@ impl MetricsServer {
         R: Fn() -> String + Send + Sync + 'static,
     {
         options.validate()?;
-        let bind_error = |e: std::io::Error| {
-            msi_dataplane::Error::from(ErrorKind::Serve(ServeError::Bind {
-                addr: options.listen,
-                source: Arc::new(e),
-            }))
+        let bind_error = |e: std::io::Error| ServeError::Bind {
+            addr: options.listen,
+            source: Arc::new(e),
         };
         let tcp = TcpListener::bind(options.listen)
             .await

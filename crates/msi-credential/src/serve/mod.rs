@@ -28,7 +28,7 @@
 //!   `AADSTS` code is `error`, its message in `message`) or the credential is outside its
 //!   validity; 429 (rate limit) and 503 (the token endpoint unreachable or failing, after
 //!   retries), each with `Retry-After`: the only statuses the clients retry.
-//! - **Safety**: loopback only ([`ServeError::NonLoopbackAddress`](msi_dataplane::ServeError)
+//! - **Safety**: loopback only ([`ServeError::NonLoopbackAddress`](crate::serve::ServeError)
 //!   otherwise); the secret compared in constant time, the previous one accepted too
 //!   during a rotation ([`IdentityHeaderSecret`]); a non-loopback `Host` or absolute-form
 //!   target (421), proxy headers (`Forwarded`, `Via`, `X-Forwarded-*`, `X-Real-IP` and
@@ -187,6 +187,7 @@
 //!   sidecar's environment sets it; merge it with your own).
 
 mod answer;
+mod error;
 mod identity;
 mod limit;
 mod listener;
@@ -196,6 +197,7 @@ mod secret;
 mod server;
 
 pub use answer::DEFAULT_RETRY_AFTER_SECS;
+pub use error::{Result, ServeError};
 pub use identity::{SERVED_TOKEN_REFRESH_WINDOW, ServedIdentity};
 pub use listener::{HEAD_LIMIT_BYTES, MAX_CONNECTIONS_LIMIT};
 pub use metrics_server::{METRICS_CONTENT_TYPE, METRICS_PATH, MetricsServer, MetricsServerOptions};

@@ -10,8 +10,8 @@ use aws_lc_rs::constant_time::verify_slices_are_equal;
 use aws_lc_rs::digest::{SHA256, digest};
 use zeroize::Zeroizing;
 
+use crate::serve::error::{Result, ServeError};
 use msi_dataplane::regular_file::read_limited_as;
-use msi_dataplane::{ErrorKind, Result, ServeError};
 
 /// The shortest secret accepted (bytes).
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -36,7 +36,7 @@ pub const MAX_SECRET_BYTES: usize = 512;
 /// assert!(secret.matches(b"old-secret-0123456789"));
 /// assert!(!secret.matches(b"new-secret-012345678"));
 /// assert!(!format!("{secret:?}").contains("new-secret"));
-/// # Ok::<(), msi_dataplane::Error>(())
+/// # Ok::<(), msi_credential::serve::ServeError>(())
 /// ```
 #[derive(Clone)]
 pub struct IdentityHeaderSecret {
@@ -238,12 +238,11 @@ fn checked_digest(secret: &[u8], origin: &Origin, which: &str) -> Result<[u8; 32
     Ok(out)
 }
 
-fn invalid(origin: &Origin, reason: String) -> msi_dataplane::Error {
-    ErrorKind::Serve(ServeError::InvalidSecret {
+fn invalid(origin: &Origin, reason: String) -> ServeError {
+    ServeError::InvalidSecret {
         origin: origin.to_string(),
         reason,
-    })
-    .into()
+    }
 }
 
 #[cfg(test)]
@@ -262,7 +261,7 @@ mod tests {
             "",
         ] {
             let err = IdentityHeaderSecret::new(bad).unwrap_err();
-            assert_eq!(err.kind().code(), "invalid_identity_header_secret");
+            assert_eq!(err.code(), "invalid_identity_header_secret");
             if !bad.is_empty() {
                 assert!(!err.to_string().contains(bad), "{err}");
             }

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::answer::{self, Refusal};
+use crate::serve::error::{Result, ServeError};
 use crate::serve::identity::{Identities, ServedIdentity};
 use crate::serve::limit::{
     RATE_LIMITED_RETRY_AFTER, REFUSAL_HOLD_BACK, REFUSALS_PER_SECOND, RateLimiter,
@@ -26,7 +27,7 @@ use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
 use msi_dataplane::{Clock, Environment};
-use msi_dataplane::{ConfigError, ErrorKind, Result, ServeError};
+use msi_dataplane::{ConfigError, ErrorKind};
 
 /// The port [`ServeOptions::default`] listens on.
 pub const DEFAULT_PORT: u16 = 50342;
@@ -178,15 +179,13 @@ impl ServeOptions {
     /// use msi_credential::serve::ServeOptions;
     ///
     /// let err = ServeOptions::default().with_listen("0.0.0.0:50342".parse().unwrap()).validate();
-    /// assert_eq!(err.unwrap_err().kind().code(), "non_loopback_address");
+    /// assert_eq!(err.unwrap_err().code(), "non_loopback_address");
     /// let err = ServeOptions::default().with_max_connections(1 << 40).validate();
-    /// assert_eq!(err.unwrap_err().kind().code(), "invalid_serve_option");
+    /// assert_eq!(err.unwrap_err().code(), "invalid_serve_option");
     /// ```
     pub fn validate(&self) -> Result<()> {
         if !self.listen.ip().is_loopback() {
-            return Err(
-                ErrorKind::Serve(ServeError::NonLoopbackAddress { addr: self.listen }).into(),
-            );
+            return Err(ServeError::NonLoopbackAddress { addr: self.listen });
         }
         let path = &self.token_path;
         if !path.starts_with('/') || path.len() > 256 || path.contains(['?', '#']) {
@@ -230,11 +229,10 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// An [`ServeError::InvalidOption`].
 fn invalid(option: &'static str, reason: &str) -> Result<()> {
-    Err(ErrorKind::Serve(ServeError::InvalidOption {
+    Err(ServeError::InvalidOption {
         option,
         reason: reason.to_owned(),
     })
-    .into())
 }
 
 /// Pure: the connection limits a listener of this module accepts.
@@ -284,7 +282,7 @@ struct State {
 /// ```no_run
 /// use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
 ///
-/// # async fn run() -> Result<(), msi_dataplane::Error> {
+/// # async fn run() -> msi_credential::serve::Result<()> {
 /// let identity = ServedIdentity::load(
 ///     "/mnt/certs/my-identity",
 ///     Default::default(), // the credential's options, with its `Environment`
@@ -328,17 +326,15 @@ impl TokenServer {
     ) -> Result<TokenServer> {
         options.validate()?;
         let identities = Identities::new(identities)?;
-        let listener = TcpListener::bind(options.listen).await.map_err(|e| {
-            msi_dataplane::Error::from(ErrorKind::Serve(ServeError::Bind {
+        let listener = TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| ServeError::Bind {
                 addr: options.listen,
                 source: Arc::new(e),
-            }))
-        })?;
-        let addr = listener.local_addr().map_err(|e| {
-            msi_dataplane::Error::from(ErrorKind::Serve(ServeError::Bind {
-                addr: options.listen,
-                source: Arc::new(e),
-            }))
+            })?;
+        let addr = listener.local_addr().map_err(|e| ServeError::Bind {
+            addr: options.listen,
+            source: Arc::new(e),
         })?;
         let stop = CancellationToken::new();
         let state = Arc::new(State {

@@ -11,10 +11,8 @@ use crate::serving;
 use std::sync::Arc;
 use std::time::Duration;
 
-use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, TokenServer};
-use msi_dataplane::{
-    ClientCertificateCredentialOptions, Clock as _, Environment, ErrorKind, ManualClock, ServeError,
-};
+use msi_credential::serve::{IdentityHeaderSecret, ServeError, ServeOptions, TokenServer};
+use msi_dataplane::{ClientCertificateCredentialOptions, Clock as _, Environment, ManualClock};
 use msi_dataplane_testing::{Scripted, TempDir, wait_for_certificate};
 use serving::{ARM, Mounted, SECRET, raw, start, token_request};
 
@@ -438,10 +436,7 @@ async fn only_loopback_addresses_are_listened_on() {
             .await
             .unwrap_err();
         assert!(
-            matches!(
-                err.kind(),
-                ErrorKind::Serve(ServeError::NonLoopbackAddress { .. })
-            ),
+            matches!(err, ServeError::NonLoopbackAddress { .. }),
             "{addr}: {err}"
         );
         assert!(err.to_string().contains("loopback"), "{err}");
@@ -453,11 +448,11 @@ async fn only_loopback_addresses_are_listened_on() {
     )
     .await
     .unwrap_err();
-    assert_eq!(duplicate.kind().code(), "duplicate_identity");
+    assert_eq!(duplicate.code(), "duplicate_identity");
     let none = TokenServer::start(vec![], secret, ServeOptions::default().with_port(0))
         .await
         .unwrap_err();
-    assert_eq!(none.kind().code(), "no_identity");
+    assert_eq!(none.code(), "no_identity");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

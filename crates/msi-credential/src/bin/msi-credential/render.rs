@@ -390,6 +390,23 @@ pub fn plain_error(kind: &'static str, message: &str, format: Format) -> String 
     }
 }
 
+/// A configuration failure that is not a library [`Error`] (the token server's own, such
+/// as an address it cannot bind): its stable `code` as `kind`, category `configuration`.
+pub fn configuration_error(code: &'static str, message: &str, format: Format) -> String {
+    match format {
+        Format::Text => format!("msi-credential: {message}"),
+        Format::Json => json(&ErrorJson {
+            error: ErrorBody {
+                kind: code,
+                message,
+                file: None,
+                category: "configuration",
+                transient: false,
+            },
+        }),
+    }
+}
+
 /// Whether an error is about the credential file (its content, its bundle, its validity).
 fn is_file_error(err: &Error) -> bool {
     err.category() == ErrorCategory::CredentialFile

@@ -4,10 +4,13 @@
 //! `exec` probes (kubelet's `httpGet` probes come from outside the pod and cannot reach
 //! a loopback address).
 
+use std::path::Path;
 use std::time::Duration;
 
-use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
-use msi_dataplane::{ClientCertificateCredentialOptions, Error, ReloadOptions, RetryPolicy};
+use msi_credential::serve::{
+    IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity, TokenServer,
+};
+use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
 use serde::Serialize;
 
 use crate::args::{ProbeArgs, ServeArgs};
@@ -45,10 +48,7 @@ struct Serving<'a> {
 }
 
 async fn serve(args: &ServeArgs, format: Format) -> Exit {
-    let fail = |err: &Error| {
-        output::failure(&render::error(err, None, format), format);
-        Exit::for_error(err)
-    };
+    let fail = |err: &ServeError| report(err, None, format);
     let mut signals = match StopSignals::install() {
         Ok(signals) => signals,
         Err(e) => {
@@ -101,10 +101,7 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
             Ok(identity) if args.allow_resources.is_empty() => identities.push(identity),
             Ok(identity) => identities
                 .push(identity.with_allowed_resources(args.allow_resources.iter().cloned())),
-            Err(err) => {
-                output::failure(&render::error(&err, Some(file), format), format);
-                return Exit::for_error(&err);
-            }
+            Err(err) => return report(&err, Some(file), format),
         }
     }
     let credentials: Vec<_> = identities.iter().map(|i| i.credential().clone()).collect();
@@ -144,8 +141,27 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
     Exit::Success
 }
 
+/// A failure to set the server up: a credential's is the library's error (its file,
+/// category and exit); the server's own is a configuration error (exit 2).
+fn report(err: &ServeError, file: Option<&Path>, format: Format) -> Exit {
+    match err.as_credential_error() {
+        Some(e) => {
+            output::failure(&render::error(e, file, format), format);
+            Exit::for_error(e)
+        }
+        None => {
+            let message = err.to_string();
+            output::failure(
+                &render::configuration_error(err.code(), &message, format),
+                format,
+            );
+            Exit::Usage
+        }
+    }
+}
+
 /// clap requires one of the two; kept total without a panic.
-fn unreachable_secret() -> msi_dataplane::Result<IdentityHeaderSecret> {
+fn unreachable_secret() -> Result<IdentityHeaderSecret, ServeError> {
     IdentityHeaderSecret::from_env("IDENTITY_HEADER")
 }
 

@@ -3,12 +3,17 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Failures of setting up the token server (the `msi-credential` crate's `serve` module): where it listens, the
-/// identity header's secret, the identities it serves. Answers to its clients are not
-/// errors of this kind: each is an HTTP status and a JSON body.
+use msi_dataplane::ErrorCategory;
+
+/// What the token server's setting up returns: [`ServeError`] when it fails.
+pub type Result<T, E = ServeError> = std::result::Result<T, E>;
+
+/// Failures of setting up the token server: where it listens, the identity header's
+/// secret, the identities it serves, or a served identity's credential (the library's
+/// [`msi_dataplane::Error`], kept whole in [`Credential`](Self::Credential)). Answers to
+/// its clients are not errors of this kind: each is an HTTP status and a JSON body.
 ///
-/// Reached through [`ErrorKind`](crate::error::ErrorKind); marked `#[non_exhaustive]`: new
-/// failures may be added.
+/// Marked `#[non_exhaustive]`: new failures may be added.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
@@ -60,11 +65,15 @@ pub enum ServeError {
         /// Why.
         reason: String,
     },
+    /// A served identity's credential could not be loaded, or the secret's file read:
+    /// the library's error, whole (its file, category and code).
+    #[error(transparent)]
+    Credential(#[from] msi_dataplane::Error),
 }
 
 impl ServeError {
-    /// A stable snake_case name for the failure (see
-    /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
+    /// A stable snake_case name for the failure (a credential's failure: its own,
+    /// [`msi_dataplane::ErrorKind::code`]).
     pub fn code(&self) -> &'static str {
         match self {
             ServeError::NonLoopbackAddress { .. } => "non_loopback_address",
@@ -73,6 +82,25 @@ impl ServeError {
             ServeError::NoIdentity => "no_identity",
             ServeError::DuplicateIdentity { .. } => "duplicate_identity",
             ServeError::InvalidOption { .. } => "invalid_serve_option",
+            ServeError::Credential(e) => e.kind().code(),
+        }
+    }
+
+    /// What to do about it: the server's own failures are
+    /// [`Configuration`](ErrorCategory::Configuration) (an address, a secret, an option
+    /// to fix); a credential's are its own category.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            ServeError::Credential(e) => e.category(),
+            _ => ErrorCategory::Configuration,
+        }
+    }
+
+    /// The library's error, when the failure is a credential's.
+    pub fn as_credential_error(&self) -> Option<&msi_dataplane::Error> {
+        match self {
+            ServeError::Credential(e) => Some(e),
+            _ => None,
         }
     }
 }
