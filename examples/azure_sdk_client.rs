@@ -75,11 +75,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     // The reloading credential, shared by every client of the component. Its HTTP client
     // (and the pipeline's transport below) trusts the kit's test CA.
-    let (options, reload) = (
-        ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(entra.client())),
-        ReloadOptions::default(),
-    );
+    let options = ClientCertificateCredentialOptions::default()
+        .with_environment(Environment::default().with_http_client(entra.client()));
+    let reload = ReloadOptions::default();
     let credential: Arc<dyn TokenCredential> =
         Arc::new(UserAssignedIdentityCredential::new(&path, options, reload).await?);
 

@@ -63,10 +63,8 @@ async fn ten_credentials_in_one_directory_share_one_watch() {
     let mut creds = Vec::new();
     for path in &paths {
         std::fs::write(path, fixture_json("rotation-1")).expect("write");
-        let (options, reload) = (
-            ClientCertificateCredentialOptions::default(),
-            ReloadOptions::default().with_debounce(Duration::from_millis(50)),
-        );
+        let options = ClientCertificateCredentialOptions::default();
+        let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
         creds.push(
             UserAssignedIdentityCredential::new(path, options, reload)
                 .await

@@ -848,12 +848,7 @@ mod tests {
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         write_credentials_file(&path, &file(&old));
-        let client = ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(server.client()));
-        let (options, reload) = (client, ReloadOptions::default().with_watch(false));
-        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
-            .await
-            .unwrap();
+        let cred = reloading(&server, &path, ReloadOptions::default().with_watch(false)).await;
         let weak = cred.current().downgrade();
         // Hits on several threads: none of them may keep the credential alive afterwards.
         cred.get_token(&[FAST]).await.unwrap();
@@ -893,6 +888,19 @@ mod tests {
         );
     }
 
+    /// A reloading credential on `path`, its tokens from `server`.
+    async fn reloading(
+        server: &EntraServer,
+        path: &Path,
+        reload: ReloadOptions,
+    ) -> UserAssignedIdentityCredential {
+        let options = ClientCertificateCredentialOptions::default()
+            .with_environment(Environment::default().with_http_client(server.client()));
+        UserAssignedIdentityCredential::new(path, options, reload)
+            .await
+            .unwrap()
+    }
+
     /// Write `creds` to a temporary file beside `path` and rename it over `path`: the
     /// watcher never sees a partial file.
     fn replace(path: &Path, creds: &UserAssignedIdentityCredentials) -> std::io::Result<()> {
@@ -920,12 +928,7 @@ mod tests {
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         replace(&path, &file(&v1)).unwrap();
-        let client = ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(server.client()));
-        let (options, reload) = (client, ReloadOptions::default());
-        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
-            .await
-            .unwrap();
+        let cred = reloading(&server, &path, ReloadOptions::default()).await;
         let mut updates = cred.subscribe();
         let outcomes = tokio::spawn(async move {
             let mut seen = Vec::new();
@@ -994,12 +997,7 @@ mod tests {
         let path = dir.join("identity");
         let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
         replace(&path, &file(&active)).unwrap();
-        let client = ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(server.client()));
-        let (options, reload) = (client, ReloadOptions::default().with_watch(false));
-        let cred = UserAssignedIdentityCredential::new(&path, options, reload)
-            .await
-            .unwrap();
+        let cred = reloading(&server, &path, ReloadOptions::default().with_watch(false)).await;
         use crate::file::certificate::probe::{KEY_LOADS, SIGNATURES, count};
 
         // The older file, with its not_before; then without one (the certificates' own

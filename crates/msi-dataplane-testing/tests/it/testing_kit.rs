@@ -29,11 +29,9 @@ async fn run_time_credential_token_rotation_then_token_signed_by_the_new_certifi
         &server.base_url(),
         BundleFormat::Pem,
     ));
-    let (options, reload) = (
-        ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(server.client())),
-        ReloadOptions::default().with_debounce(Duration::from_millis(50)),
-    );
+    let options = ClientCertificateCredentialOptions::default()
+        .with_environment(Environment::default().with_http_client(server.client()));
+    let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
     let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
         .await
         .expect("credential from the mounted file");

@@ -23,11 +23,14 @@ async fn wait_for_certificate_returns_once_the_rotation_is_active() {
     let file = |cert| identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
     let mut mount = CsiMount::with_credentials(&file(&old));
     let http = Environment::default().with_http_client(entra.client());
-    let client = ClientCertificateCredentialOptions::default().with_environment(http);
-    let (options, reload) = (client, ReloadOptions::default());
-    let credential = UserAssignedIdentityCredential::new(mount.visible_path(), options, reload)
-        .await
-        .unwrap();
+    let options = ClientCertificateCredentialOptions::default().with_environment(http);
+    let credential = UserAssignedIdentityCredential::new(
+        mount.visible_path(),
+        options,
+        ReloadOptions::default(),
+    )
+    .await
+    .unwrap();
     // Already there: at once.
     let status = wait_for_certificate(&credential, &old, Duration::from_secs(1)).await;
     assert_eq!(status.reloads, 0);

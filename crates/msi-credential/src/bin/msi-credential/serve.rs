@@ -84,17 +84,14 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
         Ok(secret) => secret,
         Err(err) => return fail(&err),
     };
-    let client = match client_options(args) {
-        Ok(client) => client,
+    let options = match client_options(args) {
+        Ok(options) => options,
         Err(message) => {
             output::failure(&render::plain_error("usage", &message, format), format);
             return Exit::Usage;
         }
     };
-    let (options, reload) = (
-        client,
-        ReloadOptions::default().with_backstop_interval(args.backstop),
-    );
+    let reload = ReloadOptions::default().with_backstop_interval(args.backstop);
     let mut identities = Vec::new();
     for file in &args.files {
         match ServedIdentity::load(file, options.clone(), reload.clone()).await {

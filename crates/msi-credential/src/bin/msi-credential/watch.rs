@@ -40,13 +40,11 @@ async fn watch(args: &WatchArgs, format: Format) -> Exit {
         Ok(metrics) => metrics,
         Err(exit) => return exit,
     };
-    let (options, reload) = (
-        ClientCertificateCredentialOptions::default(),
-        ReloadOptions::default()
-            .with_backstop_interval(args.backstop)
-            .with_debounce(args.debounce)
-            .with_watch(!args.no_watch),
-    );
+    let options = ClientCertificateCredentialOptions::default();
+    let reload = ReloadOptions::default()
+        .with_backstop_interval(args.backstop)
+        .with_debounce(args.debounce)
+        .with_watch(!args.no_watch);
     let credential = match UserAssignedIdentityCredential::new(&args.file, options, reload).await {
         Ok(credential) => credential,
         Err(err) => {
