@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::serve::error::{Result, ServeError};
 use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, RateLimiter};
 use crate::serve::listener::{self, ConnectionLimits};
-use crate::serve::server::check_connection_limits;
+use crate::serve::server::{check_connection_limits, invalid};
 
 /// The one path the metrics listener answers.
 pub const METRICS_PATH: &str = "/metrics";
@@ -107,10 +107,7 @@ impl MetricsServerOptions {
             self.idle_timeout,
         )?;
         if self.max_scrapes_per_second == Some(0) {
-            return Err(ServeError::InvalidOption {
-                option: "max_scrapes_per_second",
-                reason: "must be at least 1 (or no limit)".to_owned(),
-            });
+            return invalid("max_scrapes_per_second", "must be at least 1 (or no limit)");
         }
         Ok(())
     }

@@ -228,7 +228,7 @@ impl ServeOptions {
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// An [`ServeError::InvalidOption`].
-fn invalid(option: &'static str, reason: &str) -> Result<()> {
+pub(crate) fn invalid(option: &'static str, reason: &str) -> Result<()> {
     Err(ServeError::InvalidOption {
         option,
         reason: reason.to_owned(),
