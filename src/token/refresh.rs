@@ -1,6 +1,7 @@
 //! When cached tokens are handed out, refreshed, retried and dropped: the token cache's
 //! rules as pure functions of the time (Unix milliseconds or `OffsetDateTime`).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -70,25 +71,40 @@ pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness
     }
 }
 
-/// Pure: when to start refreshing a token obtained at `issued`.
+/// Pure: when a credential starts refreshing ahead a token obtained at `issued` that
+/// expires at `expires_on`: the range its refresh point is drawn from (uniformly: the
+/// jitter, so replicas started together do not refresh together).
 ///
-/// - With the server's `refresh_in` (`refresh_on`): then.
+/// - With the server's `refresh_in` (`refresh_on`,
+///   [`AccessToken::refresh_on`](crate::AccessToken::refresh_on)): then.
 /// - Else, for tokens living over 2 h: at half-life (what MSAL does and what Entra's own
 ///   `refresh_in` advises), so an outage of hours is ridden out on the cached token.
 /// - Else: at expiry − 5 min.
 ///
-/// Whatever the rule gives, the window opens at least `window` (never less than
-/// [`REFRESH_WINDOW`], 5 minutes) before expiry (half the lifetime for tokens shorter
-/// than twice that), because `azure_core`'s `BearerTokenAuthorizationPolicy` asks for a
-/// new token on every request in the last 5 minutes. `jitter` in `[0, 1)` moves the time earlier by up to 10% of the time until
-/// it, at most 60 s, so replicas started together do not refresh together.
-pub(crate) fn refresh_at(
+/// Whatever the rule gives, the window opens at least `window` (the credential's
+/// [`refresh_window`](crate::ClientCertificateCredentialOptions::refresh_window), never
+/// less than [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes) before
+/// expiry (half the lifetime for tokens shorter than twice that), because `azure_core`'s
+/// `BearerTokenAuthorizationPolicy` asks for a new token on every request in the last 5
+/// minutes. The range ends at that point and starts up to 10% of the time until it
+/// earlier, at most 60 s; never before `issued`.
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::limits::{MIN_REFRESH_WINDOW, refresh_range};
+/// use time::macros::datetime;
+///
+/// let issued = datetime!(2026-01-01 00:00 UTC);
+/// let hour = refresh_range(issued, issued + Duration::from_secs(3600), None, MIN_REFRESH_WINDOW);
+/// assert_eq!(*hour.end(), datetime!(2026-01-01 00:55 UTC));
+/// assert_eq!(*hour.start(), datetime!(2026-01-01 00:54 UTC));
+/// ```
+pub fn refresh_range(
     issued: OffsetDateTime,
     expires_on: OffsetDateTime,
     refresh_on: Option<OffsetDateTime>,
     window: Duration,
-    jitter: f64,
-) -> OffsetDateTime {
+) -> RangeInclusive<OffsetDateTime> {
     let lifetime = expires_on - issued;
     let half: time::Duration = lifetime / 2i32;
     let latest = expires_on - to_time(window.max(REFRESH_WINDOW)).min(half);
@@ -99,7 +115,21 @@ pub(crate) fn refresh_at(
     };
     let until: time::Duration = planned - issued;
     let spread = (until / 10i32).clamp(time::Duration::ZERO, time::Duration::seconds(60));
-    (planned - spread * jitter.clamp(0.0, 1.0)).max(issued)
+    (planned - spread).max(issued)..=planned.max(issued)
+}
+
+/// Pure: the refresh point in [`refresh_range`] that `jitter` in `[0, 1)` picks: the
+/// range's end moved earlier by that fraction of its length.
+pub(crate) fn refresh_at(
+    issued: OffsetDateTime,
+    expires_on: OffsetDateTime,
+    refresh_on: Option<OffsetDateTime>,
+    window: Duration,
+    jitter: f64,
+) -> OffsetDateTime {
+    let range = refresh_range(issued, expires_on, refresh_on, window);
+    let (start, end) = (*range.start(), *range.end());
+    end - (end - start) * jitter.clamp(0.0, 1.0)
 }
 
 /// Pure: how long to wait before the next background refresh after `failures`

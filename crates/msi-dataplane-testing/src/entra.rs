@@ -263,8 +263,8 @@ impl IssuedToken {
     /// [`ManualClock`](msi_dataplane::ManualClock): [`EntraServer::use_clock`]). The
     /// refresh itself starts at the first `get_token` call from then on.
     ///
-    /// The library has no public accessor for this: the kit computes it from the rule
-    /// the library documents for its credentials' refresh ahead: at the server's
+    /// The range is the library's own rule,
+    /// [`msi_dataplane::limits::refresh_range`], applied to this token: at the server's
     /// `refresh_in` if it sent one, else at half-life for tokens living over 2 hours,
     /// else `refresh_window` before expiry; always at least `refresh_window` (at least
     /// 5 minutes) before expiry, half the lifetime for shorter tokens; moved earlier by
@@ -308,28 +308,20 @@ impl IssuedToken {
     }
 }
 
-/// The documented refresh-ahead rule of the library's credentials (see
-/// [`IssuedToken::refresh_between`]), for a token issued at `issued`.
+/// The library's refresh-ahead rule ([`msi_dataplane::limits::refresh_range`]) for a
+/// token issued at `issued`, its `refresh_in` taken as the library's parser takes it
+/// (only strictly between 0 and `expires_in`).
 fn refresh_range(
     issued: time::OffsetDateTime,
     expires_in: i64,
     refresh_in: Option<i64>,
     refresh_window: Duration,
 ) -> std::ops::RangeInclusive<time::OffsetDateTime> {
-    let lifetime = time::Duration::seconds(expires_in);
-    let expires = issued + lifetime;
-    let half: time::Duration = lifetime / 2i32;
-    let window = refresh_window.max(msi_dataplane::limits::MIN_REFRESH_WINDOW);
-    let window = time::Duration::try_from(window).unwrap_or(time::Duration::MAX);
-    let latest = expires - window.min(half);
-    let planned = match refresh_in {
-        Some(r) if r > 0 && r < expires_in => (issued + time::Duration::seconds(r)).min(latest),
-        _ if lifetime > time::Duration::hours(2) => issued + half,
-        _ => latest,
-    };
-    let until: time::Duration = planned - issued;
-    let spread = (until / 10i32).clamp(time::Duration::ZERO, time::Duration::seconds(60));
-    (planned - spread).max(issued)..=planned
+    let expires_on = issued + time::Duration::seconds(expires_in);
+    let refresh_on = refresh_in
+        .filter(|r| *r > 0 && *r < expires_in)
+        .map(|r| issued + time::Duration::seconds(r));
+    msi_dataplane::limits::refresh_range(issued, expires_on, refresh_on, refresh_window)
 }
 
 impl Default for TokenShape {
