@@ -90,26 +90,25 @@ async fn concurrent_callers_all_get_the_one_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_scope_does_not_delay_another() {
+    // The delayed scope's answer comes long after any test deadline: ARM's token arriving
+    // while it is still in flight is the proof, not a timing.
     let server = EntraServer::start().await;
-    server.set_scope_delay(GRAPH, Duration::from_secs(2));
+    server.set_scope_delay(GRAPH, Duration::from_secs(600));
     let cred = credential(&server, "pem-pkcs8");
     let slow = tokio::spawn({
         let cred = cred.clone();
         async move { cred.get_token(&[GRAPH]).await }
     });
     wait_for_token_requests(&server, 1).await; // the slow request is in flight
-    let started = std::time::Instant::now();
-    cred.get_token(&[ARM]).await.unwrap();
-    let fast = started.elapsed();
-    assert!(
-        fast < Duration::from_secs(1),
-        "ARM waited {fast:?} behind the delayed scope"
-    );
+    tokio::time::timeout(Duration::from_secs(60), cred.get_token(&[ARM]))
+        .await
+        .expect("ARM waited behind the delayed scope")
+        .unwrap();
     assert!(
         !slow.is_finished(),
         "the delayed scope should still be in flight"
     );
-    slow.await.unwrap().unwrap();
+    slow.abort();
 }
 
 #[tokio::test]
