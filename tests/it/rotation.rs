@@ -544,22 +544,40 @@ async fn backstop_picks_up_a_change_the_watcher_cannot_see() {
     // No get_token here: the manual clock is an hour ahead of the server's.
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn debounce_runs_on_the_injected_clock() {
+/// A debounce the manual clock below has to be moved through: in real time it never ends.
+const HELD_DEBOUNCE: Duration = Duration::from_secs(60);
+
+/// A watching credential on a plain file whose reloads wait [`HELD_DEBOUNCE`] on a manual
+/// clock (starting now) after each write, with the backstop out of the way.
+async fn held_in_debounce() -> (
+    EntraServer,
+    TempDir,
+    std::path::PathBuf,
+    Arc<ManualClock>,
+    UserAssignedIdentityCredential,
+) {
     let server = server().await;
-    let (_dir, path) = plain_dir(&server, "rotation-1");
-    let clock = Arc::new(ManualClock::new(OffsetDateTime::now_utc()));
-    let debounce = Duration::from_secs(60);
+    let (dir, path) = plain_dir(&server, "rotation-1");
+    let clock = Arc::new(ManualClock::starting_now());
+    let mut options = options();
+    options.environment.clock = clock.clone();
     let cred = UserAssignedIdentityCredential::new(
         &path,
-        options().with_environment(https_env().with_clock(clock.clone())),
+        options,
         ReloadOptions::default()
-            .with_debounce(debounce)
+            .with_debounce(HELD_DEBOUNCE)
             .with_backstop_interval(Duration::from_secs(24 * 3600)),
     )
     .await
     .expect("new");
     assert!(cred.status().watching, "{:#?}", cred.status());
+    (server, dir, path, clock, cred)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debounce_runs_on_the_injected_clock() {
+    let (server, _dir, path, clock, cred) = held_in_debounce().await;
+    let debounce = HELD_DEBOUNCE;
     token_signed_by(&server, &cred, "rotation-1").await;
 
     // The watcher sees the write, and the debounce starts; in real time it never ends.
@@ -754,22 +772,8 @@ fn dropping_or_cancelling_stops_every_task() {
 async fn get_token_is_not_blocked_by_a_reload() {
     const HANG: Duration = Duration::from_secs(10);
     const VAULT: &str = "https://vault.azure.net/.default";
-    let server = server().await;
-    let (_dir, path) = plain_dir(&server, "rotation-1");
-    let clock = Arc::new(ManualClock::starting_now());
-    let debounce = Duration::from_secs(60);
-    let mut options = options();
-    options.environment.clock = clock.clone();
-    let cred = UserAssignedIdentityCredential::new(
-        &path,
-        options,
-        ReloadOptions::default()
-            .with_debounce(debounce)
-            .with_backstop_interval(Duration::from_secs(24 * 3600)),
-    )
-    .await
-    .expect("new");
-    assert!(cred.status().watching, "{:#?}", cred.status());
+    let (server, _dir, path, clock, cred) = held_in_debounce().await;
+    let debounce = HELD_DEBOUNCE;
     let warm = token_signed_by(&server, &cred, "rotation-1").await;
     let requests = server.token_requests();
 
