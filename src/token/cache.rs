@@ -8,8 +8,8 @@
 //! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
 //!   a clone of the token's handle for this CPU: no lock, no allocation.
 //! - **Single flight**: a miss joins the entry's one request or starts it, run in the
-//!   starting caller's own task ([`Driven`]: in a task of its own if that caller leaves
-//!   first); every waiter gets its result. After a failure, callers without a usable
+//!   waiting callers' own tasks ([`Driven`]: whichever is polled drives it, in a task of
+//!   its own once one leaves first); every waiter gets its result. After a failure, callers without a usable
 //!   token get its error for `failure_memory` ([`settled`]).
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
 //!   and one background request (a task of its own) replaces it, [`settled`]'s backoff
@@ -160,7 +160,7 @@ impl TokenCache {
                 return Ok(token);
             }
             match (&state.inflight, &state.failed) {
-                (Some(rx), _) => (rx.clone(), None),
+                (Some((rx, work)), _) => (rx.clone(), work.join()),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
                     tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
                     return Err(error.clone());
@@ -171,8 +171,8 @@ impl TokenCache {
                 }
             }
         };
-        // The caller that started the request runs it in its own task (no other thread
-        // woken for it); were it dropped first, the request would finish in a task.
+        // The callers waiting drive the request in their own tasks (no other thread woken
+        // for it); were one dropped first, the request would finish in a task.
         if let Some(work) = work {
             work.await;
         }
@@ -314,7 +314,6 @@ impl Entry {
             return Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into());
         };
         let (tx, rx) = watch::channel(None);
-        self.begin(state, rx.clone());
         let mut flight = Flight(Some((self.clone(), shared.clone())));
         let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
         let started = shared.clock.now();
@@ -324,7 +323,9 @@ impl Entry {
             // Waiters may all have gone; nothing to do then.
             let _ = tx.send(Some(result));
         });
-        Ok((rx, Driven::new(work, handle)))
+        let (work, joinable) = Driven::new(work, handle);
+        self.begin(state, rx.clone(), joinable);
+        Ok((rx, work))
     }
 }
 

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::token::access_token::AccessToken;
+use crate::token::driven::Joinable;
 use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::evictable;
 
@@ -36,7 +37,8 @@ pub(crate) type Answer = watch::Receiver<Option<Result<AccessToken>>>;
 /// An entry's requests, under its lock.
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) inflight: Option<Answer>,
+    /// The request in flight: its answer, and its work for callers who join it to drive.
+    pub(crate) inflight: Option<(Answer, Joinable)>,
     pub(crate) failures: u32,
     /// The last request's error and until when (Unix ms) it is the answer.
     pub(crate) failed: Option<(Error, i64)>,
@@ -91,8 +93,8 @@ impl Entry {
     }
 
     /// A request starts (the caller holds the state lock and saw none in flight).
-    pub(crate) fn begin(&self, state: &mut State, answer: Answer) {
-        state.inflight = Some(answer);
+    pub(crate) fn begin(&self, state: &mut State, answer: Answer, work: Joinable) {
+        state.inflight = Some((answer, work));
         self.quiet_until.store(i64::MAX, Ordering::Release);
     }
 

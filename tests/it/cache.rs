@@ -111,6 +111,28 @@ async fn a_slow_scope_does_not_delay_another() {
     slow.abort();
 }
 
+/// The caller that starts a miss runs its request in its own poll. One that then keeps
+/// its future without polling it (a hand-written future, a stalled combinator) does not
+/// hold the request back from the callers that joined it: they drive it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_caller_that_stops_polling_does_not_hold_back_the_others() {
+    let server = EntraServer::start().await;
+    let cred = credential(&server, "pem-pkcs8");
+    let mut first = Box::pin(cred.get_token(&[ARM]));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        first.as_mut().poll(&mut cx).is_pending(),
+        "a miss answered in one poll"
+    );
+    // `first` is kept, never polled again until the end.
+    let joined = tokio::time::timeout(Duration::from_secs(20), cred.get_token(&[ARM]))
+        .await
+        .expect("the joined caller waited on a first caller that stopped polling")
+        .expect("get_token");
+    assert_eq!(server.token_requests(), 1, "one request for both callers");
+    assert_eq!(first.await.expect("the first caller's token"), joined);
+}
+
 #[tokio::test]
 async fn cached_hit_is_ready_at_once_and_makes_no_request() {
     let server = EntraServer::start().await;
