@@ -378,3 +378,7 @@ impl Drop for Flight {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;
