@@ -577,7 +577,6 @@ async fn held_in_debounce() -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debounce_runs_on_the_injected_clock() {
     let (server, _dir, path, clock, cred) = held_in_debounce().await;
-    let debounce = HELD_DEBOUNCE;
     token_signed_by(&server, &cred, "rotation-1").await;
 
     // The watcher sees the write, and the debounce starts; in real time it never ends.
@@ -589,7 +588,7 @@ async fn debounce_runs_on_the_injected_clock() {
     assert_active(&cred, "rotation-1");
 
     // Not yet: one second short of the debounce.
-    clock.advance(debounce - Duration::from_secs(1));
+    clock.advance(HELD_DEBOUNCE - Duration::from_secs(1));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(cred.status().reloads, 0, "{:#?}", cred.status());
 
@@ -773,7 +772,6 @@ async fn get_token_is_not_blocked_by_a_reload() {
     const HANG: Duration = Duration::from_secs(10);
     const VAULT: &str = "https://vault.azure.net/.default";
     let (server, _dir, path, clock, cred) = held_in_debounce().await;
-    let debounce = HELD_DEBOUNCE;
     let warm = token_signed_by(&server, &cred, "rotation-1").await;
     let requests = server.token_requests();
 
@@ -811,7 +809,7 @@ async fn get_token_is_not_blocked_by_a_reload() {
     assert_eq!(cred.status().reloads, 0, "{:#?}", cred.status());
 
     // The debounce ends: the swap happens, and the new credential requests its own token.
-    clock.advance(debounce);
+    clock.advance(HELD_DEBOUNCE);
     let s = wait_active(&cred, "rotation-2").await;
     assert_eq!(s.reloads, 1, "{s:#?}");
     token_signed_by(&server, &cred, "rotation-2").await;
