@@ -8,7 +8,7 @@
 //! test Entra server), then:
 //!
 //! - `scale/add_scope/N`: one `get_token` for a scope never asked before: a miss, its
-//!   token request (ready assertion + loopback HTTPS POST + parse) and the insert into a
+//!   token request (signature + loopback HTTPS POST + parse) and the insert into a
 //!   full cache, which evicts the least recently used eighth every N/8 inserts (their
 //!   cost spread over those inserts). The cache stays at N throughout.
 //! - `scale/add_scope_baseline`: the same request past the cache (`request_token`): the

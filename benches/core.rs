@@ -43,22 +43,14 @@ fn bench_parse(c: &mut Criterion) {
     let pem_json = fixture("pem-pkcs8");
     g.bench_function("pem/full", |b| b.iter(|| parse_full(black_box(&pem_json))));
     // What a caller waits for when building a credential from the file's bytes: the parse
-    // above plus the signer, the token URL and the client choice. The ready assertion is
-    // signed in the background, not in this time (with it off, nothing is started).
-    for (name, ready) in [
-        ("pem/credential", true),
-        ("pem/credential_no_ready_assertion", false),
-    ] {
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                let creds =
-                    UserAssignedIdentityCredentials::from_slice(black_box(&pem_json)).unwrap();
-                let options =
-                    ClientCertificateCredentialOptions::default().with_ready_assertion(ready);
-                ClientCertificateCredential::new(&creds, options).unwrap()
-            })
-        });
-    }
+    // above plus the signer, the token URL and the client choice.
+    g.bench_function("pem/credential", |b| {
+        b.iter(|| {
+            let creds = UserAssignedIdentityCredentials::from_slice(black_box(&pem_json)).unwrap();
+            ClientCertificateCredential::new(&creds, ClientCertificateCredentialOptions::default())
+                .unwrap()
+        })
+    });
 
     let creds = UserAssignedIdentityCredentials::from_slice(&pem_json).unwrap();
     let secret = creds

@@ -376,8 +376,6 @@ COLD_BENCHES = [
     ("get_token_miss", "through the cache, back to back", "sign + raw"),
     ("get_token_miss_spaced", "spaced, ready assertion, timed from block_on", "raw"),
     ("get_token_miss_spaced_in_task", "spaced, ready assertion, timed in a task", "raw"),
-    ("get_token_miss_no_spare", "back to back, no ready assertion", "sign + raw"),
-    ("get_token_miss_spaced_no_spare", "spaced, no ready assertion", "raw"),
     ("get_token_miss_crate_client", "through the crate-built client", "sign + raw"),
     ("raw_https_round_trip", "the raw pooled POST (baseline)", None),
     ("sign_only", "the signature (baseline)", None),

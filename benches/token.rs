@@ -27,17 +27,12 @@
 //!   POST it over loopback HTTPS (pooled keep-alive connection), parse the answer.
 //! - `cold/get_token_miss`: `clear_cache()` + `get_token(&[ARM])`: the same request made
 //!   the way a cache miss makes it (single flight: a spawned task, waiters woken by a
-//!   channel). The credential keeps a signed assertion ready (signed in the background
-//!   after each use), so the request does not wait for the signature.
+//!   channel).
 //! - `cold/get_token_miss_spaced_in_task`: the spaced miss timed inside a spawned task
 //!   (on `cold_mt`, a worker thread, where an application's callers run; on `cold`, the
 //!   same thread as `block_on`).
-//! - `cold/get_token_miss_no_spare`: the same miss with `with_ready_assertion(false)`:
-//!   each request signs on the spot.
-//! - `cold/get_token_miss_spaced{,_no_spare}`: the same two misses with an untimed 3 ms
-//!   gap after each, as cold requests come in a process (minutes apart): the ready
-//!   assertion signed after one request is there for the next. Back to back, the refill
-//!   is often still running when the next request starts, which then waits for it.
+//! - `cold/get_token_miss_spaced`: the same miss with an untimed gap after each, as
+//!   cold requests come in a process (minutes apart).
 //! - `cold/get_token_miss_crate_client`: the same miss through the client the crate
 //!   builds (the test CA added with `with_extra_root_certificates_pem`), which pools its
 //!   connections on the crate's I/O thread; the TLS handshakes per token request over the
@@ -435,26 +430,6 @@ fn cold_group(c: &mut Criterion, group: &str, client_rt: &tokio::runtime::Runtim
             let timed = spaced(cred.clone())(iters);
             async move { tokio::spawn(timed).await.expect("task") }
         })
-    });
-    server.clear_requests();
-
-    // The same miss without the ready assertion: each request signs on the spot (the
-    // figure `get_token_miss` is compared with).
-    let no_spare = support::harness::credential_with(
-        &server,
-        "pem-pkcs8",
-        options()
-            .with_environment(Environment::default().with_http_client(client.clone()))
-            .with_ready_assertion(false),
-    );
-    g.bench_function("get_token_miss_no_spare", |b| {
-        b.to_async(client_rt).iter(|| async {
-            no_spare.clear_cache();
-            black_box(no_spare.get_token(&[ARM]).await.expect("get_token"))
-        })
-    });
-    g.bench_function("get_token_miss_spaced_no_spare", |b| {
-        b.to_async(client_rt).iter_custom(spaced(no_spare.clone()))
     });
     server.clear_requests();
 

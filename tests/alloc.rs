@@ -64,15 +64,13 @@ fn assert_counters_see_an_allocation() {
     assert_eq!(live_bytes(), b0);
 }
 
-/// A credential on `rt` without the ready assertion: that is re-signed on a blocking
-/// thread after each answered request, at a moment of its own, and would show in the
-/// process-wide heap figures. The hit path never touches it.
+/// A credential made in `rt`'s context.
 fn hit_path_credential(
     server: &EntraServer,
     rt: &tokio::runtime::Runtime,
 ) -> ClientCertificateCredential {
     let _guard = rt.enter();
-    credential_with(server, "pem-pkcs8", options().with_ready_assertion(false))
+    credential_with(server, "pem-pkcs8", options())
 }
 
 /// The crate's I/O thread finishes with the last request's connection (back into the
@@ -220,7 +218,6 @@ fn outage_reads(rt: &Runtime, n: usize) -> (u64, usize) {
     let (clock, cred) = {
         let _guard = rt.enter();
         let options = options()
-            .with_ready_assertion(false)
             .with_environment(https_env().with_retry_policy(RetryPolicy::none()))
             .with_max_cached_scopes(n);
         credential_on_clock(server, "pem-pkcs8", options)

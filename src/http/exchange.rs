@@ -16,9 +16,6 @@
 //!
 //! A caller that stops waiting drops or aborts its exchange (the request's own timeout
 //! bounds it in any case).
-//!
-//! The I/O runtime's blocking threads sign the credentials' ready assertions, so that
-//! neither building a credential nor a request's caller pays for them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -80,20 +77,6 @@ where
 /// current-thread one).
 fn on_multi_threaded_runtime() -> bool {
     Handle::try_current().is_ok_and(|h| h.runtime_flavor() != RuntimeFlavor::CurrentThread)
-}
-
-/// Run blocking work of the crate's own (signing a ready assertion) on the I/O runtime's
-/// blocking threads, whatever runtime the caller has, or none. Without the I/O runtime,
-/// on the caller's runtime if there is one; with neither, `work` is dropped unrun.
-pub(crate) fn spawn_blocking<F>(work: F)
-where
-    F: FnOnce() + Send + 'static,
-{
-    if let Some(io) = io_runtime() {
-        io.spawn_blocking(work);
-    } else if let Ok(caller) = Handle::try_current() {
-        caller.spawn_blocking(work);
-    }
 }
 
 /// A spawned exchange, aborted when the caller stops waiting for it.

@@ -3,12 +3,11 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::Url;
 use time::OffsetDateTime;
-use tokio::sync::Notify;
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
@@ -16,7 +15,6 @@ use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::environment::Environment;
-use crate::http::exchange;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
 use crate::telemetry;
@@ -64,13 +62,6 @@ pub struct ClientCertificateCredentialOptions {
     /// request tokens in (a multi-tenant application answering data plane challenges);
     /// `"*"` allows any. Default: none.
     pub additionally_allowed_tenants: Vec<String>,
-    /// Keep one signed, single-use client assertion ready (signed after the credential
-    /// is built and after each use, on a background thread of the crate's, never on the
-    /// caller's), so that a cold token request does not sign. A request that finds one
-    /// being signed waits for it (at most one signature's time) rather than signing a
-    /// second; building a credential does not sign at all. Each is sent at most once and
-    /// is discarded unused once older than half its lifetime. Default `true`.
-    pub ready_assertion: bool,
     /// How long before a cached token expires its background refresh starts, at least
     /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
     /// tokens over 2 hours may start it earlier). Default and minimum
@@ -100,7 +91,6 @@ impl Default for ClientCertificateCredentialOptions {
             assertion_algorithm: AssertionAlgorithm::default(),
             expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
             additionally_allowed_tenants: Vec::new(),
-            ready_assertion: true,
             refresh_window: REFRESH_WINDOW,
             max_cached_scopes: MAX_CACHED_SCOPES,
             failure_memory: FAILURE_MEMORY,
@@ -126,13 +116,6 @@ impl ClientCertificateCredentialOptions {
     /// Set the margin before the credential's end at which a warning is logged.
     pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
         self.expiry_warning_margin = margin;
-        self
-    }
-
-    /// Keep a signed assertion ready for the next token request (default) or not (see
-    /// [`ready_assertion`](Self::ready_assertion)).
-    pub fn with_ready_assertion(mut self, ready: bool) -> Self {
-        self.ready_assertion = ready;
         self
     }
 
@@ -179,7 +162,6 @@ impl fmt::Debug for ClientCertificateCredentialOptions {
                 "additionally_allowed_tenants",
                 &self.additionally_allowed_tenants,
             )
-            .field("ready_assertion", &self.ready_assertion)
             .field("refresh_window", &self.refresh_window)
             .field("max_cached_scopes", &self.max_cached_scopes)
             .field("failure_memory", &self.failure_memory)
@@ -236,52 +218,10 @@ struct Inner {
     allow_http_loopback: bool,
     /// Lower-cased; may hold `*`.
     allowed_tenants: Vec<String>,
-    /// Keep a [`Spare`] assertion for the own token URL.
-    ready_assertion: bool,
-    /// The ready assertion, if one is signed and unused.
-    spare: Mutex<Option<Spare>>,
-    /// A refill of `spare` is queued or running.
-    refilling: AtomicBool,
-    /// Woken when a refill ends.
-    refilled: Notify,
     /// Whether the credential still writes its client id's credential gauges: until a
     /// reloading credential retires it for the next file's. Held while writing, so that a
     /// request in flight on a retired credential cannot overwrite its successor's times.
     writes_gauges: Mutex<bool>,
-}
-
-/// A signed client assertion for the credential's own token URL, not yet sent.
-struct Spare {
-    assertion: SecretString,
-    signed_at: OffsetDateTime,
-    /// The thread that signed it: tests check it was not the caller's.
-    #[cfg(test)]
-    #[cfg_attr(not(test), allow(dead_code))]
-    signed_on: Option<String>,
-}
-
-/// A running refill of the ready assertion; ends it however its task ends (also when the
-/// task is dropped unrun at runtime shutdown).
-struct Refill(Weak<Inner>);
-
-impl Drop for Refill {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.refilling.store(false, Ordering::Release);
-            inner.refilled.notify_waiters();
-        }
-    }
-}
-
-/// A ready assertion older than this is discarded unused: half its lifetime, so that
-/// the server always gets at least as long as it does with one signed on the spot.
-const SPARE_MAX_AGE: time::Duration =
-    time::Duration::seconds(crate::token::assertion::ASSERTION_LIFETIME_SECS / 2);
-
-/// Pure: whether a ready assertion signed at `signed_at` may be sent at `now` (not from
-/// the future, not older than [`SPARE_MAX_AGE`]).
-pub(crate) fn spare_usable(signed_at: OffsetDateTime, now: OffsetDateTime) -> bool {
-    now >= signed_at && now - signed_at <= SPARE_MAX_AGE
 }
 
 impl ClientCertificateCredential {
@@ -447,17 +387,9 @@ impl ClientCertificateCredential {
                     .map(|t| t.trim().to_ascii_lowercase())
                     .filter(|t| !t.is_empty())
                     .collect(),
-                ready_assertion: options.ready_assertion,
-                spare: Mutex::new(None),
-                refilling: AtomicBool::new(false),
-                refilled: Notify::new(),
                 writes_gauges: Mutex::new(true),
             }),
         };
-        // The first ready assertion is signed in the background, not here: building
-        // stays a parse and a key load. Signing it also warms the key, whose first
-        // signature costs about twice a later one.
-        credential.inner.refill_spare();
         Ok(credential)
     }
 
@@ -629,8 +561,7 @@ impl ClientCertificateCredential {
     /// A weak reference to the credential's state (its key among it): for tests that
     /// check when it is freed.
     #[cfg(test)]
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn downgrade(&self) -> Weak<impl Send + Sync + use<>> {
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<impl Send + Sync + use<>> {
         Arc::downgrade(&self.inner)
     }
 }
@@ -799,15 +730,7 @@ impl Inner {
         let now = self.clock.now();
         self.check_validity(now)?;
         self.warn_if_expiring(now);
-        let own_url = self.ready_assertion && *token_url == self.token_url;
-        let ready = match own_url {
-            true => self.ready_spare(now).await,
-            false => None,
-        };
-        let assertion = match ready {
-            Some(ready) => ready,
-            None => self.assertion(now, token_url)?,
-        };
+        let assertion = self.assertion(now, token_url)?;
         let client_request_id = uuid::Uuid::new_v4().to_string();
         let request = TokenRequest {
             url: token_url,
@@ -817,13 +740,7 @@ impl Inner {
             client_request_id: &client_request_id,
             user_agent: &self.user_agent,
         };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await;
-        // The next ready assertion is signed once this request is answered, so that its
-        // signature never competes with the round trip.
-        if own_url {
-            self.refill_spare();
-        }
-        let raw = raw?;
+        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
         let result = endpoint::parse_response(&raw, now, &client_request_id);
         match &result {
             Ok(token) => tracing::debug!(
@@ -840,79 +757,6 @@ impl Inner {
             ),
         }
         result
-    }
-
-    /// The ready assertion (for the own token URL), if it is usable at `now`; taken: it
-    /// is never sent twice.
-    fn take_spare(&self, now: OffsetDateTime) -> Option<SecretString> {
-        let spare = self
-            .spare
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        if spare_usable(spare.signed_at, now) {
-            Some(spare.assertion)
-        } else {
-            tracing::debug!(
-                client_id = %self.client_id,
-                signed_at = %Rfc3339(spare.signed_at),
-                "ready assertion too old; signing a new one"
-            );
-            None
-        }
-    }
-
-    /// The ready assertion, if usable at `now`; if one is being signed, wait for it (one
-    /// signature at most) rather than sign a second.
-    async fn ready_spare(&self, now: OffsetDateTime) -> Option<SecretString> {
-        if let Some(ready) = self.take_spare(now) {
-            return Some(ready);
-        }
-        let refilled = self.refilled.notified();
-        let mut refilled = std::pin::pin!(refilled);
-        // Registered before the check: a refill that ends in between still wakes it.
-        refilled.as_mut().enable();
-        if !self.refilling.load(Ordering::Acquire) {
-            return None;
-        }
-        refilled.await;
-        self.take_spare(now)
-    }
-
-    /// Sign a new ready assertion in the background (one refill at a time), dated now:
-    /// on the crate's I/O runtime's blocking threads, so whatever runtime (or none) the
-    /// caller has.
-    fn refill_spare(self: &Arc<Self>) {
-        if !self.ready_assertion || self.refilling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let now = self.clock.now();
-        let refill = Refill(Arc::downgrade(self));
-        // If it cannot run, dropping `refill` ends the refill.
-        exchange::spawn_blocking(move || {
-            if let Some(this) = refill.0.upgrade() {
-                this.sign_spare(now);
-            }
-        });
-    }
-
-    /// Sign a ready assertion dated `now` and keep it (replacing an older one). Blocking
-    /// (one RSA signature). Nothing is kept for a credential outside its validity.
-    fn sign_spare(&self, now: OffsetDateTime) {
-        if self.check_validity(now).is_err() {
-            return;
-        }
-        match self.assertion(now, &self.token_url) {
-            Ok(assertion) => {
-                *self.spare.lock().unwrap_or_else(|e| e.into_inner()) = Some(Spare {
-                    assertion,
-                    signed_at: now,
-                    #[cfg(test)]
-                    signed_on: std::thread::current().name().map(str::to_owned),
-                });
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot sign the ready assertion"),
-        }
     }
 
     fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
@@ -1039,15 +883,6 @@ mod tests {
     use time::macros::datetime;
 
     #[test]
-    fn spare_ages_out_at_half_its_lifetime() {
-        let t = datetime!(2026-03-01 00:00 UTC);
-        assert!(spare_usable(t, t));
-        assert!(spare_usable(t, t + time::Duration::seconds(300)));
-        assert!(!spare_usable(t, t + time::Duration::seconds(301)));
-        assert!(!spare_usable(t, t - time::Duration::seconds(1)));
-    }
-
-    #[test]
     fn tenant_allow_list() {
         let allowed = vec!["contoso.onmicrosoft.com".to_owned()];
         assert!(tenant_allowed("Contoso.onmicrosoft.com", &allowed));
@@ -1082,44 +917,5 @@ mod tests {
             expiry_warning(datetime!(2026-02-20 00:00 UTC), None, end, week),
             None
         );
-    }
-}
-
-#[cfg(test)]
-mod background_signing_tests {
-    use super::*;
-    // The kit's copy of this crate (unit tests link a second one): its format.
-    use msi_dataplane_testing::msi_dataplane::BundleFormat;
-    use msi_dataplane_testing::{TestCertificate, TestIdentity};
-
-    #[test]
-    fn building_signs_nothing_on_the_callers_thread() {
-        let identity = TestIdentity::new();
-        let certificate = TestCertificate::self_signed();
-        let file = identity.credentials(
-            &certificate,
-            "https://login.microsoftonline.com/",
-            BundleFormat::Pem,
-        );
-        let file: crate::UserAssignedIdentityCredentials =
-            serde_json::from_value(serde_json::to_value(&file).unwrap()).unwrap();
-        // Built on a named thread with no runtime, as a plain `main` would.
-        let credential = std::thread::Builder::new()
-            .name("caller".into())
-            .spawn(move || ClientCertificateCredential::new(&file, Default::default()))
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap();
-        let inner = &credential.inner;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while inner.refilling.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let spare = inner.spare.lock().unwrap();
-        let spare = spare
-            .as_ref()
-            .expect("a ready assertion, signed in the background");
-        assert_eq!(spare.signed_on.as_deref(), Some("msi-dataplane-io"));
     }
 }

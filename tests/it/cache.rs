@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use msi_dataplane::limits::{FAILURE_MEMORY, MIN_REFRESH_BACKOFF};
 use msi_dataplane::{ClientCertificateCredential, ErrorKind, ManualClock, RetryPolicy, TokenError};
-use support::entra::{EntraServer, Scripted, TokenShape};
+use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::harness::{
     ARM, credential, credential_on_clock, credential_with, https_env, options,
     wait_for_token_requests,
@@ -524,4 +524,62 @@ async fn a_failed_scope_answers_its_error_for_the_failure_memory() {
     forgetful.get_token(&[ARM]).await.unwrap_err();
     forgetful.get_token(&[ARM]).await.unwrap();
     assert_eq!(server.token_requests(), 7);
+}
+
+/// Many cold requests, one after the other and concurrently: the server (which refuses a
+/// replayed `jti`) never sees an assertion twice, and every request gets a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_assertion_is_ever_sent_twice() {
+    let server = EntraServer::start().await;
+    let cred = credential_with(&server, "rotation-1", options());
+    for _ in 0..40 {
+        cred.clear_cache();
+        cred.get_token(&[ARM]).await.expect("cold get_token");
+    }
+    // A herd of cold requests on different scopes, each signing its own.
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let cred = cred.clone();
+        let scope = format!("https://resource-{i}.example/.default");
+        tasks.push(tokio::spawn(async move {
+            cred.get_token(&[scope.as_str()]).await
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task").expect("herd get_token");
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 64, "one request per cold get_token");
+    let replays = requests
+        .iter()
+        .filter(|r| matches!(&r.outcome, Outcome::Error { code: 50027, .. }))
+        .count();
+    assert_eq!(replays, 0, "a jti was replayed");
+    let jtis: std::collections::HashSet<_> =
+        requests.iter().filter_map(|r| r.jti.clone()).collect();
+    assert_eq!(jtis.len(), 64, "every request carried its own jti");
+    assert!(
+        requests
+            .iter()
+            .all(|r| matches!(r.outcome, Outcome::Token(_))),
+        "every request got a token"
+    );
+}
+
+/// Each request signs its assertion when it is made: its `iat` is the request's time,
+/// not the credential's build time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_signs_on_the_spot() {
+    let server = EntraServer::start().await;
+    let built = time::OffsetDateTime::now_utc() - time::Duration::seconds(100);
+    let clock = std::sync::Arc::new(ManualClock::new(built));
+    let cred = credential_with(
+        &server,
+        "rotation-1",
+        options().with_environment(https_env().with_clock(clock.clone())),
+    );
+    clock.advance(Duration::from_secs(10));
+    cred.get_token(&[ARM]).await.expect("get_token");
+    let request = server.requests().pop().expect("one request");
+    assert_eq!(request.iat, Some(built.unix_timestamp() + 10));
 }

@@ -23,7 +23,6 @@ mod keyvault_store;
 mod layers;
 mod managed_identities;
 mod model;
-mod ready_assertion;
 mod reload_status;
 mod renewal;
 mod rotation;
