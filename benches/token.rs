@@ -170,7 +170,7 @@ where
 /// run (a VM's two vCPUs may share a physical core, or a busy host).
 fn bench_machine(c: &mut Criterion) {
     use std::hash::{BuildHasher, Hasher};
-    let state = foldhash::fast::FixedState::with_seed(7);
+    let state = hashbrown::DefaultHashBuilder::default();
     let work = || {
         let mut acc = 0u64;
         for i in 0..10u8 {

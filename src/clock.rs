@@ -142,6 +142,12 @@ pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
     })
 }
 
+/// The time `ms` milliseconds after the Unix epoch (saturating at the representable range).
+pub(crate) fn from_unix_millis(ms: i64) -> OffsetDateTime {
+    let epoch = OffsetDateTime::UNIX_EPOCH;
+    saturating_add(epoch, time::Duration::milliseconds(ms))
+}
+
 /// A clock that only moves when told to: for tests. Its [`sleep`](Clock::sleep) returns at
 /// once after advancing the clock by the duration, and records it, so a test of "wait two
 /// seconds, then retry" takes no time and can check what was waited. Its

@@ -63,11 +63,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Clone)]
 pub struct Error {
     kind: Box<ErrorKind>,
-    /// The file concerned, shared (one pointer keeps `Error` two words).
-    file: Option<Arc<FileRef>>,
+    /// The file concerned and the retry time, when there are: shared (one pointer keeps
+    /// `Error` two words).
+    context: Option<Arc<Context>>,
+}
+
+/// What an error says besides its kind.
+#[derive(Clone, Default)]
+struct Context {
+    file: Option<FileRef>,
+    /// For a failed token request that the credential remembers: when it makes a new
+    /// request for that scope.
+    retry_at: Option<time::OffsetDateTime>,
 }
 
 /// A file an error is about, and what kind of file it is.
+#[derive(Clone)]
 struct FileRef {
     /// For messages: "credential file", "cloud config file".
     role: &'static str,
@@ -83,7 +94,8 @@ impl Error {
     /// The file this error is about (a credential file, or a cloud config file), if it
     /// came from one.
     pub fn path(&self) -> Option<&Path> {
-        self.file.as_deref().map(|f| f.path.as_path())
+        let file = self.context.as_deref()?.file.as_ref()?;
+        Some(file.path.as_path())
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
@@ -113,10 +125,7 @@ impl Error {
     /// assert_eq!(err.category(), ErrorCategory::CredentialFile);
     /// ```
     pub fn category(&self) -> ErrorCategory {
-        let credential_file = self
-            .file
-            .as_deref()
-            .is_none_or(|f| f.role == CREDENTIAL_FILE);
+        let credential_file = self.file().is_none_or(|f| f.role == CREDENTIAL_FILE);
         self.kind.category(credential_file)
     }
 
@@ -157,6 +166,34 @@ impl Error {
         }
     }
 
+    /// When a failed token request is remembered until: the time the credential will make
+    /// a new request for that scope (until then, callers without a usable token get this
+    /// error again; see
+    /// [`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
+    /// Set on the errors `get_token` returns for a request that failed at Entra or on the
+    /// way there, whether just now or answered again from the memory; `None` for every
+    /// other error, such as a refusal made before sending (the credential expired, bad
+    /// scopes), which is not remembered.
+    pub fn retry_at(&self) -> Option<time::OffsetDateTime> {
+        self.context.as_deref()?.retry_at
+    }
+
+    /// Set when the failed request it reports is remembered until.
+    pub(crate) fn with_retry_at(self, at: time::OffsetDateTime) -> Self {
+        self.with_context(|c| c.retry_at = Some(at))
+    }
+
+    fn with_context(mut self, change: impl FnOnce(&mut Context)) -> Self {
+        let mut context = self.context.as_deref().cloned().unwrap_or_default();
+        change(&mut context);
+        self.context = Some(Arc::new(context));
+        self
+    }
+
+    fn file(&self) -> Option<&FileRef> {
+        self.context.as_deref()?.file.as_ref()
+    }
+
     /// Attach the credential file this error concerns (kept if one is already set).
     pub(crate) fn with_path(self, path: &Path) -> Self {
         self.with_file(path, CREDENTIAL_FILE)
@@ -164,14 +201,15 @@ impl Error {
 
     /// Attach the file this error concerns and what kind of file it is (kept if a file is
     /// already set).
-    pub(crate) fn with_file(mut self, path: &Path, role: &'static str) -> Self {
-        if self.file.is_none() {
-            self.file = Some(Arc::new(FileRef {
-                role,
-                path: path.to_path_buf(),
-            }));
+    pub(crate) fn with_file(self, path: &Path, role: &'static str) -> Self {
+        if self.file().is_some() {
+            return self;
         }
-        self
+        let file = FileRef {
+            role,
+            path: path.to_path_buf(),
+        };
+        self.with_context(|c| c.file = Some(file))
     }
 }
 
@@ -179,14 +217,14 @@ impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error {
             kind: Box::new(kind),
-            file: None,
+            context: None,
         }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.file.as_deref() {
+        match self.file() {
             Some(file) => write!(f, "{} {}: {}", file.role, file.path.display(), self.kind),
             None => fmt::Display::fmt(&self.kind, f),
         }
@@ -198,6 +236,7 @@ impl fmt::Debug for Error {
         f.debug_struct("Error")
             .field("kind", &self.kind)
             .field("path", &self.path())
+            .field("retry_at", &self.retry_at())
             .finish()
     }
 }

@@ -1,22 +1,26 @@
-//! Where the crate's HTTP exchanges run: on the caller's task when it runs on a
-//! multi-threaded runtime, else on one I/O runtime the crate owns.
+//! Where the crate's token requests and HTTP exchanges run: on the caller's runtime when
+//! it is multi-threaded, else on one I/O runtime the crate owns.
 //!
-//! A pooled connection is served by a task on the runtime that opened it. A
-//! multi-threaded runtime (the common case: one runtime for the process) always runs its
-//! tasks, so its caller drives its own exchange, with no thread hop: a connection it
-//! opens is served by that runtime's workers and reused by every later caller, from any
-//! runtime, for as long as that runtime lives (when it ends, its connections close and
-//! leave the pool). A current-thread runtime runs its tasks only while someone drives it
-//! (one per test, a runtime per job, a runtime that ends while the credential lives on):
-//! a connection opened there would hang the next caller from elsewhere. Those callers,
-//! and callers without a runtime, hand their exchange to a single-threaded runtime in a
-//! thread of the crate's own, started on first use and alive for the rest of the
-//! process, as `reqwest::blocking` does. Connections are pooled in the client either way:
-//! a cold token or a refresh does not pay a new TCP and TLS handshake.
+//! A pooled connection is served by a task on the runtime that opened it, and a task runs
+//! only while its runtime is driven. A multi-threaded runtime (the common case: one
+//! runtime for the process) always runs its tasks: there a token request runs as a task
+//! of its own (on [`runtime`]) and an exchange on the caller's task ([`run`]), with no thread
+//! hop; a connection opened there is served by that runtime's workers and reused by
+//! every later caller, from any runtime, for as long as that runtime lives (when it ends,
+//! its connections close and leave the pool). A current-thread runtime runs its tasks
+//! only while someone drives it (one per test, a runtime per job, a runtime that ends
+//! while the credential lives on): a request started there, or a connection opened
+//! there, would stall the next caller from elsewhere. Those callers hand their requests
+//! and exchanges (and callers without a runtime, their exchanges) to a single-threaded
+//! runtime on a thread of the crate's own, `msi-dataplane-io`, started on first use and
+//! alive for the rest of the process, as `reqwest::blocking` does. Connections are pooled
+//! in the client either way: a cold token or a refresh does not pay a new TCP and TLS
+//! handshake.
 //!
-//! A caller that stops waiting drops or aborts its exchange (the request's own timeout
-//! bounds it in any case).
+//! A caller that stops waiting for an exchange drops or aborts it (the request's own
+//! timeout bounds it in any case); a spawned request runs to its end.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -30,8 +34,14 @@ use tokio::task::JoinHandle;
 #[derive(Debug)]
 pub(crate) struct Abandoned(pub &'static str);
 
-/// The I/O runtime's handle; `None` when its thread could not be started (the exchange
-/// then runs on the caller's task, as before pooling).
+const NO_IO_THREAD: Abandoned = Abandoned("the crate's I/O thread could not be started");
+
+thread_local! {
+    /// Set on the I/O runtime's thread: what runs there needs no hop.
+    static ON_IO_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The I/O runtime's handle; `None` when its thread could not be started.
 fn io_runtime() -> Option<&'static Handle> {
     static IO: OnceLock<Option<Handle>> = OnceLock::new();
     IO.get_or_init(|| {
@@ -43,11 +53,14 @@ fn io_runtime() -> Option<&'static Handle> {
         let handle = runtime.handle().clone();
         let started = std::thread::Builder::new()
             .name("msi-dataplane-io".into())
-            .spawn(move || runtime.block_on(std::future::pending::<()>()));
+            .spawn(move || {
+                ON_IO_THREAD.set(true);
+                runtime.block_on(std::future::pending::<()>())
+            });
         match started {
             Ok(_) => Some(handle),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start the HTTP I/O thread; exchanges run on the caller's runtime");
+                tracing::warn!(error = %e, "cannot start the crate's I/O thread");
                 None
             }
         }
@@ -55,28 +68,37 @@ fn io_runtime() -> Option<&'static Handle> {
     .as_ref()
 }
 
-/// Run one exchange: on the caller's task on a multi-threaded runtime, else on the I/O
-/// runtime, waited for from the caller's task.
+/// The caller's runtime, when work polled on this thread is driven whoever awaits it: a
+/// multi-threaded runtime, or the I/O runtime's own thread.
+fn driven_here() -> Option<Handle> {
+    let here = Handle::try_current().ok()?;
+    let driven = here.runtime_flavor() != RuntimeFlavor::CurrentThread || ON_IO_THREAD.get();
+    driven.then_some(here)
+}
+
+/// The runtime a task of the crate's own (a token request) runs on for this caller: its
+/// own when it is multi-threaded, else the I/O runtime. Nobody need wait for such a task.
+pub(crate) fn runtime() -> Result<Handle, Abandoned> {
+    match driven_here() {
+        Some(here) => Ok(here),
+        None => io_runtime().cloned().ok_or(NO_IO_THREAD),
+    }
+}
+
+/// Run one exchange: on the caller's task on a multi-threaded runtime (or the I/O
+/// runtime), else on the I/O runtime, waited for from the caller's task.
 pub(crate) async fn run<F, T>(exchange: F) -> Result<T, Abandoned>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    if on_multi_threaded_runtime() {
+    if driven_here().is_some() {
         return Ok(exchange.await);
     }
-    match io_runtime() {
-        Some(io) => AbortOnDrop(io.spawn(exchange))
-            .await
-            .map_err(|_| Abandoned("the HTTP exchange task ended without an answer")),
-        None => Ok(exchange.await),
-    }
-}
-
-/// Whether the caller runs on a runtime that drives its tasks whoever awaits them (not a
-/// current-thread one).
-fn on_multi_threaded_runtime() -> bool {
-    Handle::try_current().is_ok_and(|h| h.runtime_flavor() != RuntimeFlavor::CurrentThread)
+    let io = io_runtime().ok_or(NO_IO_THREAD)?;
+    AbortOnDrop(io.spawn(exchange))
+        .await
+        .map_err(|_| Abandoned("the HTTP exchange task ended without an answer"))
 }
 
 /// A spawned exchange, aborted when the caller stops waiting for it.
@@ -128,6 +150,39 @@ mod tests {
             })
             .collect();
         assert_eq!(names, ["msi-dataplane-io", "msi-dataplane-io"]);
+    }
+
+    #[test]
+    fn requests_run_on_a_multi_threaded_callers_runtime_else_on_the_io_thread() {
+        let on = |caller: tokio::runtime::Runtime| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            caller.block_on(async move {
+                runtime().unwrap().spawn(async move {
+                    let _ = tx.send(std::thread::current().name().map(str::to_owned));
+                });
+                tokio::task::yield_now().await;
+            });
+            let name = rx.recv_timeout(std::time::Duration::from_secs(10));
+            drop(caller);
+            name.expect("the task ran").expect("a named thread")
+        };
+        let multi = Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("caller-worker")
+            .build()
+            .unwrap();
+        assert_eq!(on(multi), "caller-worker");
+        let current = Builder::new_current_thread().build().unwrap();
+        assert_eq!(on(current), "msi-dataplane-io");
+        // From the I/O thread itself, an exchange runs in place (no second hop).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let current = Builder::new_current_thread().build().unwrap();
+        current.block_on(async move {
+            runtime().unwrap().spawn(async move {
+                let _ = tx.send(driven_here().is_some());
+            });
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap());
     }
 
     #[test]

@@ -233,6 +233,25 @@ impl UserAssignedIdentityCredential {
         active.credential.get_token(scopes).await
     }
 
+    /// An unstable hook for the token server (`msi-credential serve`), not part of the
+    /// crate's API: it may change or go in any release. As [`get_token`](Self::get_token),
+    /// but only *starting* a new token request is subject to `admit`: a cached token, or a
+    /// request already in flight (joined), or a failure still remembered never calls it;
+    /// when a new request would start and `admit()` returns `false`, `Ok(None)`, with
+    /// nothing started.
+    #[doc(hidden)]
+    pub async fn get_token_admitted(
+        &self,
+        scopes: &[&str],
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        if let Some(token) = self.cached_token(scopes) {
+            return Ok(Some(token));
+        }
+        let active = self.inner.active.load_full();
+        active.credential.get_token_admitted(scopes, admit).await
+    }
+
     /// The active credential's cached token for `scopes` if one can be handed out now,
     /// without any request (the hit path of [`get_token`](Self::get_token)).
     pub fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {

@@ -22,10 +22,6 @@ pub struct AccessToken {
     inner: Arc<Inner>,
 }
 
-/// Aligned to two cache lines so that the reference counts of two tokens never share a
-/// line: the cache keeps one copy per CPU, and clones on different CPUs then do not
-/// contend.
-#[repr(align(128))]
 struct Inner {
     token: Arc<str>,
     expires_on: OffsetDateTime,
@@ -68,17 +64,6 @@ impl AccessToken {
     /// When the server asked the token to be refreshed, if it did (`refresh_in`).
     pub fn refresh_on(&self) -> Option<OffsetDateTime> {
         self.inner.refresh_on
-    }
-
-    /// An equal token with its own reference count (shares the text).
-    pub(crate) fn detached_copy(&self) -> Self {
-        AccessToken {
-            inner: Arc::new(Inner {
-                token: self.inner.token.clone(),
-                expires_on: self.inner.expires_on,
-                refresh_on: self.inner.refresh_on,
-            }),
-        }
     }
 }
 

@@ -2,38 +2,38 @@
 //! tenants, the data plane client, the token server), keyed by tenant (`None`: the
 //! fetcher's own; others lower-cased by the callers) and the scope list **as given**.
 //!
-//! - **Publication**: a concurrent map ([`papaya`]) from entry to token. A new entry or
-//!   token writes one slot, never a copy of the table; readers take no lock, writers
-//!   one short lock; what is replaced is freed once no reader holds it.
-//! - **Hit path**: a lookup by the borrowed key, a coarse clock read, the last use noted,
-//!   a clone of the token's handle for this CPU: no lock, no allocation.
-//! - **Single flight**: a miss joins the entry's one request or starts it, run in the
-//!   waiting callers' own tasks ([`Driven`]: whichever is polled drives it, in a task of
-//!   its own once one leaves first); every waiter gets its result. After a failure, callers without a usable
-//!   token get its error for `failure_memory` ([`settled`]).
+//! - **The map**: a `HashMap` from entry to its token behind one `RwLock`. A hit takes
+//!   the read lock, looks the borrowed key up, checks the token's times and clones it: no
+//!   allocation. A new entry, a new token and eviction take the write lock briefly; no
+//!   lock is held across an `.await`.
+//! - **Single flight**: a miss joins the entry's one request or starts it as a task of
+//!   its own ([`exchange::runtime`]: the caller's multi-threaded runtime, else the crate's
+//!   I/O runtime); its callers await its answer on a `watch` channel, so a caller that
+//!   stops waiting cancels no one. However the task ends (an answer, a panic, its runtime
+//!   shutting down), [`Flight`] ends the entry's request with it: callers left without
+//!   an answer get `RequestAbandoned`, and the next caller starts afresh.
+//! - **Failure memory**: after a failed request, callers without a usable token get its
+//!   error until [`settled`] says (the error carries that time: `Error::retry_at`).
 //! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request (a task of its own) replaces it, [`settled`]'s backoff
-//!   apart after failures.
+//!   and one background request replaces it, [`settled`]'s backoff apart after failures.
 //! - **Bound**: at most `max_entries` (besides those in flight); past it the least
 //!   recently used eighth leaves ([`least_recently_used`]); entries idle for a minute
 //!   ([`Entry::evictable`]) leave at the next sweep (at most one a minute).
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use papaya::HashMap;
-use seize::Collector;
+use hashbrown::HashMap;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::clock::{Clock, unix_millis};
+use crate::clock::{Clock, from_unix_millis, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
+use crate::http::exchange;
 use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
-use crate::token::driven::Driven;
 use crate::token::entry::{Answer, Cached, Entry, Key, State};
-use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::{
     Freshness, IDLE_GRACE, Limits, evict_count, freshness, least_recently_used, refresh_at, settled,
 };
@@ -44,43 +44,41 @@ pub(crate) struct TokenCache(Arc<Shared>);
 
 /// What the cache and its requests in flight share.
 struct Shared {
-    map: HashMap<Arc<Entry>, Option<Cached>, foldhash::fast::RandomState>,
-    /// Serializes the map's writers; holds when the next idle sweep is due (Unix ms).
-    writer: Mutex<i64>,
+    table: RwLock<Table>,
     clock: Arc<dyn Clock>,
     limits: Limits,
 }
 
-/// What the caller supplies: a fetch of a new token, runnable in a spawned task.
+/// The entries and their tokens.
+struct Table {
+    map: HashMap<Arc<Entry>, Option<Cached>>,
+    /// When the next idle sweep is due (Unix ms).
+    next_sweep: i64,
+}
+
+/// What the caller supplies: a fetch of a new token, run as a task of its own.
 pub(crate) trait Fetch: Send + Sync + 'static {
-    /// A token in `tenant` (`None`: its own) for `scope` (space-joined), not `rejected`.
+    /// A token in `tenant` (`None`: its own) for `scope` (space-joined).
     fn fetch(
         self: &Arc<Self>,
         tenant: Option<Arc<str>>,
         scope: Arc<str>,
-        rejected: Option<AccessToken>,
     ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
 }
 
 impl TokenCache {
     /// An empty cache whose times come from `clock`, within `limits`.
     pub(crate) fn new(clock: Arc<dyn Clock>, limits: Limits) -> Self {
-        // A collector of its own: papaya 0.2's map reclaims every object of its collector
-        // when dropped, so a collector shared with another cache would free that cache's
-        // retired entries under its readers (seen: a crash in a dropped credential's cache).
-        let hasher = foldhash::fast::RandomState::default();
-        let map = HashMap::builder()
-            .hasher(hasher)
-            .collector(Collector::new())
-            .build();
         let limits = Limits {
             max_entries: limits.max_entries.max(1),
             ..limits
         };
-        let writer = Mutex::new(clock.now_unix_millis().saturating_add(IDLE_GRACE));
+        let table = Table {
+            map: HashMap::new(),
+            next_sweep: clock.now_unix_millis().saturating_add(IDLE_GRACE),
+        };
         TokenCache(Arc::new(Shared {
-            map,
-            writer,
+            table: RwLock::new(table),
             clock,
             limits,
         }))
@@ -96,21 +94,25 @@ impl TokenCache {
     ) -> Option<AccessToken> {
         let shared = &self.0;
         let now = shared.clock.now_unix_millis();
-        let guard = shared.map.guard();
-        let (entry, cached) = shared.map.get_key_value(&Key { tenant, scopes }, &guard)?;
+        let table = shared.read();
+        let (entry, cached) = table.map.get_key_value(&Key { tenant, scopes })?;
         let cached = cached.as_ref()?;
-        match freshness(now, cached.refresh_at, cached.expires_on) {
-            Freshness::Expired => return None,
-            Freshness::RefreshAhead if now >= entry.quiet_until.load(Ordering::Acquire) => {
-                entry.refresh_in_background(shared, fetcher);
-            }
-            _ => {}
+        let freshness = freshness(now, cached.refresh_at, cached.expires_on);
+        if freshness == Freshness::Expired {
+            return None;
         }
-        // Written at most once per clock tick: hits on other CPUs rarely share the line.
+        // Written at most once per millisecond: hits on other CPUs rarely share the line.
         if entry.used_at.load(Ordering::Relaxed) < now {
             entry.used_at.store(now, Ordering::Relaxed);
         }
-        cached.handles.token()
+        let token = cached.token.clone();
+        if freshness == Freshness::RefreshAhead && now >= entry.quiet_until.load(Ordering::Acquire)
+        {
+            let entry = entry.clone();
+            drop(table);
+            shared.refresh_in_background(&entry, fetcher);
+        }
+        Some(token)
     }
 
     /// Get a token: from the cache, or by joining or starting the entry's one request.
@@ -120,9 +122,23 @@ impl TokenCache {
         scopes: &[&str],
         fetcher: &Arc<F>,
     ) -> Result<AccessToken> {
+        let admitted = self.get_admitted(tenant, scopes, fetcher, || true).await?;
+        admitted.ok_or_else(|| abandoned("not admitted"))
+    }
+
+    /// As [`get`](Self::get), but a new request starts only if `admit()` says so (`None`
+    /// when it does not); a cached token, a request in flight or a remembered failure
+    /// never asks it.
+    pub(crate) async fn get_admitted<F: Fetch>(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        fetcher: &Arc<F>,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
         match self.get_cached(tenant, scopes, fetcher) {
-            Some(token) => Ok(token),
-            None => self.fetch(tenant, scopes, fetcher, None).await,
+            Some(token) => Ok(Some(token)),
+            None => self.fetch(tenant, scopes, fetcher, None, admit).await,
         }
     }
 
@@ -135,59 +151,61 @@ impl TokenCache {
         fetcher: &Arc<F>,
         rejected: &AccessToken,
     ) -> Result<AccessToken> {
-        let token = self.fetch(tenant, scopes, fetcher, Some(rejected)).await?;
-        match token.token() == rejected.token() {
-            true => self.fetch(tenant, scopes, fetcher, Some(rejected)).await,
-            false => Ok(token),
+        let mut token = self
+            .fetch(tenant, scopes, fetcher, Some(rejected), || true)
+            .await?;
+        if token.as_ref().is_some_and(|t| t.token() == rejected.token()) {
+            token = self.fetch(tenant, scopes, fetcher, Some(rejected), || true).await?;
         }
+        token.ok_or_else(|| abandoned("not admitted"))
     }
 
     /// Join or start the entry's request, unless it holds a usable token (not `rejected`)
-    /// or its last request failed within the failure memory.
+    /// or its last request failed within the failure memory. A new request starts only
+    /// if `admit()` says so.
     async fn fetch<F: Fetch>(
         &self,
         tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
         rejected: Option<&AccessToken>,
-    ) -> Result<AccessToken> {
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
         let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
-        let (mut rx, work) = {
+        let answer = {
             let mut state = entry.state();
             // Re-check: a request may have completed since the caller's lookup.
             let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
             if let Some(token) = shared.usable(&entry).filter(other) {
-                return Ok(token);
+                return Ok(Some(token));
             }
-            match (&state.inflight, &state.failed) {
-                (Some((rx, work)), _) => (rx.clone(), work.join()),
-                (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
-                    tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
-                    return Err(error.clone());
+            if let Some(answer) = &state.inflight {
+                answer.clone()
+            } else if let Some(error) = remembered(&state, shared.clock.now_unix_millis()) {
+                tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
+                return Err(error);
+            } else if !admit() {
+                return Ok(None);
+            } else {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(abandoned("no Tokio runtime to run it on"));
                 }
-                _ => {
-                    let (rx, work) = entry.start(&mut state, shared, fetcher, rejected.cloned())?;
-                    (rx, Some(work))
-                }
+                let runtime = exchange::runtime().map_err(|a| abandoned(a.0))?;
+                let (tx, answer) = watch::channel(None);
+                entry.begin(&mut state, answer.clone());
+                drop(state);
+                shared.launch(&runtime, &entry, fetcher, tx);
+                answer
             }
         };
-        // The callers waiting drive the request in their own tasks (no other thread woken
-        // for it); were one dropped first, the request would finish in a task.
-        if let Some(work) = work {
-            work.await;
-        }
-        let reason = "the task running it ended without an answer (runtime shutting down?)";
-        match rx.wait_for(Option::is_some).await.as_deref() {
-            Ok(Some(result)) => result.clone(),
-            _ => Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into()),
-        }
+        wait(answer).await.map(Some)
     }
 
     /// Up to `max` scope sets holding an unexpired token in `tenant`: recently served.
     pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
-        let map = self.0.map.pin();
-        let ours = map.iter().filter(|(e, _)| e.tenant.as_deref() == tenant);
+        let table = self.0.read();
+        let ours = table.map.iter().filter(|(e, _)| e.tenant.as_deref() == tenant);
         let live = ours.filter(|(_, c)| c.as_ref().is_some_and(|c| now < c.expires_on));
         let scopes = |(e, _): (&Arc<Entry>, _)| e.scopes.iter().map(|s| s.to_string()).collect();
         live.take(max).map(scopes).collect()
@@ -196,61 +214,124 @@ impl TokenCache {
     /// Drop every cached token and remembered failure (entries stay). Requests in flight
     /// complete and are cached.
     pub(crate) fn clear(&self) {
-        let _writer = self.0.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let map = self.0.map.pin();
-        for (entry, _) in map.iter() {
-            map.insert(entry.clone(), None);
+        let entries: Vec<Arc<Entry>> = {
+            let mut table = self.0.write();
+            table.map.values_mut().for_each(|cached| *cached = None);
+            table.map.keys().cloned().collect()
+        };
+        // Not under the map's lock: a caller holding an entry's lock may wait for it.
+        for entry in entries {
             entry.state().failed = None;
         }
     }
 }
 
 impl Shared {
+    fn read(&self) -> RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The entry for the key, added if need be (evicting others if the cache is full).
     fn entry(&self, tenant: Option<&str>, scopes: &[&str]) -> Arc<Entry> {
         let key = Key { tenant, scopes };
-        if let Some((entry, _)) = self.map.pin().get_key_value(&key) {
-            return entry.clone();
-        }
-        let mut next_sweep = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let map = self.map.pin();
-        if let Some((entry, _)) = map.get_key_value(&key) {
+        if let Some((entry, _)) = self.read().map.get_key_value(&key) {
             return entry.clone();
         }
         let now = self.clock.now_unix_millis();
-        if map.len() >= self.limits.max_entries || now >= *next_sweep {
-            *next_sweep = now.saturating_add(IDLE_GRACE);
-            self.sweep(now);
+        let mut table = self.write();
+        if let Some((entry, _)) = table.map.get_key_value(&key) {
+            return entry.clone();
+        }
+        if table.map.len() >= self.limits.max_entries || now >= table.next_sweep {
+            table.next_sweep = now.saturating_add(IDLE_GRACE);
+            self.sweep(&mut table, now);
         }
         let entry = Arc::new(Entry::new(&key, now));
-        map.insert(entry.clone(), None);
+        table.map.insert(entry.clone(), None);
         entry
     }
 
-    /// Under the writer lock: drop the entries [`Entry::evictable`] at `now`, then, if the cache
-    /// is still full, the least recently used eighth (none with a request in flight).
-    fn sweep(&self, now: i64) {
-        let map = self.map.pin();
-        map.retain(|entry, cached| !entry.evictable(now, cached.as_ref()));
-        let max = self.limits.max_entries;
-        if map.len() < max {
+    /// Under the write lock: drop the entries [`Entry::evictable`] at `now`, then, if the
+    /// cache is still full, the least recently used eighth (none with a request in flight).
+    fn sweep(&self, table: &mut Table, now: i64) {
+        table
+            .map
+            .retain(|entry, cached| !entry.evictable(now, cached.as_ref()));
+        let (len, max) = (table.map.len(), self.limits.max_entries);
+        if len < max {
             return;
         }
-        let mut idle: Vec<_> = map.iter().map(|(e, _)| e).filter(|e| !e.busy()).collect();
-        let used_at = |e: &&Arc<Entry>| e.used_at.load(Ordering::Relaxed);
-        let evicted = least_recently_used(&mut idle, evict_count(map.len(), max), used_at);
-        if evicted.is_empty() {
-            return;
-        }
+        let mut idle: Vec<_> = table.map.keys().filter(|e| !e.busy()).cloned().collect();
+        let used_at = |e: &Arc<Entry>| e.used_at.load(Ordering::Relaxed);
+        let evicted = least_recently_used(&mut idle, evict_count(len, max), used_at);
         for entry in evicted {
-            map.remove(&***entry);
+            table.map.remove(&**entry);
         }
-        let excess = evicted.len();
         tracing::debug!(
-            evicted = excess,
+            evicted = evicted.len(),
             max,
             "token cache full; the least recently used left"
         );
+    }
+
+    /// The entry's token, if it can be handed out now.
+    fn usable(&self, entry: &Arc<Entry>) -> Option<AccessToken> {
+        let now = self.clock.now_unix_millis();
+        let table = self.read();
+        let (found, cached) = table.map.get_key_value(&**entry)?;
+        let c = cached.as_ref().filter(|_| Arc::ptr_eq(found, entry))?;
+        let usable = freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired;
+        usable.then(|| c.token.clone())
+    }
+
+    /// Start one background request for the entry unless one is in flight (never waits
+    /// for its lock: whoever holds it starts or ends this entry's request).
+    fn refresh_in_background<F: Fetch>(self: &Arc<Self>, entry: &Arc<Entry>, fetcher: &Arc<F>) {
+        let Some(mut state) = entry.try_state() else {
+            return;
+        };
+        if state.inflight.is_some() {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let Ok(runtime) = exchange::runtime() else {
+            return;
+        };
+        tracing::debug!(scope = %service_text(&entry.joined), "refreshing token ahead of expiry");
+        let (tx, answer) = watch::channel(None);
+        entry.begin(&mut state, answer);
+        drop(state);
+        self.launch(&runtime, entry, fetcher, tx);
+    }
+
+    /// Run the entry's request (marked in flight by the caller, who holds no lock) as a
+    /// task on `runtime`; its result answers on `tx`.
+    fn launch<F: Fetch>(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        entry: &Arc<Entry>,
+        fetcher: &Arc<F>,
+        tx: watch::Sender<Option<Result<AccessToken>>>,
+    ) {
+        let flight = Flight {
+            shared: self.clone(),
+            entry: entry.clone(),
+            tx,
+            answered: false,
+        };
+        let request = fetcher.fetch(entry.tenant.clone(), entry.joined.clone());
+        let started = self.clock.now();
+        // On a runtime shutting down the task, and `flight` with it, is dropped at once.
+        drop(runtime.spawn(async move {
+            let result = request.await;
+            flight.land(result, started);
+        }));
     }
 
     /// Cache `token` (obtained by a request started at `started`) in the entry's slot,
@@ -259,123 +340,102 @@ impl Shared {
         let (expires, asked, jitter) = (token.expires_on(), token.refresh_on(), jitter());
         let at = refresh_at(started, expires, asked, self.limits.window, jitter);
         let cached = Cached {
-            handles: PerCpu::new(token),
+            token: token.clone(),
             refresh_at: unix_millis(at),
             expires_on: unix_millis(expires),
         };
-        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let map = self.map.pin();
-        if map
-            .get_key_value(&**entry)
-            .is_some_and(|(e, _)| Arc::ptr_eq(e, entry))
+        let mut table = self.write();
+        if let Some((found, slot)) = table.map.get_key_value_mut(&**entry)
+            && Arc::ptr_eq(found, entry)
         {
-            map.insert(entry.clone(), Some(cached));
+            *slot = Some(cached);
         }
-    }
-
-    /// The entry's token, if it can be handed out now.
-    fn usable(&self, entry: &Arc<Entry>) -> Option<AccessToken> {
-        let now = self.clock.now_unix_millis();
-        let map = self.map.pin();
-        let (found, cached) = map.get_key_value(&**entry)?;
-        let c = cached.as_ref().filter(|_| Arc::ptr_eq(found, entry))?;
-        let usable = freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired;
-        usable.then(|| c.handles.token()).flatten()
     }
 }
 
-impl Entry {
-    fn refresh_in_background<F: Fetch>(self: &Arc<Self>, shared: &Arc<Shared>, fetcher: &Arc<F>) {
-        // `try_lock`: never waits; whoever holds it starts or ends this entry's request.
-        if let Some(mut state) = self.try_state()
-            && state.inflight.is_none()
-        {
-            tracing::debug!(scope = %service_text(&self.joined), "refreshing token ahead of expiry");
-            match self.start(&mut state, shared, fetcher, None) {
-                Ok((_, work)) => work.detach(),
-                Err(e) => {
-                    tracing::warn!(scope = %service_text(&self.joined), error = %e, "cannot start the token refresh");
-                }
-            }
-        }
-    }
+/// The entry's remembered error, if its last request failed and `now` (Unix ms) is
+/// within the failure memory.
+fn remembered(state: &State, now: i64) -> Option<Error> {
+    let (error, until) = state.failed.as_ref()?;
+    (now < *until).then(|| error.clone())
+}
 
-    /// Start the entry's request (the caller holds the state lock and saw none in flight):
-    /// its answer, and the work that runs it, for the caller to drive or detach.
-    fn start<F: Fetch>(
-        self: &Arc<Self>,
-        state: &mut State,
-        shared: &Arc<Shared>,
-        fetcher: &Arc<F>,
-        rejected: Option<AccessToken>,
-    ) -> Result<(Answer, Driven)> {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            let reason = "no Tokio runtime to run it on";
-            return Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into());
-        };
-        let (tx, rx) = watch::channel(None);
-        let mut flight = Flight(Some((self.clone(), shared.clone())));
-        let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
-        let started = shared.clock.now();
-        let work = Box::pin(async move {
-            let result = request.await;
-            flight.complete(&result, started);
-            // Waiters may all have gone; nothing to do then.
-            let _ = tx.send(Some(result));
-        });
-        let (work, joinable) = Driven::new(work, handle);
-        self.begin(state, rx.clone(), joinable);
-        Ok((rx, work))
+/// Wait for the request's answer.
+async fn wait(mut answer: Answer) -> Result<AccessToken> {
+    match answer.wait_for(Option::is_some).await.as_deref() {
+        Ok(Some(result)) => result.clone(),
+        _ => Err(abandoned(
+            "the task running it ended without an answer (a panic, or its runtime shutting down)",
+        )),
     }
 }
 
-/// Ends the entry's request however it ends (completion, panic, or its task dropped at
-/// runtime shutdown), so the next caller can start a new one.
-struct Flight(Option<(Arc<Entry>, Arc<Shared>)>);
+fn abandoned(reason: &'static str) -> Error {
+    ErrorKind::Token(TokenError::RequestAbandoned { reason }).into()
+}
+
+/// One request of an entry, run in its task: [`land`](Flight::land) caches its result,
+/// remembers a failure and answers the waiters; dropped without landing (a panic, or the
+/// task dropped at runtime shutdown), it ends the entry's request all the same.
+struct Flight {
+    shared: Arc<Shared>,
+    entry: Arc<Entry>,
+    tx: watch::Sender<Option<Result<AccessToken>>>,
+    answered: bool,
+}
 
 impl Flight {
-    /// Record the result and end the request before any waiter is woken. A token is
-    /// published first, then the request ended under the state lock: whoever finds no
-    /// request in flight finds the new token (or the error and the backoff).
-    fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime) {
-        let Some((entry, shared)) = self.0.take() else {
-            return;
-        };
-        if let Ok(token) = result {
-            shared.publish(&entry, token, started);
+    fn land(mut self, result: Result<AccessToken>, started: OffsetDateTime) {
+        let (shared, entry) = (&self.shared, &self.entry);
+        if let Ok(token) = &result {
+            shared.publish(entry, token, started);
         }
         let mut state = entry.state();
         let now = shared.clock.now_unix_millis();
         // An answer or a transport failure; not a refusal made here (validity).
         let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
-        let failed = result.as_ref().err();
         let memory = shared.limits.failure_memory;
-        let next = settled(now, state.failures, failed.map(reached), memory, jitter());
+        let failed = result.as_ref().err().map(reached);
+        let next = settled(now, state.failures, failed, memory, jitter());
         state.failures = next.failures;
-        state.failed = failed
-            .zip(next.error_until)
-            .map(|(e, until)| (e.clone(), until));
-        if let Some(error) = failed {
+        let result = result.map_err(|error| match next.error_until {
+            Some(until) => error.with_retry_at(from_unix_millis(until)),
+            None => error,
+        });
+        state.failed = match (&result, next.error_until) {
+            (Err(error), Some(until)) => Some((error.clone(), until)),
+            _ => None,
+        };
+        if let Err(error) = &result {
             tracing::warn!(
                 scope = %service_text(&entry.joined),
                 error = %error,
                 failures = state.failures,
                 retry_in_secs = (next.quiet_until - now) / 1000,
-                serving_cached = shared.usable(&entry).is_some(),
+                serving_cached = shared.usable(entry).is_some(),
                 "token request failed"
             );
         }
         entry.settle(&mut state, now, next.quiet_until);
+        drop(state);
+        self.answered = true;
+        // Waiters may all have gone; nothing to do then.
+        let _ = self.tx.send(Some(result));
     }
 }
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        if let Some((entry, shared)) = self.0.take() {
-            let now = shared.clock.now_unix_millis();
-            let mut state = entry.state();
-            entry.settle(&mut state, now, i64::MIN);
+        if self.answered {
+            return;
         }
+        if std::thread::panicking() {
+            // Its message may hold anything: not logged.
+            tracing::error!(scope = %service_text(&self.entry.joined), "a token request panicked; its callers get no answer");
+        }
+        let now = self.shared.clock.now_unix_millis();
+        let mut state = self.entry.state();
+        self.entry.settle(&mut state, now, i64::MIN);
     }
 }
 

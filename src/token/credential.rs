@@ -420,6 +420,22 @@ impl ClientCertificateCredential {
         inner.cache.get(None, scopes, inner).await
     }
 
+    /// As [`get_token`](Self::get_token), but a new token request starts only if
+    /// `admit()` returns `true` (`Ok(None)` when it does not, nothing started): a cached
+    /// token, a request in flight (joined) or a remembered failure never calls it.
+    pub(crate) async fn get_token_admitted(
+        &self,
+        scopes: &[&str],
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        if let Some(token) = self.cached_token(scopes) {
+            return Ok(Some(token));
+        }
+        check_scopes(scopes)?;
+        let inner = &self.inner;
+        inner.cache.get_admitted(None, scopes, inner, admit).await
+    }
+
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
@@ -571,8 +587,6 @@ impl Fetch for Inner {
         self: &Arc<Self>,
         tenant: Option<Arc<str>>,
         scope: Arc<str>,
-        // Every request goes to the token endpoint: a new token whatever was refused.
-        _rejected: Option<AccessToken>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
         async move {

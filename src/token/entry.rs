@@ -6,13 +6,11 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use papaya::Equivalent;
+use hashbrown::Equivalent;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::token::access_token::AccessToken;
-use crate::token::driven::Joinable;
-use crate::token::per_cpu::PerCpu;
 use crate::token::refresh::evictable;
 
 /// One tenant and scope set, and its request state.
@@ -31,22 +29,24 @@ pub(crate) struct Entry {
     state: Mutex<State>,
 }
 
-/// The answer of a request in flight, once it has one.
+/// What the callers waiting on a request await: its result, once it has one. Closed
+/// without one when the request's task ended without answering.
 pub(crate) type Answer = watch::Receiver<Option<Result<AccessToken>>>;
 
 /// An entry's requests, under its lock.
 #[derive(Default)]
 pub(crate) struct State {
-    /// The request in flight: its answer, and its work for callers who join it to drive.
-    pub(crate) inflight: Option<(Answer, Joinable)>,
+    /// The request in flight, if one is.
+    pub(crate) inflight: Option<Answer>,
+    /// Consecutive failures.
     pub(crate) failures: u32,
     /// The last request's error and until when (Unix ms) it is the answer.
     pub(crate) failed: Option<(Error, i64)>,
 }
 
-/// A token and its times (Unix ms), with one handle per CPU.
+/// A token and its times (Unix ms).
 pub(crate) struct Cached {
-    pub(crate) handles: PerCpu,
+    pub(crate) token: AccessToken,
     pub(crate) refresh_at: i64,
     pub(crate) expires_on: i64,
 }
@@ -93,8 +93,8 @@ impl Entry {
     }
 
     /// A request starts (the caller holds the state lock and saw none in flight).
-    pub(crate) fn begin(&self, state: &mut State, answer: Answer, work: Joinable) {
-        state.inflight = Some((answer, work));
+    pub(crate) fn begin(&self, state: &mut State, answer: Answer) {
+        state.inflight = Some(answer);
         self.quiet_until.store(i64::MAX, Ordering::Release);
     }
 

@@ -6,8 +6,6 @@ pub(crate) mod access_token;
 pub(crate) mod assertion;
 pub(crate) mod cache;
 pub(crate) mod credential;
-pub(crate) mod driven;
 pub(crate) mod endpoint;
 pub(crate) mod entry;
-pub(crate) mod per_cpu;
 pub(crate) mod refresh;

@@ -583,3 +583,90 @@ async fn each_request_signs_on_the_spot() {
     let request = server.requests().pop().expect("one request");
     assert_eq!(request.iat, Some(built.unix_timestamp() + 10));
 }
+
+/// A failed request's error says when the credential asks again (the failure memory's
+/// end), fresh and answered again from the memory alike; a refusal made before sending
+/// is not remembered and says nothing.
+#[tokio::test]
+async fn a_remembered_failure_says_when_the_next_request_is_made() {
+    let server = EntraServer::start().await;
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", no_retry());
+    server.enqueue(Scripted::aadsts(
+        400,
+        "invalid_request",
+        90002,
+        "tenant not found",
+    ));
+    let failed_at = clock.now_for_test();
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    let retry_at = err.retry_at().expect("a remembered failure says when");
+    let memory_end = failed_at + FAILURE_MEMORY;
+    assert!(
+        retry_at <= memory_end && memory_end - retry_at < time::Duration::milliseconds(1),
+        "retry at {retry_at}, the memory ends at {memory_end}"
+    );
+    clock.advance(Duration::from_secs(2));
+    let again = cred.get_token(&[ARM]).await.unwrap_err();
+    assert_eq!(again.retry_at(), Some(retry_at), "the same time, from the memory");
+    assert_eq!(server.token_requests(), 1);
+    // Refused before sending: not remembered.
+    let bad_scope = cred.get_token(&["a b"]).await.unwrap_err();
+    assert_eq!(bad_scope.retry_at(), None);
+    let expired = cred.certificate().not_after() - clock.now_for_test();
+    clock.advance(Duration::try_from(expired).unwrap() + Duration::from_secs(1));
+    let refused = cred.get_token(&[GRAPH]).await.unwrap_err();
+    assert!(
+        matches!(
+            refused.kind(),
+            ErrorKind::File(msi_dataplane::FileError::CredentialExpired { .. })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(refused.retry_at(), None);
+    assert_eq!(server.token_requests(), 1);
+}
+
+/// The token server's hook: only starting a new request is subject to admission. A
+/// cached token, a request in flight or a remembered failure never asks; refused, nothing
+/// starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_new_request_is_subject_to_admission() {
+    let server = support::harness::server_with("rotation-1").await;
+    let dir = support::atomic_writer::TempDir::new("admitted");
+    let path = dir.join("identity");
+    let json = support::fixtures::load_with_endpoint("rotation-1", &server.base_url())
+        .to_json()
+        .unwrap();
+    std::fs::write(&path, json).unwrap();
+    let cred = msi_dataplane::UserAssignedIdentityCredential::new(
+        &path,
+        no_retry(),
+        msi_dataplane::ReloadOptions::default().with_watch(false),
+    )
+    .await
+    .unwrap();
+    let never = || -> bool { panic!("asked without a request to start") };
+
+    let refused = cred.get_token_admitted(&[ARM], || false).await.unwrap();
+    assert!(refused.is_none());
+    assert_eq!(server.token_requests(), 0, "refused: nothing started");
+
+    server.set_scope_delay(ARM, Duration::from_millis(300));
+    let first = tokio::spawn({
+        let cred = cred.clone();
+        async move { cred.get_token_admitted(&[ARM], || true).await }
+    });
+    wait_for_token_requests(&server, 1).await;
+    let joined = cred.get_token_admitted(&[ARM], never).await.unwrap();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first, joined, "one request for both");
+    let cached = cred.get_token_admitted(&[ARM], never).await.unwrap();
+    assert_eq!(cached, joined);
+    assert_eq!(server.token_requests(), 1);
+
+    server.enqueue(Scripted::status(400));
+    let err = cred.get_token_admitted(&[GRAPH], || true).await.unwrap_err();
+    let again = cred.get_token_admitted(&[GRAPH], never).await.unwrap_err();
+    assert!(err.retry_at().is_some() && again.retry_at() == err.retry_at());
+    assert_eq!(server.token_requests(), 2);
+}
