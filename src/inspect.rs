@@ -18,14 +18,15 @@ use crate::clock::{rfc3339, saturating_add, to_time};
 use crate::error::Result;
 use crate::file::bundle::BundleFormat;
 use crate::file::certificate::ClientCertificate;
-use crate::file::model::UserAssignedIdentityCredentials;
-use crate::token::credential::NOT_BEFORE_SKEW;
+pub use crate::file::model::FileTimes;
+use crate::file::model::{CredentialFile, UserAssignedIdentityCredentials, read_limited};
+use crate::file::validity::{EXPIRY_WARNING_MARGIN, NOT_BEFORE_SKEW, Window};
 use crate::token::endpoint;
 
 /// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
 /// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
 /// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
-pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub const EXPIRES_SOON_MARGIN: Duration = EXPIRY_WARNING_MARGIN;
 
 /// What a credential file holds and what is wrong with it, at one instant.
 ///
@@ -92,24 +93,6 @@ pub struct Validity {
     pub not_after: OffsetDateTime,
     /// Whole days from `checked_at` to `not_after`, rounded down (negative once expired).
     pub days_left: i64,
-}
-
-/// The times a credential file states (each optional in the schema).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct FileTimes {
-    /// `not_before`.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub not_before: Option<OffsetDateTime>,
-    /// `not_after`.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub not_after: Option<OffsetDateTime>,
-    /// `renew_after`.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub renew_after: Option<OffsetDateTime>,
-    /// `cannot_renew_after`.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub cannot_renew_after: Option<OffsetDateTime>,
 }
 
 /// Public facts about the leaf certificate and the bundle it came in.
@@ -202,13 +185,17 @@ impl CredentialReport {
         now: OffsetDateTime,
         expiry_margin: Duration,
     ) -> Result<Self> {
-        creds.validate()?;
-        let file_times = FileTimes {
-            not_before: creds.not_before()?,
-            not_after: creds.not_after()?,
-            renew_after: creds.renew_after()?,
-            cannot_renew_after: creds.cannot_renew_after()?,
-        };
+        let file = CredentialFile::parse(creds)?;
+        Self::of(&file, cert, now, expiry_margin)
+    }
+
+    /// The report of a parsed file.
+    fn of(
+        file: &CredentialFile<'_>,
+        cert: &ClientCertificate,
+        now: OffsetDateTime,
+        expiry_margin: Duration,
+    ) -> Result<Self> {
         let certificate = CertificateSummary {
             subject: cert.subject()?,
             issuer: cert.issuer()?,
@@ -220,29 +207,25 @@ impl CredentialReport {
             key_bits: cert.key_bits(),
             bundle_format: cert.format(),
         };
-        let end = match file_times.not_after {
-            Some(file_end) if file_end < certificate.not_after => file_end,
-            _ => certificate.not_after,
-        };
+        let file_times = file.times;
+        let window = Window::new(&file_times, cert.not_before(), cert.not_after());
         let validity = Validity {
-            not_before: file_times.not_before.unwrap_or(certificate.not_before),
-            not_after: end,
-            days_left: (end - now).whole_seconds().div_euclid(86_400),
+            not_before: window.not_before,
+            not_after: window.end,
+            days_left: (window.end - now).whole_seconds().div_euclid(86_400),
         };
-        let authority = creds.authentication_endpoint.clone().unwrap_or_default();
-        let tenant_id = creds.tenant_id.clone().unwrap_or_default();
-        let (token_url, authority_problem) = check_authority(&authority, tenant_id.trim());
+        let (token_url, authority_problem) = check_authority(file.authority, file.tenant_id.trim());
         let mut problems = time_problems(&file_times, &certificate, now, expiry_margin);
         problems.extend(authority_problem);
         // Stable: within a severity, the order of the checks.
         problems.sort_by_key(|p| std::cmp::Reverse(p.severity));
         Ok(CredentialReport {
-            client_id: creds.client_id.clone().unwrap_or_default(),
-            object_id: creds.object_id.clone(),
-            resource_id: creds.resource_id.clone(),
-            tenant_id,
-            cloud: crate::cloud::Cloud::for_authority(&authority).map(|c| c.name().to_owned()),
-            authority,
+            client_id: file.client_id.to_owned(),
+            object_id: file.object_id.map(str::to_owned),
+            resource_id: file.resource_id.map(str::to_owned),
+            tenant_id: file.tenant_id.to_owned(),
+            cloud: crate::cloud::Cloud::for_authority(file.authority).map(|c| c.name().to_owned()),
+            authority: file.authority.to_owned(),
             token_url,
             validity,
             file_times,
@@ -260,9 +243,14 @@ impl CredentialReport {
         expiry_margin: Duration,
     ) -> Result<Self> {
         let path = path.as_ref();
-        let creds = UserAssignedIdentityCredentials::from_path(path)?;
-        let cert = ClientCertificate::from_credentials(&creds).map_err(|e| e.with_path(path))?;
-        Self::new(&creds, &cert, now, expiry_margin).map_err(|e| e.with_path(path))
+        let report = || {
+            let bytes = read_limited(path)?;
+            let creds = UserAssignedIdentityCredentials::deserialize(&bytes)?;
+            let file = CredentialFile::parse(&creds)?;
+            let cert = ClientCertificate::from_base64(file.client_secret)?;
+            Self::of(&file, &cert, now, expiry_margin)
+        };
+        report().map_err(|e| e.with_path(path))
     }
 
     /// The most serious problem's severity; `None` when there is no problem.
@@ -370,10 +358,7 @@ fn time_problems(
     }
 
     // Rotation.
-    let end = match file.not_after {
-        Some(file_end) if file_end < cert.not_after => file_end,
-        _ => cert.not_after,
-    };
+    let end = Window::new(file, cert.not_before, cert.not_after).end;
     if !expired && now >= saturating_add(end, -margin) {
         push(
             Warning,

@@ -54,12 +54,14 @@ pub use http::environment::Environment;
 pub use http::retry::RetryPolicy;
 pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;
-pub use reload::user_assigned::{ReloadStatus, UserAssignedIdentityCredential};
+pub use reload::status::ReloadStatus;
+pub use reload::user_assigned::UserAssignedIdentityCredential;
 pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;
-pub use token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+pub use token::credential::ClientCertificateCredential;
+pub use token::options::ClientCertificateCredentialOptions;
 
 /// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`, as
 /// `cargo fuzz` does): the parsers that see untrusted bytes.

@@ -12,9 +12,9 @@ pub use crate::file::model::MAX_CREDENTIAL_FILE_BYTES;
 pub use crate::file::pkcs12_scan::{MAX_PKCS12_BAGS, MAX_PKCS12_CONTAINERS, MAX_PKCS12_ITERATIONS};
 
 // Getting and caching tokens.
+pub use crate::file::validity::NOT_BEFORE_SKEW;
 pub use crate::http::body::MAX_RESPONSE_BYTES;
 pub use crate::token::assertion::ASSERTION_LIFETIME;
-pub use crate::token::credential::NOT_BEFORE_SKEW;
 pub use crate::token::refresh::REFRESH_WINDOW as MIN_REFRESH_WINDOW;
 pub use crate::token::refresh::{
     EXPIRY_MARGIN, FAILURE_MEMORY, MAX_CACHED_SCOPES, MIN_REFRESH_BACKOFF, refresh_range,

@@ -53,7 +53,7 @@ use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::reload::options::ReloadOptions;
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
-use crate::token::credential::ClientCertificateCredentialOptions;
+use crate::token::options::ClientCertificateCredentialOptions;
 
 /// How errors name a cloud config file.
 const CLOUD_CONFIG_FILE: &str = "cloud config file";

@@ -14,18 +14,11 @@ use crate::file::bundle::{self, BundleFormat};
 use crate::file::key::{self, LoadedKey};
 use crate::file::model::UserAssignedIdentityCredentials;
 
-/// The latest `notBefore` among the certificates of a credential file's bundle, decoded
-/// without loading the key (`None`: no certificate). The leaf's is at most this.
-pub(crate) fn latest_not_before(
-    creds: &UserAssignedIdentityCredentials,
-) -> Result<Option<OffsetDateTime>> {
-    let secret = creds
-        .client_secret
-        .as_ref()
-        .ok_or(ErrorKind::File(FileError::MissingFields {
-            fields: vec!["client_secret"],
-        }))?;
-    let bytes = bundle::decode_base64(secret.expose_secret())?;
+/// The latest `notBefore` among the certificates of a credential file's bundle (its
+/// `client_secret`), decoded without loading the key (`None`: no certificate). The
+/// leaf's is at most this.
+pub(crate) fn latest_not_before(client_secret: &str) -> Result<Option<OffsetDateTime>> {
+    let bytes = bundle::decode_base64(client_secret)?;
     let raw = bundle::decode_bundle(&bytes)?;
     let mut latest = None;
     for (index, der) in raw.certificates.iter().enumerate() {

@@ -128,12 +128,19 @@ impl UserAssignedIdentityCredentials {
     /// not decoded here; [`ClientCertificate::from_credentials`](crate::ClientCertificate::from_credentials)
     /// or building a credential does that.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+        let creds = Self::deserialize(bytes)?;
+        creds.validate()?;
+        Ok(creds)
+    }
+
+    /// The bytes as the schema reads them, not validated: for the crate's readers, which
+    /// then parse them once ([`CredentialFile::parse`]).
+    pub(crate) fn deserialize(bytes: &[u8]) -> Result<Self> {
         check_size(bytes)?;
         let creds: Self = serde_json::from_slice(bytes).map_err(json_error)?;
         if creds.any_key_absent() {
             check_camel_case(bytes)?;
         }
-        creds.validate()?;
         Ok(creds)
     }
 
@@ -155,55 +162,7 @@ impl UserAssignedIdentityCredentials {
     /// RFC 3339. Errors quote at most a short, escaped prefix of a refused value, so a
     /// secret pasted into the wrong key is never repeated.
     pub fn validate(&self) -> Result<()> {
-        let required = [
-            (
-                "authentication_endpoint",
-                self.authentication_endpoint.as_deref(),
-            ),
-            ("client_id", self.client_id.as_deref()),
-            ("tenant_id", self.tenant_id.as_deref()),
-            (
-                "client_secret",
-                self.client_secret.as_ref().map(SecretString::expose_secret),
-            ),
-        ];
-        let missing: Vec<&'static str> = required
-            .iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| *k)
-            .collect();
-        if !missing.is_empty() {
-            return Err(ErrorKind::File(FileError::MissingFields { fields: missing }).into());
-        }
-        for (field, value) in required {
-            if value.is_some_and(|v| v.trim().is_empty()) {
-                return Err(invalid(field, "is empty"));
-            }
-        }
-        if let Some(tenant) = &self.tenant_id
-            && !tenant
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-        {
-            return Err(invalid(
-                "tenant_id",
-                "may hold only letters, digits, '-', '.' and '_'",
-            ));
-        }
-        if let Some(client_id) = &self.client_id {
-            check_guid("client_id", client_id)?;
-        }
-        if let Some(object_id) = &self.object_id {
-            check_guid("object_id", object_id)?;
-        }
-        if let Some(resource_id) = &self.resource_id {
-            check_resource_id(resource_id)?;
-        }
-        self.not_before()?;
-        self.not_after()?;
-        self.renew_after()?;
-        self.cannot_renew_after()?;
-        Ok(())
+        CredentialFile::parse(self).map(drop)
     }
 
     /// `not_before`, parsed. `Ok(None)` when absent; an error naming the key when it is
@@ -259,6 +218,114 @@ impl UserAssignedIdentityCredentials {
             || self.resource_id.is_none()
             || self.tenant_id.is_none()
     }
+}
+
+/// A credential file parsed and validated once ([`parse`](Self::parse)): its required
+/// keys as text, its times as times. What building a credential, the reload rule and
+/// `inspect` take; nothing downstream checks the file again.
+pub(crate) struct CredentialFile<'a> {
+    /// `authentication_endpoint`, as the file holds it.
+    pub(crate) authority: &'a str,
+    pub(crate) client_id: &'a str,
+    pub(crate) tenant_id: &'a str,
+    /// `client_secret`: the certificate bundle, standard base64. Secret.
+    pub(crate) client_secret: &'a str,
+    pub(crate) object_id: Option<&'a str>,
+    pub(crate) resource_id: Option<&'a str>,
+    pub(crate) times: FileTimes,
+}
+
+impl<'a> CredentialFile<'a> {
+    /// Check the file's content (see [`UserAssignedIdentityCredentials::validate`]) and
+    /// keep it typed: the crate's one validation of a credential file.
+    pub(crate) fn parse(creds: &'a UserAssignedIdentityCredentials) -> Result<Self> {
+        let mut missing = Vec::new();
+        let mut required = |field: &'static str, value: Option<&'a str>| {
+            value.unwrap_or_else(|| {
+                missing.push(field);
+                ""
+            })
+        };
+        let authority = required(
+            "authentication_endpoint",
+            creds.authentication_endpoint.as_deref(),
+        );
+        let client_id = required("client_id", creds.client_id.as_deref());
+        let tenant_id = required("tenant_id", creds.tenant_id.as_deref());
+        let secret = creds
+            .client_secret
+            .as_ref()
+            .map(SecretString::expose_secret);
+        let client_secret = required("client_secret", secret);
+        if !missing.is_empty() {
+            return Err(ErrorKind::File(FileError::MissingFields { fields: missing }).into());
+        }
+        let required = [
+            ("authentication_endpoint", authority),
+            ("client_id", client_id),
+            ("tenant_id", tenant_id),
+            ("client_secret", client_secret),
+        ];
+        if let Some((field, _)) = required.iter().find(|(_, v)| v.trim().is_empty()) {
+            return Err(invalid(field, "is empty"));
+        }
+        if !is_url_safe_tenant(tenant_id) {
+            return Err(invalid(
+                "tenant_id",
+                "may hold only letters, digits, '-', '.' and '_'",
+            ));
+        }
+        check_guid("client_id", client_id)?;
+        if let Some(object_id) = &creds.object_id {
+            check_guid("object_id", object_id)?;
+        }
+        if let Some(resource_id) = &creds.resource_id {
+            check_resource_id(resource_id)?;
+        }
+        let times = FileTimes {
+            not_before: creds.not_before()?,
+            not_after: creds.not_after()?,
+            renew_after: creds.renew_after()?,
+            cannot_renew_after: creds.cannot_renew_after()?,
+        };
+        Ok(CredentialFile {
+            authority,
+            client_id,
+            tenant_id,
+            client_secret,
+            object_id: creds.object_id.as_deref(),
+            resource_id: creds.resource_id.as_deref(),
+            times,
+        })
+    }
+}
+
+/// The times a credential file states (each optional in the schema).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FileTimes {
+    /// `not_before`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_before: Option<OffsetDateTime>,
+    /// `not_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_after: Option<OffsetDateTime>,
+    /// `renew_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub renew_after: Option<OffsetDateTime>,
+    /// `cannot_renew_after`.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub cannot_renew_after: Option<OffsetDateTime>,
+}
+
+/// Pure: a tenant id usable as a URL path segment: non-empty, letters, digits, `-`, `.`
+/// and `_` only. The crate's one tenant rule (credential files, `from_parts`, other
+/// tenants asked for).
+pub(crate) fn is_url_safe_tenant(tenant: &str) -> bool {
+    !tenant.is_empty()
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
 }
 
 /// Read at most `MAX_CREDENTIAL_FILE_BYTES + 1` bytes, so a huge or growing file is refused

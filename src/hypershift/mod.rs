@@ -70,7 +70,7 @@ use std::path::PathBuf;
 use crate::error::{ConfigError, ErrorKind, Result};
 use crate::reload::options::ReloadOptions;
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
-use crate::token::credential::ClientCertificateCredentialOptions;
+use crate::token::options::ClientCertificateCredentialOptions;
 
 /// Environment variable naming a component's credential file (HyperShift:
 /// `config.ManagedAzureCredentialsFilePath`). HyperShift sets it to

@@ -8,8 +8,9 @@
 //! one's (the Go reference's rule). The effective `not_before` is the file's
 //! `not_before`, or — when the file has none — the leaf certificate's `notBefore`. A
 //! `not_before` that is present but not RFC 3339 makes the file invalid (see
-//! [`UserAssignedIdentityCredentials::validate`]); nothing here can panic on it (the Go
-//! reference dereferences a nil pointer when the key is missing).
+//! [`UserAssignedIdentityCredentials::validate`](crate::UserAssignedIdentityCredentials::validate));
+//! nothing here can panic on it (the Go reference dereferences a nil pointer when the key
+//! is missing).
 //!
 //! Anything else keeps the active credential: a missing, unreadable, truncated or
 //! malformed file, a bad bundle, or a file that is not newer.
@@ -24,9 +25,11 @@ use std::path::Path;
 use aws_lc_rs::digest;
 use time::OffsetDateTime;
 
-use crate::error::Result;
-use crate::file::model::{UserAssignedIdentityCredentials, read_limited};
-use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+use crate::error::{Error, Result};
+use crate::file::certificate::latest_not_before;
+use crate::file::model::{CredentialFile, UserAssignedIdentityCredentials, read_limited};
+use crate::token::credential::ClientCertificateCredential;
+use crate::token::options::ClientCertificateCredentialOptions;
 
 /// What one re-read of the credential file ended in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,17 +47,6 @@ pub enum ReloadOutcome {
     Invalid,
 }
 
-/// A credential built from one version of the file.
-pub(crate) struct Loaded {
-    pub credential: ClientCertificateCredential,
-    /// The effective `not_before` (see the module docs).
-    pub not_before: OffsetDateTime,
-    /// The earlier of the file's `not_after` and the leaf's `notAfter`.
-    pub not_after: OffsetDateTime,
-    /// SHA-256 of the file's bytes.
-    pub digest: [u8; 32],
-}
-
 /// SHA-256 of a file's bytes, to tell whether it changed.
 pub(crate) fn digest_of(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
@@ -70,82 +62,53 @@ pub(crate) fn read(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>> {
 /// What the file's bytes are, measured against the active credential.
 pub(crate) enum Candidate {
     /// Newer: the credential built from it.
-    Newer(Box<Loaded>),
+    Newer(ClientCertificateCredential),
     /// Not newer (its effective `not_before`, or the latest `notBefore` of its
     /// certificates when it has none): nothing was built.
     NotNewer(OffsetDateTime),
 }
 
 /// Build a credential from the file's bytes only when the swap rule can take it: the
-/// JSON is parsed and validated, then the rule applied to the file's `not_before` (or,
-/// without one, to the latest `notBefore` among the bundle's certificates, decoded
-/// without the key) before the key is loaded. Blocking.
+/// file is parsed (once), then the rule applied to its `not_before` (or, without one, to
+/// the latest `notBefore` among the bundle's certificates, decoded without the key)
+/// before the key is loaded. Blocking.
 pub(crate) fn build_if_newer(
     path: &Path,
     bytes: &[u8],
     active_not_before: OffsetDateTime,
     options: ClientCertificateCredentialOptions,
 ) -> Result<Candidate> {
-    let creds =
-        UserAssignedIdentityCredentials::from_slice(bytes).map_err(|e| e.with_path(path))?;
-    creds.validate().map_err(|e| e.with_path(path))?;
-    let latest = match creds.not_before()? {
+    let with_path = |e: Error| e.with_path(path);
+    let creds = UserAssignedIdentityCredentials::deserialize(bytes).map_err(with_path)?;
+    let file = CredentialFile::parse(&creds).map_err(with_path)?;
+    let latest = match file.times.not_before {
         Some(file) => Some(file),
-        None => {
-            crate::file::certificate::latest_not_before(&creds).map_err(|e| e.with_path(path))?
-        }
+        None => latest_not_before(file.client_secret).map_err(with_path)?,
     };
     if let Some(latest) = latest
         && decide(active_not_before, latest) == ReloadOutcome::NotNewer
     {
         return Ok(Candidate::NotNewer(latest));
     }
-    let loaded = from_credentials(path, bytes, &creds, options)?;
-    Ok(match decide(active_not_before, loaded.not_before) {
-        ReloadOutcome::Swapped => Candidate::Newer(Box::new(loaded)),
-        _ => Candidate::NotNewer(loaded.not_before),
+    let credential = ClientCertificateCredential::from_file(&file, options).map_err(with_path)?;
+    let not_before = credential.window().not_before;
+    Ok(match decide(active_not_before, not_before) {
+        ReloadOutcome::Swapped => Candidate::Newer(credential),
+        _ => Candidate::NotNewer(not_before),
     })
 }
 
-/// Build a credential from the file's bytes. Blocking (decodes the bundle, loads the key).
+/// Build a credential from the file's bytes (the first load). Blocking (decodes the
+/// bundle, loads the key).
 pub(crate) fn build(
     path: &Path,
     bytes: &[u8],
     options: ClientCertificateCredentialOptions,
-) -> Result<Loaded> {
-    let creds =
-        UserAssignedIdentityCredentials::from_slice(bytes).map_err(|e| e.with_path(path))?;
-    from_credentials(path, bytes, &creds, options)
-}
-
-fn from_credentials(
-    path: &Path,
-    bytes: &[u8],
-    creds: &UserAssignedIdentityCredentials,
-    options: ClientCertificateCredentialOptions,
-) -> Result<Loaded> {
-    let credential =
-        ClientCertificateCredential::new(creds, options).map_err(|e| e.with_path(path))?;
-    let cert = credential.certificate();
-    let not_before = effective_not_before(creds.not_before()?, cert.not_before());
-    let not_after = match creds.not_after()? {
-        Some(file_end) if file_end < cert.not_after() => file_end,
-        _ => cert.not_after(),
-    };
-    Ok(Loaded {
-        credential,
-        not_before,
-        not_after,
-        digest: digest_of(bytes),
-    })
-}
-
-/// Pure: the file's `not_before`, or the leaf's `notBefore` when the file has none.
-pub(crate) fn effective_not_before(
-    file: Option<OffsetDateTime>,
-    leaf: OffsetDateTime,
-) -> OffsetDateTime {
-    file.unwrap_or(leaf)
+) -> Result<ClientCertificateCredential> {
+    let with_path = |e: Error| e.with_path(path);
+    let creds = UserAssignedIdentityCredentials::deserialize(bytes).map_err(with_path)?;
+    let file = CredentialFile::parse(&creds).map_err(with_path)?;
+    ClientCertificateCredential::from_file(&file, options).map_err(with_path)
 }
 
 /// Pure: the swap rule, for a candidate that parsed and built.
@@ -179,13 +142,5 @@ mod tests {
         let a = datetime!(2026-01-01 10:00 +02:00); // 08:00 UTC
         let b = datetime!(2026-01-01 09:00 UTC);
         assert_eq!(decide(a, b), ReloadOutcome::Swapped);
-    }
-
-    #[test]
-    fn missing_not_before_falls_back_to_the_leaf() {
-        let leaf = datetime!(2026-05-01 00:00 UTC);
-        assert_eq!(effective_not_before(None, leaf), leaf);
-        let file = datetime!(2026-03-01 00:00 UTC);
-        assert_eq!(effective_not_before(Some(file), leaf), file);
     }
 }

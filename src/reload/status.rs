@@ -1,4 +1,5 @@
-//! How health endpoints, metrics and logs see a reloading credential: [`ReloadStatus`]
+//! What a reloading credential is serving and how its last re-read went
+//! ([`ReloadStatus`]), as health endpoints, metrics and logs see it: [`ReloadStatus`]
 //! and [`ReloadOutcome`] as JSON (`Serialize`), as one line of text (`Display`), and
 //! compared (`PartialEq`).
 //!
@@ -9,6 +10,7 @@
 //! as I/O errors that cannot be compared). Times are RFC 3339 in UTC, to the second.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::ser::{Serialize, SerializeStruct as _, Serializer};
 use time::OffsetDateTime;
@@ -16,7 +18,45 @@ use time::OffsetDateTime;
 use crate::clock::Rfc3339;
 use crate::error::Error;
 use crate::reload::rule::ReloadOutcome;
-use crate::reload::user_assigned::ReloadStatus;
+
+/// What a reloading credential is serving, and how its last re-read went: for health
+/// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
+/// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
+/// `PartialEq` (errors compared by code and message).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ReloadStatus {
+    /// The credential file's visible path.
+    pub path: PathBuf,
+    /// The active credential's effective `not_before` (the file's, else the leaf's).
+    pub not_before: OffsetDateTime,
+    /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
+    pub not_after: OffsetDateTime,
+    /// Lower-case hex SHA-256 thumbprint of the active leaf certificate.
+    pub thumbprint_sha256: String,
+    /// When the active credential became active.
+    pub loaded_at: OffsetDateTime,
+    /// When the file was last re-read (`None`: not since the first load).
+    pub last_check: Option<OffsetDateTime>,
+    /// How the last re-read ended.
+    pub last_outcome: Option<ReloadOutcome>,
+    /// Whether the last re-read decided on a file not decided on before (`true` for a
+    /// swap and for a first refusal); `false` when it found the file last decided on
+    /// again (the active credential's, or the one already refused, which is not refused
+    /// a second time). The metrics count a refusal only when this is `true`.
+    pub last_new_file: bool,
+    /// The error of the last re-read, if it failed (`None` when the last one did not).
+    pub last_error: Option<Error>,
+    /// How many times a newer credential was swapped in.
+    pub reloads: u64,
+    /// Whether the directory watch is in place (false: backstop only, or stopped).
+    pub watching: bool,
+    /// Why fetching tokens ahead with the last swapped-in credential failed (for the
+    /// scopes its predecessor had served), `None` when the last such fetch succeeded or
+    /// none was made. Set as soon as it fails, before any caller asks: a new credential
+    /// that Entra rejects shows here while the old one may still be valid.
+    pub last_prefetch_error: Option<Error>,
+}
 
 impl ReloadOutcome {
     /// The outcome's stable name: `swapped`, `unchanged`, `not_newer` or `invalid` (its

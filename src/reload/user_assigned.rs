@@ -1,98 +1,68 @@
-//! `UserAssignedIdentityCredential`: the credential file, followed through every rotation.
+//! `UserAssignedIdentityCredential`: the credential file, followed through every rotation
+//! (a re-read: [`check`](super::check); the background task: [`task`](super::task)).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use time::OffsetDateTime;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
-use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
-use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::error::Result;
+use crate::reload::check::{Refusal, abandoned};
 use crate::reload::options::ReloadOptions;
-use crate::reload::rule::{self, Candidate, Loaded, ReloadOutcome};
+use crate::reload::rule::{self, ReloadOutcome};
+use crate::reload::status::ReloadStatus;
+use crate::reload::target::{resolved_dir, watched_dir};
+use crate::reload::task::{ReloadTask, spawn_dedicated};
 use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
-use crate::token::credential::{ClientCertificateCredential, ClientCertificateCredentialOptions};
+use crate::token::credential::ClientCertificateCredential;
+use crate::token::options::ClientCertificateCredentialOptions;
 
-/// What a reloading credential is serving, and how its last re-read went: for health
-/// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
-/// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
-/// `PartialEq` (errors compared by code and message).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct ReloadStatus {
-    /// The credential file's visible path.
-    pub path: PathBuf,
-    /// The active credential's effective `not_before` (the file's, else the leaf's).
-    pub not_before: OffsetDateTime,
-    /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
-    pub not_after: OffsetDateTime,
-    /// Lower-case hex SHA-256 thumbprint of the active leaf certificate.
-    pub thumbprint_sha256: String,
-    /// When the active credential became active.
-    pub loaded_at: OffsetDateTime,
-    /// When the file was last re-read (`None`: not since the first load).
-    pub last_check: Option<OffsetDateTime>,
-    /// How the last re-read ended.
-    pub last_outcome: Option<ReloadOutcome>,
-    /// Whether the last re-read decided on a file not decided on before (`true` for a
-    /// swap and for a first refusal); `false` when it found the file last decided on
-    /// again (the active credential's, or the one already refused, which is not refused
-    /// a second time). The metrics count a refusal only when this is `true`.
-    pub last_new_file: bool,
-    /// The error of the last re-read, if it failed (`None` when the last one did not).
-    pub last_error: Option<Error>,
-    /// How many times a newer credential was swapped in.
-    pub reloads: u64,
-    /// Whether the directory watch is in place (false: backstop only, or stopped).
-    pub watching: bool,
-    /// Why fetching tokens ahead with the last swapped-in credential failed (for the
-    /// scopes its predecessor had served), `None` when the last such fetch succeeded or
-    /// none was made. Set as soon as it fails, before any caller asks: a new credential
-    /// that Entra rejects shows here while the old one may still be valid.
-    pub last_prefetch_error: Option<Error>,
+/// The active credential, and its file's digest.
+pub(super) struct Active {
+    pub(super) credential: ClientCertificateCredential,
+    /// SHA-256 of the file's bytes.
+    pub(super) digest: [u8; 32],
 }
 
-/// The active credential and what is known of it.
-struct Active {
-    credential: ClientCertificateCredential,
-    not_before: OffsetDateTime,
-    not_after: OffsetDateTime,
-    digest: [u8; 32],
+impl Active {
+    /// The credential in use from now on (its gauges set, with the `metrics` feature).
+    pub(super) fn new(credential: ClientCertificateCredential, digest: [u8; 32]) -> Self {
+        credential.record_times();
+        Active { credential, digest }
+    }
 }
 
 /// Shared by the handles and (weakly) by the background task.
-struct Reloader {
-    path: PathBuf,
-    client_options: ClientCertificateCredentialOptions,
+pub(super) struct Reloader {
+    pub(super) path: PathBuf,
+    pub(super) client_options: ClientCertificateCredentialOptions,
     /// Swapped whole on a rotation; the one swapped out is freed when the last call that
     /// loaded it returns.
-    active: ArcSwap<Active>,
-    status: watch::Sender<ReloadStatus>,
-    cancel: CancellationToken,
+    pub(super) active: ArcSwap<Active>,
+    pub(super) status: watch::Sender<ReloadStatus>,
+    pub(super) cancel: CancellationToken,
     /// Serializes re-reads (task and `check_now`); holds the last file that was refused,
     /// so the same bad bytes (or the same read failure) are not decided, logged and
     /// counted again.
-    check: AsyncMutex<Option<Refusal>>,
+    pub(super) check: AsyncMutex<Option<Refusal>>,
     /// Re-reads decided so far: a check whose read began before another's decision
     /// reads again (its bytes may be older than what was decided meanwhile).
-    decided: AtomicU64,
+    pub(super) decided: AtomicU64,
     /// For the crate's tests: the next `check_now` stops between its read and the lock.
     #[cfg(test)]
-    pause: std::sync::Mutex<Option<Pause>>,
+    pub(super) pause: Mutex<Option<super::check::Pause>>,
     /// For subscribing to the directory the visible path resolves to (`None`: not
     /// watching).
-    target_tx: Option<UnboundedSender<DirSignal>>,
+    pub(super) target_tx: Option<UnboundedSender<DirSignal>>,
     /// The watch on that directory, when it is not the visible directory.
-    target: std::sync::Mutex<Option<(PathBuf, Subscription)>>,
+    pub(super) target: Mutex<Option<(PathBuf, Subscription)>>,
 }
 
 impl Drop for Reloader {
@@ -169,14 +139,15 @@ impl UserAssignedIdentityCredential {
         let target_tx = reload.watch.then(|| changed_tx.clone());
         let subscribe = reload.watch.then(|| (watched_dir(&path), changed_tx));
         let clock = options.environment.clock.clone();
-        let (watcher, target, loaded) =
+        let (watcher, target, active) =
             load_blocking(path.clone(), options.clone(), subscribe).await?;
         let now = clock.now();
+        let window = active.credential.window();
         let status = ReloadStatus {
             path: path.clone(),
-            not_before: loaded.not_before,
-            not_after: loaded.not_after,
-            thumbprint_sha256: loaded.credential.certificate().thumbprint_sha256_hex(),
+            not_before: window.not_before,
+            not_after: window.end,
+            thumbprint_sha256: active.credential.certificate().thumbprint_sha256_hex(),
             loaded_at: now,
             last_check: None,
             last_outcome: None,
@@ -193,15 +164,15 @@ impl UserAssignedIdentityCredential {
         let inner = Arc::new(Reloader {
             path: path.clone(),
             client_options: options,
-            active: ArcSwap::from_pointee(active_from(loaded)),
+            active: ArcSwap::from_pointee(active),
             status: watch::channel(status).0,
             cancel: cancel.clone(),
             check: AsyncMutex::new(None),
             decided: AtomicU64::new(0),
             #[cfg(test)]
-            pause: std::sync::Mutex::new(None),
+            pause: Mutex::new(None),
             target_tx,
-            target: std::sync::Mutex::new(target),
+            target: Mutex::new(target),
         });
         telemetry::reload_client(inner.active.load().credential.client_id());
         tracing::info!(path = %path.display(), "loaded credential file");
@@ -303,26 +274,6 @@ impl fmt::Debug for UserAssignedIdentityCredential {
     }
 }
 
-/// The `outcome` of a reload in the metrics and spans.
-fn outcome_label(outcome: ReloadOutcome) -> &'static str {
-    match outcome {
-        ReloadOutcome::Swapped => "swapped",
-        ReloadOutcome::Unchanged => "unchanged",
-        ReloadOutcome::NotNewer | ReloadOutcome::Invalid => "kept_last_good",
-    }
-}
-
-/// The credential in use from now on (its gauges set, with the `metrics` feature).
-fn active_from(loaded: Loaded) -> Active {
-    loaded.credential.record_times();
-    Active {
-        credential: loaded.credential,
-        not_before: loaded.not_before,
-        not_after: loaded.not_after,
-        digest: loaded.digest,
-    }
-}
-
 /// On a blocking thread: subscribe to the directory's changes (first: a change after the
 /// load is then never missed), then read and build.
 async fn load_blocking(
@@ -332,7 +283,7 @@ async fn load_blocking(
 ) -> Result<(
     Option<Subscription>,
     Option<(PathBuf, Subscription)>,
-    Loaded,
+    Active,
 )> {
     tokio::task::spawn_blocking(move || {
         let target = subscribe.as_ref().and_then(|(_, tx)| {
@@ -341,512 +292,23 @@ async fn load_blocking(
         });
         let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
         let bytes = rule::read(&path)?;
-        Ok((watcher, target, rule::build(&path, &bytes, options)?))
+        let credential = rule::build(&path, &bytes, options)?;
+        Ok((
+            watcher,
+            target,
+            Active::new(credential, rule::digest_of(&bytes)),
+        ))
     })
     .await
     .map_err(|_| abandoned())?
-}
-
-/// Run `task` on a thread of its own with a single-threaded runtime.
-fn spawn_dedicated(task: ReloadTask) -> Result<()> {
-    std::thread::Builder::new()
-        .name("msi-dataplane-reload".into())
-        .spawn(move || {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(task.run()),
-                // Dropping the task records that nothing follows the file.
-                Err(e) => tracing::warn!(error = %e, "cannot start the reload thread's runtime"),
-            }
-        })
-        .map(drop)
-        .map_err(|e| Error::from(ErrorKind::from(e)))
-}
-
-fn abandoned() -> Error {
-    ErrorKind::Reload(ReloadError::ReadAbandoned {
-        reason: "the blocking task reading the credential file did not finish",
-    })
-    .into()
-}
-
-/// What reading the file found, before the swap rule.
-enum Read {
-    /// The bytes of the active credential.
-    Same,
-    /// The bytes last refused (the refusal is repeated without re-parsing).
-    Refused,
-    /// New bytes that built a newer credential.
-    Built(Box<Loaded>),
-    /// New bytes of a valid file that is not newer (its effective `not_before`), with
-    /// nothing built.
-    NotNewer([u8; 32], OffsetDateTime),
-    /// The file could not be read, or its bytes (digest) did not build.
-    Bad(Option<[u8; 32]>, Error),
-}
-
-/// What a refusal was about: a file's bytes, or a failure to read it (by reason).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Refused {
-    Bytes([u8; 32]),
-    Unread(&'static str),
-}
-
-/// The last refused file: what it was and why.
-#[derive(Clone)]
-struct Refusal {
-    what: Refused,
-    outcome: ReloadOutcome,
-    error: Option<Error>,
-}
-
-/// For the crate's tests: where a paused check says it has read, and waits to go on.
-#[cfg(test)]
-struct Pause {
-    read: tokio::sync::oneshot::Sender<()>,
-    resume: tokio::sync::oneshot::Receiver<()>,
-}
-
-impl Reloader {
-    /// One re-read: read, compare, build, decide, swap; record the outcome.
-    ///
-    /// The file is read before the `check` lock is taken: a read that stalls (a hung
-    /// network file system) then holds up only its own caller, never `check_now` or the
-    /// background task. When another re-read decided while this one read or waited for
-    /// the lock, it reads again under the lock (the other's read has just finished), so
-    /// that old bytes are never decided on after newer ones were swapped in. Under the
-    /// lock otherwise only CPU work happens (decide, build, swap).
-    async fn check(&self, trigger: &'static str) -> ReloadOutcome {
-        let client_id = self.active.load().credential.client_id().to_owned();
-        let span = tracing::info_span!(
-            "credential_reload",
-            client_id = %client_id,
-            trigger,
-            outcome = tracing::field::Empty,
-            reason = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let (outcome, reason) = self
-            .check_file(trigger, &client_id)
-            .instrument(span.clone())
-            .await;
-        span.record("outcome", outcome_label(outcome));
-        span.record("reason", reason);
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        outcome
-    }
-
-    /// [`check`](Self::check)'s work: the outcome, and why the last good credential was
-    /// kept (`"none"` when it was not: a swap or the same bytes). Counted (the `metrics`
-    /// feature) before the status changes, so that whoever waits for the status sees the
-    /// count.
-    async fn check_file(
-        &self,
-        trigger: &'static str,
-        client_id: &str,
-    ) -> (ReloadOutcome, &'static str) {
-        let decided = self.decided.load(Ordering::Acquire);
-        let mut bytes = self.read_file().await;
-        #[cfg(test)]
-        self.paused(trigger).await;
-        let mut refusal = self.check.lock().await;
-        if self.decided.load(Ordering::Acquire) != decided {
-            // Another re-read decided while this one read or waited: these bytes may be
-            // older than what it swapped in. Read again, now that the other read is done.
-            bytes = self.read_file().await;
-        }
-        let mut prefetch = None;
-        let read = match bytes {
-            Err(e) => {
-                let unread = Refused::Unread(telemetry::reload_reason(&e));
-                match refusal.as_ref() {
-                    Some(r) if r.what == unread => Read::Refused,
-                    _ => Read::Bad(None, e),
-                }
-            }
-            Ok(bytes) => {
-                let path = self.path.clone();
-                let active = self.active.load_full();
-                let (active_digest, active_not_before) = (active.digest, active.not_before);
-                drop(active);
-                let refused = refusal.as_ref().map(|r| r.what);
-                let options = self.client_options.clone();
-                // Compare, and build only when the bytes are new and newer: off the async
-                // threads.
-                tokio::task::spawn_blocking(move || {
-                    let digest = rule::digest_of(&bytes);
-                    if digest == active_digest {
-                        return Read::Same;
-                    }
-                    if Some(Refused::Bytes(digest)) == refused {
-                        return Read::Refused;
-                    }
-                    match rule::build_if_newer(&path, &bytes, active_not_before, options) {
-                        Ok(Candidate::Newer(loaded)) => Read::Built(loaded),
-                        Ok(Candidate::NotNewer(not_before)) => Read::NotNewer(digest, not_before),
-                        Err(e) => Read::Bad(Some(digest), e),
-                    }
-                })
-                .await
-                .unwrap_or_else(|_| Read::Bad(None, abandoned()))
-            }
-        };
-
-        let new_file = !matches!(read, Read::Same | Read::Refused);
-        let (outcome, error, swapped) = match read {
-            Read::Same => (ReloadOutcome::Unchanged, None, false),
-            Read::Refused => match refusal.as_ref() {
-                Some(r) => (r.outcome, r.error.clone(), false),
-                None => (ReloadOutcome::Unchanged, None, false),
-            },
-            Read::Bad(digest, error) => {
-                tracing::warn!(
-                    path = %self.path.display(),
-                    trigger,
-                    error = %error,
-                    "credential file unusable; keeping the active credential"
-                );
-                let what = match digest {
-                    Some(digest) => Refused::Bytes(digest),
-                    None => Refused::Unread(telemetry::reload_reason(&error)),
-                };
-                *refusal = Some(Refusal {
-                    what,
-                    outcome: ReloadOutcome::Invalid,
-                    error: Some(error.clone()),
-                });
-                (ReloadOutcome::Invalid, Some(error), false)
-            }
-            Read::Built(loaded) => {
-                let active_not_before = self.active.load().not_before;
-                tracing::info!(
-                    path = %self.path.display(),
-                    trigger,
-                    old_not_before = %Rfc3339(active_not_before),
-                    new_not_before = %Rfc3339(loaded.not_before),
-                    thumbprint_sha256 = %loaded.credential.certificate().thumbprint_sha256_hex(),
-                    "credential file rotated; the new credential is active"
-                );
-                *refusal = None;
-                prefetch = Some((self.active.load_full(), loaded.credential.clone()));
-                telemetry::reload_client(loaded.credential.client_id());
-                // The old credential writes no gauge from now on (not even for a token
-                // request still in flight on it); the new one sets them.
-                self.active.load().credential.retire_gauges();
-                self.active.store(Arc::new(active_from(*loaded)));
-                (ReloadOutcome::Swapped, None, true)
-            }
-            Read::NotNewer(digest, file_not_before) => {
-                tracing::warn!(
-                    path = %self.path.display(),
-                    trigger,
-                    active_not_before = %Rfc3339(self.active.load().not_before),
-                    file_not_before = %Rfc3339(file_not_before),
-                    "credential file is not newer than the active credential; keeping the active one"
-                );
-                *refusal = Some(Refusal {
-                    what: Refused::Bytes(digest),
-                    outcome: ReloadOutcome::NotNewer,
-                    error: None,
-                });
-                (ReloadOutcome::NotNewer, None, false)
-            }
-        };
-        self.decided.fetch_add(1, Ordering::AcqRel);
-        // One count per file decided on: the file last decided on, read again, is
-        // `unchanged` (as `msi-credential watch` prints it).
-        let reason = match (&error, outcome) {
-            _ if !new_file => "none",
-            (Some(e), _) => telemetry::reload_reason(e),
-            (None, ReloadOutcome::NotNewer) => "not_newer",
-            (None, _) => "none",
-        };
-        let label = if new_file {
-            outcome_label(outcome)
-        } else {
-            "unchanged"
-        };
-        telemetry::reload(client_id, label, reason);
-        self.follow_target().await;
-        let now = self.client_options.environment.clock.now();
-        let active = self.active.load_full();
-        self.status.send_modify(|s| {
-            s.last_check = Some(now);
-            s.last_outcome = Some(outcome);
-            s.last_new_file = new_file;
-            s.last_error = error;
-            if swapped {
-                s.reloads += 1;
-                s.loaded_at = now;
-            }
-            s.not_before = active.not_before;
-            s.not_after = active.not_after;
-            s.thumbprint_sha256 = active.credential.certificate().thumbprint_sha256_hex();
-        });
-        // After the swap and its status: the new credential's tokens are cached only once
-        // it is the active one.
-        if let Some((old, new)) = prefetch {
-            self.prefetch(&old, new);
-        }
-        (outcome, reason)
-    }
-
-    /// Read the file off the async threads.
-    async fn read_file(&self) -> Result<zeroize::Zeroizing<Vec<u8>>> {
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || rule::read(&path))
-            .await
-            .unwrap_or_else(|_| Err(abandoned()))
-    }
-
-    /// For the crate's tests: stop a `check_now` between its read and the lock, once.
-    #[cfg(test)]
-    async fn paused(&self, trigger: &'static str) {
-        if trigger != "on request" {
-            return;
-        }
-        let pause = lock(&self.pause).take();
-        if let Some(Pause { read, resume }) = pause {
-            let _ = read.send(());
-            let _ = resume.await;
-        }
-    }
-
-    /// Watch the directory the visible path resolves to (the real file's directory:
-    /// `..<timestamp>/` in the AtomicWriter layout, a symlink target's directory
-    /// elsewhere) as well as the visible directory, so that a write through the symlink is
-    /// seen. Re-armed after every re-read: each AtomicWriter swap changes the target.
-    async fn follow_target(&self) {
-        let Some(tx) = self.target_tx.clone() else {
-            return;
-        };
-        let path = self.path.clone();
-        let current = lock(&self.target).as_ref().map(|(dir, _)| dir.clone());
-        let found = tokio::task::spawn_blocking(move || {
-            let resolved = resolved_dir(&path)?;
-            if resolved == current {
-                return None;
-            }
-            Some(resolved.map(|dir| {
-                tracing::debug!(dir = %dir.display(), "watching the credential file's real directory");
-                (dir.clone(), watch_dir(dir, tx))
-            }))
-        })
-        .await;
-        // `None`: unresolvable now (keep what is watched) or unchanged.
-        if let Ok(Some(next)) = found {
-            *lock(&self.target) = next;
-        }
-    }
-
-    /// In the background, fetch tokens with the new (now active) credential for the
-    /// scopes the old one served recently (at most [`MAX_PREFETCH`]; single flight as for
-    /// any caller), so that the first `get_token` after the swap finds them cached. A
-    /// failure is reported at once (`tracing` warning, `last_prefetch_error`).
-    fn prefetch(&self, old: &Active, new: ClientCertificateCredential) {
-        let scope_sets = old.credential.live_scopes(MAX_PREFETCH);
-        if scope_sets.is_empty() {
-            return;
-        }
-        let status = self.status.clone();
-        let path = self.path.clone();
-        let old_not_after = old.not_after;
-        let clock = self.client_options.environment.clock.clone();
-        tokio::spawn(async move {
-            let mut fetches = tokio::task::JoinSet::new();
-            for scopes in scope_sets {
-                let new = new.clone();
-                fetches.spawn(async move {
-                    let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
-                    new.get_token(&refs)
-                        .await
-                        .map(drop)
-                        .map_err(|e| (scopes.join(" "), e))
-                });
-            }
-            let mut failed = None;
-            while let Some(done) = fetches.join_next().await {
-                if let Ok(Err((scope, error))) = done {
-                    if failed.is_none() {
-                        tracing::warn!(
-                            path = %path.display(),
-                            scope = %crate::untrusted_text::service_text(&scope),
-                            error = %error,
-                            old_still_valid = clock.now() < old_not_after,
-                            old_not_after = %Rfc3339(old_not_after),
-                            "the new credential's token request failed; callers will see this error"
-                        );
-                        status.send_modify(|s| s.last_prefetch_error = Some(error.clone()));
-                    }
-                    failed = Some(error);
-                }
-            }
-            if failed.is_none() {
-                status.send_if_modified(|s| s.last_prefetch_error.take().is_some());
-            }
-        });
-    }
-
-    fn set_watching(&self, watching: bool) {
-        self.status.send_if_modified(|s| {
-            let changed = s.watching != watching;
-            s.watching = watching;
-            changed
-        });
-    }
-}
-
-/// The background task: file events (debounced), the backstop, the watch's state.
-struct ReloadTask {
-    reloader: Weak<Reloader>,
-    cancel: CancellationToken,
-    /// The environment's clock: the backstop and the debounce.
-    clock: Arc<dyn Clock>,
-    options: ReloadOptions,
-    watcher: Option<Subscription>,
-    changed: UnboundedReceiver<DirSignal>,
-    /// Set when `run` ends by itself; a task dropped before that was dropped with its
-    /// runtime.
-    ended: bool,
-}
-
-impl ReloadTask {
-    async fn run(mut self) {
-        let clock = self.clock.clone();
-        let interval = to_time(self.options.backstop_interval);
-        let mut next_backstop = saturating_add(clock.now(), interval);
-        'run: loop {
-            let trigger = tokio::select! {
-                _ = self.cancel.cancelled() => break,
-                Some(signal) = self.changed.recv() => match signal {
-                    DirSignal::Changed => {
-                        // Debounce: let the writer finish, then read once for all events;
-                        // an atomic swap meanwhile ends the wait (its content is complete).
-                        // On the injected clock, like every timer here.
-                        let settled = saturating_add(clock.now(), to_time(self.options.debounce));
-                        let mut rearmed = false;
-                        let mut swapped = false;
-                        while !swapped {
-                            tokio::select! {
-                                _ = self.cancel.cancelled() => break 'run,
-                                _ = clock.sleep_until(settled) => break,
-                                Some(signal) = self.changed.recv() => {
-                                    rearmed |= signal == DirSignal::Armed;
-                                    swapped |= signal == DirSignal::Swapped;
-                                }
-                            }
-                        }
-                        while let Ok(signal) = self.changed.try_recv() {
-                            rearmed |= signal == DirSignal::Armed;
-                            swapped |= signal == DirSignal::Swapped;
-                        }
-                        Some(if rearmed {
-                            "directory re-armed"
-                        } else if swapped {
-                            "atomic swap"
-                        } else {
-                            "file event"
-                        })
-                    }
-                    DirSignal::Swapped => {
-                        // The swap is atomic: no debounce. Fold what is already queued.
-                        let mut rearmed = false;
-                        while let Ok(signal) = self.changed.try_recv() {
-                            rearmed |= signal == DirSignal::Armed;
-                        }
-                        Some(if rearmed { "directory re-armed" } else { "atomic swap" })
-                    }
-                    DirSignal::Armed => Some("directory re-armed"),
-                    DirSignal::Disarmed => None,
-                },
-                _ = clock.sleep_until(next_backstop) => {
-                    next_backstop = saturating_add(clock.now(), interval);
-                    Some("backstop")
-                }
-            };
-            let armed = self.watcher.as_ref().is_some_and(Subscription::is_armed);
-            self.with_reloader(|r| r.set_watching(armed));
-            let Some(trigger) = trigger else { continue };
-            let Some(reloader) = self.reloader.upgrade() else {
-                break;
-            };
-            tokio::select! {
-                _ = self.cancel.cancelled() => break,
-                _ = reloader.check(trigger) => {}
-            }
-        }
-        self.ended = true;
-        self.with_reloader(|r| r.set_watching(false));
-        tracing::debug!("credential reload task stopped");
-    }
-
-    fn with_reloader(&self, f: impl FnOnce(&Reloader)) {
-        if let Some(r) = self.reloader.upgrade() {
-            f(&r);
-        }
-    }
-}
-
-impl Drop for ReloadTask {
-    fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
-        // Dropped before it ended: its runtime shut down. Say so where callers look.
-        let Some(reloader) = self.reloader.upgrade() else {
-            return;
-        };
-        if reloader.cancel.is_cancelled() {
-            return;
-        }
-        tracing::warn!(
-            path = %reloader.path.display(),
-            "the runtime running the credential reload task shut down; the file is no longer followed"
-        );
-        reloader.status.send_modify(|s| {
-            s.watching = false;
-            s.last_error = Some(
-                ErrorKind::Reload(ReloadError::Stopped {
-                    reason: "the Tokio runtime running the reload task shut down",
-                })
-                .into(),
-            );
-        });
-    }
-}
-
-/// At most this many scope sets are fetched ahead after a swap.
-const MAX_PREFETCH: usize = 16;
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Blocking: the directory the visible path resolves to, when it is not the visible
-/// path's own directory (`Some(None)`: the same directory; `None`: unresolvable now).
-fn resolved_dir(path: &Path) -> Option<Option<PathBuf>> {
-    let real = std::fs::canonicalize(path).ok()?;
-    let real_dir = real.parent()?.to_path_buf();
-    let visible_dir = std::fs::canonicalize(watched_dir(path)).ok()?;
-    Some((real_dir != visible_dir).then_some(real_dir))
-}
-
-/// The directory to watch: the visible path's parent (the file itself may be a symlink
-/// into `..data`, whose target changes).
-fn watched_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::http::environment::Environment;
+    use crate::reload::check::Pause;
+    use crate::reload::lock;
     use std::time::Duration;
     // The kit's copy of this crate (unit tests link a second one): its file type and format.
     use msi_dataplane_testing::msi_dataplane::{BundleFormat, UserAssignedIdentityCredentials};

@@ -154,8 +154,13 @@ impl TokenCache {
         let mut token = self
             .fetch(tenant, scopes, fetcher, Some(rejected), || true)
             .await?;
-        if token.as_ref().is_some_and(|t| t.token() == rejected.token()) {
-            token = self.fetch(tenant, scopes, fetcher, Some(rejected), || true).await?;
+        if token
+            .as_ref()
+            .is_some_and(|t| t.token() == rejected.token())
+        {
+            token = self
+                .fetch(tenant, scopes, fetcher, Some(rejected), || true)
+                .await?;
         }
         token.ok_or_else(|| abandoned("not admitted"))
     }
@@ -205,7 +210,10 @@ impl TokenCache {
     pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
         let now = self.0.clock.now_unix_millis();
         let table = self.0.read();
-        let ours = table.map.iter().filter(|(e, _)| e.tenant.as_deref() == tenant);
+        let ours = table
+            .map
+            .iter()
+            .filter(|(e, _)| e.tenant.as_deref() == tenant);
         let live = ours.filter(|(_, c)| c.as_ref().is_some_and(|c| now < c.expires_on));
         let scopes = |(e, _): (&Arc<Entry>, _)| e.scopes.iter().map(|s| s.to_string()).collect();
         live.take(max).map(scopes).collect()

@@ -81,7 +81,11 @@ impl Fetch for Gated {
             let _ = open.wait_for(|open| *open).await;
             if fail {
                 let reason = "the test's refusal".to_owned();
-                return Err(ErrorKind::Token(TokenError::InvalidResponse { status: 500, reason }).into());
+                return Err(ErrorKind::Token(TokenError::InvalidResponse {
+                    status: 500,
+                    reason,
+                })
+                .into());
             }
             let expires = OffsetDateTime::now_utc() + time::Duration::hours(1);
             Ok(AccessToken::new(format!("token-{n}"), expires))

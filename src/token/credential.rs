@@ -1,173 +1,31 @@
-//! `ClientCertificateCredential`: a parsed credential file turned into access tokens.
+//! `ClientCertificateCredential`: a parsed credential file, or an application's own
+//! certificate, turned into access tokens through the cache (its requests:
+//! [`request`](super::request)).
 
-use std::borrow::Cow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use reqwest::Url;
 use time::OffsetDateTime;
-use tracing::Instrument as _;
 
-use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
+use crate::clock::{Clock, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
-use crate::file::model::UserAssignedIdentityCredentials;
-use crate::http::environment::Environment;
-use crate::http::retry::{self, RetryPolicy};
+use crate::file::model::is_url_safe_tenant;
+use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
+use crate::file::validity::Window;
+use crate::http::retry::RetryPolicy;
 use crate::secret::SecretString;
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
-use crate::token::cache::{Fetch, TokenCache};
-use crate::token::endpoint::{self, TokenRequest};
-use crate::token::refresh::{FAILURE_MEMORY, Limits, MAX_CACHED_SCOPES, REFRESH_WINDOW};
-use crate::untrusted_text::service_text;
-
-/// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
-/// issuer and this machine) before the credential is refused as not yet valid.
-pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
-
-/// Options for [`ClientCertificateCredential`] (and, with [`ReloadOptions`](crate::ReloadOptions),
-/// for [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)): what
-/// the credential does with its tokens, and the [`Environment`] it runs in (HTTP, clock,
-/// retries), set with [`with_environment`](Self::with_environment).
-///
-/// ```
-/// use std::time::Duration;
-/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions, Environment};
-///
-/// let options = ClientCertificateCredentialOptions::default()
-///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
-///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
-/// ```
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct ClientCertificateCredentialOptions {
-    /// The environment: the HTTP client (or extra roots for the crate-built one),
-    /// `http://` loopback authorities, the request timeout (default 30 s), the application
-    /// id of the `User-Agent` every token request carries, the clock and the retry policy
-    /// of token requests. The same value serves the data plane client, the Key Vault store
-    /// and the token server. See [`Environment`].
-    pub environment: Environment,
-    /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
-    pub assertion_algorithm: AssertionAlgorithm,
-    /// Warn (once per credential, through `tracing`) when a token is requested within
-    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
-    pub expiry_warning_margin: Duration,
-    /// Tenants besides the credential's own that
-    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant) may
-    /// request tokens in (a multi-tenant application answering data plane challenges);
-    /// `"*"` allows any. Default: none.
-    pub additionally_allowed_tenants: Vec<String>,
-    /// How long before a cached token expires its background refresh starts, at least
-    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
-    /// tokens over 2 hours may start it earlier). Default and minimum
-    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what `azure_core`'s
-    /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
-    /// that treat a token with 5 minutes left as stale, as the token server does.
-    pub refresh_window: Duration,
-    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
-    /// the least recently used leave, an eighth of the bound at a time (those with a
-    /// request in flight stay). Every consumer of the credential shares the bound: its
-    /// own tenant, its other tenants, data plane clients over it, the token server.
-    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
-    pub max_cached_scopes: usize,
-    /// After a token request for a scope failed at Entra or on the way there (its answer
-    /// or a transport failure, once its retries are spent), callers without a usable token
-    /// for that scope get the same error for this long instead of a new request (callers
-    /// with one keep getting it). Refusals made before any request (the credential
-    /// expired, say) are not remembered. Default
-    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
-    pub failure_memory: Duration,
-}
-
-impl Default for ClientCertificateCredentialOptions {
-    fn default() -> Self {
-        ClientCertificateCredentialOptions {
-            environment: Environment::default(),
-            assertion_algorithm: AssertionAlgorithm::default(),
-            expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
-            additionally_allowed_tenants: Vec::new(),
-            refresh_window: REFRESH_WINDOW,
-            max_cached_scopes: MAX_CACHED_SCOPES,
-            failure_memory: FAILURE_MEMORY,
-        }
-    }
-}
-
-impl ClientCertificateCredentialOptions {
-    /// Run in this environment (HTTP, clock, retries), replacing any set before: e.g. one
-    /// [`Environment`] shared with the data plane client, the Key Vault store and the
-    /// token server.
-    pub fn with_environment(mut self, environment: Environment) -> Self {
-        self.environment = environment;
-        self
-    }
-
-    /// Choose the assertion algorithm.
-    pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
-        self.assertion_algorithm = algorithm;
-        self
-    }
-
-    /// Set the margin before the credential's end at which a warning is logged.
-    pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
-        self.expiry_warning_margin = margin;
-        self
-    }
-
-    /// Start refreshing cached tokens at least this long before they expire (see
-    /// [`refresh_window`](Self::refresh_window); less than 5 minutes is taken as 5).
-    pub fn with_refresh_window(mut self, window: Duration) -> Self {
-        self.refresh_window = window.max(REFRESH_WINDOW);
-        self
-    }
-
-    /// Cache tokens for at most this many scope sets (see
-    /// [`max_cached_scopes`](Self::max_cached_scopes); 0 is taken as 1).
-    pub fn with_max_cached_scopes(mut self, max: usize) -> Self {
-        self.max_cached_scopes = max.max(1);
-        self
-    }
-
-    /// Answer a scope's failed request with its error for this long (see
-    /// [`failure_memory`](Self::failure_memory)).
-    pub fn with_failure_memory(mut self, memory: Duration) -> Self {
-        self.failure_memory = memory;
-        self
-    }
-
-    /// Allow tokens in these tenants too (`"*"` for any), through
-    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
-    pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
-        self
-    }
-}
-
-impl fmt::Debug for ClientCertificateCredentialOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientCertificateCredentialOptions")
-            .field("environment", &self.environment)
-            .field("assertion_algorithm", &self.assertion_algorithm)
-            .field("expiry_warning_margin", &self.expiry_warning_margin)
-            .field(
-                "additionally_allowed_tenants",
-                &self.additionally_allowed_tenants,
-            )
-            .field("refresh_window", &self.refresh_window)
-            .field("max_cached_scopes", &self.max_cached_scopes)
-            .field("failure_memory", &self.failure_memory)
-            .finish()
-    }
-}
+use crate::token::cache::TokenCache;
+use crate::token::endpoint;
+use crate::token::options::ClientCertificateCredentialOptions;
+use crate::token::refresh::Limits;
+use crate::token::tenant::{TENANT_RULE, Tenants};
 
 /// A credential that authenticates as a user-assigned managed identity with its
 /// certificate: the Rust counterpart of what Go's `GetCredential` returns
@@ -193,35 +51,35 @@ pub struct ClientCertificateCredential {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    client_id: String,
-    tenant_id: String,
-    token_url: Url,
-    certificate: ClientCertificate,
-    signer: AssertionSigner,
-    file_not_after: Option<OffsetDateTime>,
-    renew_after: Option<OffsetDateTime>,
+/// What a credential and its clones share (its requests: [`request`](super::request)).
+pub(crate) struct Inner {
+    pub(crate) client_id: String,
+    pub(crate) token_url: Url,
+    pub(crate) certificate: ClientCertificate,
+    pub(crate) signer: AssertionSigner,
+    /// When it may be used (computed once, from the file's times and the leaf).
+    pub(crate) window: Window,
+    pub(crate) renew_after: Option<OffsetDateTime>,
     /// The file's `cannot_renew_after`, for the metrics.
-    cannot_renew_after: Option<OffsetDateTime>,
-    expiry_warning_margin: time::Duration,
-    expiry_warned: AtomicBool,
-    http: reqwest::Client,
+    pub(crate) cannot_renew_after: Option<OffsetDateTime>,
+    pub(crate) expiry_warning_margin: time::Duration,
+    pub(crate) expiry_warned: AtomicBool,
+    pub(crate) http: reqwest::Client,
     /// The `User-Agent` of every token request.
-    user_agent: reqwest::header::HeaderValue,
-    timeout: Duration,
-    retry: RetryPolicy,
-    clock: Arc<dyn Clock>,
+    pub(crate) user_agent: reqwest::header::HeaderValue,
+    pub(crate) timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Tokens in the own tenant and in others, keyed by tenant and scopes.
-    cache: TokenCache,
+    pub(crate) cache: TokenCache,
     /// For other tenants' token URLs.
-    authority: String,
-    allow_http_loopback: bool,
-    /// Lower-cased; may hold `*`.
-    allowed_tenants: Vec<String>,
+    pub(crate) authority: String,
+    pub(crate) allow_http_loopback: bool,
+    pub(crate) tenants: Tenants,
     /// Whether the credential still writes its client id's credential gauges: until a
     /// reloading credential retires it for the next file's. Held while writing, so that a
     /// request in flight on a retired credential cannot overwrite its successor's times.
-    writes_gauges: Mutex<bool>,
+    pub(crate) writes_gauges: Mutex<bool>,
 }
 
 impl ClientCertificateCredential {
@@ -233,32 +91,18 @@ impl ClientCertificateCredential {
         creds: &UserAssignedIdentityCredentials,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        creds.validate()?;
-        let (Some(authority), Some(client_id), Some(tenant_id)) = (
-            creds.authentication_endpoint.as_deref(),
-            creds.client_id.as_deref(),
-            creds.tenant_id.as_deref(),
-        ) else {
-            // `validate` guarantees these; keep the error honest if that ever changes.
-            return Err(ErrorKind::File(FileError::MissingFields {
-                fields: vec!["authentication_endpoint", "client_id", "tenant_id"],
-            })
-            .into());
-        };
-        let certificate = ClientCertificate::from_credentials(creds)?;
-        Self::assemble(
-            authority,
-            tenant_id,
-            client_id,
-            certificate,
-            (
-                creds.not_after()?,
-                creds.renew_after()?,
-                creds.cannot_renew_after()?,
-            ),
-            options,
-        )
-        .map_err(file_authority)
+        Self::from_file(&CredentialFile::parse(creds)?, options)
+    }
+
+    /// Build the credential from a parsed file: decode its bundle, check its authority.
+    pub(crate) fn from_file(
+        file: &CredentialFile<'_>,
+        options: ClientCertificateCredentialOptions,
+    ) -> Result<Self> {
+        let certificate = ClientCertificate::from_base64(file.client_secret)?;
+        let (authority, tenant, client) = (file.authority, file.tenant_id, file.client_id);
+        let built = Self::assemble(authority, tenant, client, certificate, &file.times, options);
+        built.map_err(file_authority)
     }
 
     /// Build a credential from its parts: an application (a service, often multi-tenant)
@@ -304,93 +148,72 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let invalid = |argument: &'static str, reason: &str| -> Error {
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument,
-                reason: reason.to_owned(),
-            })
-            .into()
+            let reason = reason.to_owned();
+            ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into()
         };
         if client_id.trim().is_empty() {
             return Err(invalid("client_id", "is empty"));
         }
         if !is_url_safe_tenant(tenant_id.trim()) {
-            return Err(invalid(
-                "tenant_id",
-                "must be non-empty and hold only letters, digits, '-', '.' and '_'",
-            ));
+            return Err(invalid("tenant_id", TENANT_RULE));
         }
+        let no_file = FileTimes::default();
         Self::assemble(
             authority,
             tenant_id,
             client_id,
             certificate,
-            (None, None, None),
+            &no_file,
             options,
         )
     }
 
-    /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts);
-    /// `file_times` is the credential file's `not_after`, `renew_after` and
-    /// `cannot_renew_after`.
+    /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts), with
+    /// the credential file's times (none for `from_parts`).
     fn assemble(
         authority: &str,
         tenant_id: &str,
         client_id: &str,
         certificate: ClientCertificate,
-        file_times: (
-            Option<OffsetDateTime>,
-            Option<OffsetDateTime>,
-            Option<OffsetDateTime>,
-        ),
+        times: &FileTimes,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        let token_url = endpoint::token_url(
-            authority,
-            tenant_id.trim(),
-            options.environment.allow_http_loopback,
-        )?;
+        let environment = &options.environment;
+        let loopback = environment.allow_http_loopback;
+        let token_url = endpoint::token_url(authority, tenant_id.trim(), loopback)?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
-        let direct = crate::http::body::is_loopback(&token_url);
-        let http = options.environment.client(direct)?;
-        let credential = ClientCertificateCredential {
-            inner: Arc::new(Inner {
-                client_id: client_id.trim().to_owned(),
-                tenant_id: tenant_id.trim().to_owned(),
-                token_url,
-                certificate,
-                signer,
-                file_not_after: file_times.0,
-                renew_after: file_times.1,
-                cannot_renew_after: file_times.2,
-                expiry_warning_margin: to_time(options.expiry_warning_margin),
-                expiry_warned: AtomicBool::new(false),
-                http,
-                user_agent: options.environment.user_agent_header(),
-                timeout: options.environment.request_timeout,
-                retry: options.environment.retry_policy.clone(),
-                cache: TokenCache::new(
-                    options.environment.clock.clone(),
-                    Limits {
-                        window: options.refresh_window,
-                        max_entries: options.max_cached_scopes,
-                        failure_memory: options.failure_memory,
-                    },
-                ),
-                clock: options.environment.clock.clone(),
-                authority: authority.trim().to_owned(),
-                allow_http_loopback: options.environment.allow_http_loopback,
-                allowed_tenants: options
-                    .additionally_allowed_tenants
-                    .iter()
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .filter(|t| !t.is_empty())
-                    .collect(),
-                writes_gauges: Mutex::new(true),
-            }),
+        let http = environment.client(crate::http::body::is_loopback(&token_url))?;
+        let limits = Limits {
+            window: options.refresh_window,
+            max_entries: options.max_cached_scopes,
+            failure_memory: options.failure_memory,
         };
-        Ok(credential)
+        let inner = Inner {
+            client_id: client_id.trim().to_owned(),
+            token_url,
+            window: Window::new(times, certificate.not_before(), certificate.not_after()),
+            certificate,
+            signer,
+            renew_after: times.renew_after,
+            cannot_renew_after: times.cannot_renew_after,
+            expiry_warning_margin: to_time(options.expiry_warning_margin),
+            expiry_warned: AtomicBool::new(false),
+            http,
+            user_agent: environment.user_agent_header(),
+            timeout: environment.request_timeout,
+            retry: environment.retry_policy.clone(),
+            cache: TokenCache::new(environment.clock.clone(), limits),
+            clock: environment.clock.clone(),
+            authority: authority.trim().to_owned(),
+            allow_http_loopback: loopback,
+            tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
+            writes_gauges: Mutex::new(true),
+        };
+        Ok(ClientCertificateCredential {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
@@ -466,11 +289,9 @@ impl ClientCertificateCredential {
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
         let inner = &self.inner;
-        let tenant = tenant.trim();
-        if tenant.eq_ignore_ascii_case(&inner.tenant_id) {
+        let Some(key) = inner.tenants.key(tenant)? else {
             return self.get_token(scopes).await;
-        }
-        let key = inner.other_tenant_key(tenant)?;
+        };
         check_scopes(scopes)?;
         inner.cache.get(Some(&key), scopes, inner).await
     }
@@ -496,11 +317,9 @@ impl ClientCertificateCredential {
         tenant: Option<&str>,
     ) -> Result<AccessToken> {
         let inner = &self.inner;
-        let key = match tenant.map(str::trim) {
-            Some(t) if !t.eq_ignore_ascii_case(&inner.tenant_id) => {
-                Some(inner.other_tenant_key(t)?)
-            }
-            _ => None,
+        let key = match tenant {
+            Some(tenant) => inner.tenants.key(tenant)?,
+            None => None,
         };
         check_scopes(scopes)?;
         inner
@@ -521,7 +340,7 @@ impl ClientCertificateCredential {
     pub fn client_assertion(&self) -> Result<SecretString> {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        inner.check_validity(now)?;
+        inner.window.check(now)?;
         inner.assertion(now, &inner.token_url)
     }
 
@@ -539,7 +358,7 @@ impl ClientCertificateCredential {
 
     /// The tenant id.
     pub fn tenant_id(&self) -> &str {
-        &self.inner.tenant_id
+        self.inner.tenants.own()
     }
 
     /// The URL token requests are POSTed to (also the assertion's `aud`).
@@ -550,6 +369,11 @@ impl ClientCertificateCredential {
     /// The decoded certificate.
     pub fn certificate(&self) -> &ClientCertificate {
         &self.inner.certificate
+    }
+
+    /// When it may be used: its file's `not_before` (else the leaf's) and its end.
+    pub(crate) fn window(&self) -> Window {
+        self.inner.window
     }
 
     /// Set the credential's gauges (the `metrics` feature): for a credential that becomes
@@ -566,7 +390,7 @@ impl ClientCertificateCredential {
             .inner
             .writes_gauges
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
+            .unwrap_or_else(PoisonError::into_inner) = false;
     }
 
     /// The assertion algorithm in use.
@@ -582,239 +406,11 @@ impl ClientCertificateCredential {
     }
 }
 
-impl Fetch for Inner {
-    fn fetch(
-        self: &Arc<Self>,
-        tenant: Option<Arc<str>>,
-        scope: Arc<str>,
-    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
-        let this = self.clone();
-        async move {
-            let Some(tenant) = tenant else {
-                return this.fetch_with_retries(&scope, &this.token_url).await;
-            };
-            let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
-            this.fetch_with_retries(&scope, &url).await
-        }
-    }
-}
-
-impl Inner {
-    /// The cache key for another tenant (its lower-case name, allocated only when it is
-    /// not), once it is allowed and usable in a URL.
-    fn other_tenant_key<'t>(&self, tenant: &'t str) -> Result<Cow<'t, str>> {
-        if !tenant_allowed(tenant, &self.allowed_tenants) {
-            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
-                tenant: tenant.to_owned(),
-                credential_tenant: self.tenant_id.clone(),
-            })
-            .into());
-        }
-        if !is_url_safe_tenant(tenant) {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "tenant",
-                reason: "must be non-empty and hold only letters, digits, '-', '.' and '_'".into(),
-            })
-            .into());
-        }
-        Ok(match tenant.bytes().any(|b| b.is_ascii_uppercase()) {
-            true => Cow::Owned(tenant.to_ascii_lowercase()),
-            false => Cow::Borrowed(tenant),
-        })
-    }
-
-    /// The credential's end: the earlier of the leaf's `notAfter` and the file's `not_after`.
-    fn end(&self) -> OffsetDateTime {
-        let cert_end = self.certificate.not_after();
-        match self.file_not_after {
-            Some(file_end) if file_end < cert_end => file_end,
-            _ => cert_end,
-        }
-    }
-
-    /// Log, once per credential, that it should have been renewed or ends soon.
-    fn warn_if_expiring(&self, now: OffsetDateTime) {
-        if self.expiry_warned.load(Ordering::Relaxed) {
-            return;
-        }
-        let Some(reason) = expiry_warning(
-            now,
-            self.renew_after,
-            self.end(),
-            self.expiry_warning_margin,
-        ) else {
-            return;
-        };
-        if !self.expiry_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                client_id = %self.client_id,
-                not_after = %Rfc3339(self.end()),
-                renew_after = ?self.renew_after.map(Rfc3339),
-                thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
-                "{reason}; the credential file should be rotated"
-            );
-        }
-    }
-
-    /// One token fetch: requests until one succeeds or the retry policy gives up.
-    async fn fetch_with_retries(
-        self: &Arc<Self>,
-        scope: &str,
-        token_url: &Url,
-    ) -> Result<AccessToken> {
-        let mut attempt = 0u32;
-        retry::run(
-            &self.retry,
-            self.clock.as_ref(),
-            || {
-                attempt += 1;
-                self.observed_request(scope, token_url, attempt)
-            },
-            |attempt, delay, error| {
-                tracing::info!(
-                    client_id = %self.client_id,
-                    scope = %service_text(scope),
-                    attempt,
-                    delay_ms = delay.as_millis() as u64,
-                    error = %error,
-                    "token request failed; retrying"
-                );
-            },
-        )
-        .await
-    }
-
-    /// One token request in its `token_request` span, counted by outcome with its
-    /// duration; a token obtained updates the credential's gauges.
-    async fn observed_request(
-        self: &Arc<Self>,
-        scope: &str,
-        token_url: &Url,
-        attempt: u32,
-    ) -> Result<AccessToken> {
-        let tenant = token_url
-            .path_segments()
-            .and_then(|mut s| s.find(|s| !s.is_empty()))
-            .unwrap_or_default();
-        let span = tracing::info_span!(
-            "token_request",
-            client_id = %self.client_id,
-            tenant,
-            scope = %service_text(scope),
-            attempt,
-            outcome = tracing::field::Empty,
-            error_code = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let result = self
-            .request_once(scope, token_url)
-            .instrument(span.clone())
-            .await;
-        let elapsed = started.elapsed();
-        let error = result.as_ref().err();
-        telemetry::end_span(&span, error, elapsed);
-        telemetry::token_request(&self.client_id, error, elapsed);
-        if let Ok(token) = &result {
-            self.record_times();
-            telemetry::token_expiry(&self.client_id, token.expires_on());
-        }
-        result
-    }
-
-    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`;
-    /// nothing once it is retired.
-    fn record_times(&self) {
-        let writes = self
-            .writes_gauges
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *writes {
-            telemetry::credential_times(
-                &self.client_id,
-                self.end(),
-                self.renew_after,
-                self.cannot_renew_after,
-            );
-        }
-    }
-
-    /// One token request: check validity, sign, POST, parse.
-    async fn request_once(self: &Arc<Self>, scope: &str, token_url: &Url) -> Result<AccessToken> {
-        let now = self.clock.now();
-        self.check_validity(now)?;
-        self.warn_if_expiring(now);
-        let assertion = self.assertion(now, token_url)?;
-        let client_request_id = uuid::Uuid::new_v4().to_string();
-        let request = TokenRequest {
-            url: token_url,
-            client_id: &self.client_id,
-            scope,
-            assertion: assertion.expose_secret(),
-            client_request_id: &client_request_id,
-            user_agent: &self.user_agent,
-        };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
-        let result = endpoint::parse_response(&raw, now, &client_request_id);
-        match &result {
-            Ok(token) => tracing::debug!(
-                client_id = %self.client_id,
-                scope = %service_text(scope),
-                expires_on = %Rfc3339(token.expires_on()),
-                "acquired access token"
-            ),
-            Err(e) => tracing::debug!(
-                client_id = %self.client_id,
-                scope = %service_text(scope),
-                error = %e,
-                "token request answered with an error"
-            ),
-        }
-        result
-    }
-
-    fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
-        let jti = uuid::Uuid::new_v4().to_string();
-        self.signer
-            .sign(
-                &self.certificate,
-                token_url.as_str(),
-                &self.client_id,
-                now,
-                &jti,
-            )
-            .map(SecretString::from)
-    }
-
-    /// Refuse, before any network call, a credential outside its validity: the leaf
-    /// certificate's window (with [`NOT_BEFORE_SKEW`] of grace at the start) and the file's
-    /// `not_after`.
-    fn check_validity(&self, now: OffsetDateTime) -> Result<()> {
-        let end = self.end();
-        if now > end {
-            return Err(ErrorKind::File(FileError::CredentialExpired {
-                expired_at: end,
-                now,
-            })
-            .into());
-        }
-        let start = self.certificate.not_before();
-        if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < start {
-            return Err(ErrorKind::File(FileError::CredentialNotYetValid {
-                valid_from: start,
-                now,
-            })
-            .into());
-        }
-        Ok(())
-    }
-}
-
 impl fmt::Debug for ClientCertificateCredential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientCertificateCredential")
             .field("client_id", &self.inner.client_id)
-            .field("tenant_id", &self.inner.tenant_id)
+            .field("tenant_id", &self.tenant_id())
             .field("token_url", &self.inner.token_url.as_str())
             .field("algorithm", &self.inner.signer.algorithm())
             .field("certificate", &self.inner.certificate)
@@ -822,32 +418,6 @@ impl fmt::Debug for ClientCertificateCredential {
     }
 }
 
-/// Pure: why a credential deserves a warning at `now`, if it does: it ends within `margin`,
-/// or it is past its `renew_after`.
-pub(crate) fn expiry_warning(
-    now: OffsetDateTime,
-    renew_after: Option<OffsetDateTime>,
-    end: OffsetDateTime,
-    margin: time::Duration,
-) -> Option<&'static str> {
-    if now >= saturating_add(end, -margin) {
-        Some("the credential expires soon")
-    } else if renew_after.is_some_and(|r| now >= r) {
-        Some("the credential is past its renew_after time")
-    } else {
-        None
-    }
-}
-
-/// Pure: whether a tenant other than the credential's own may be asked for, given the
-/// lower-cased `additionally_allowed_tenants` (`*` allows any).
-pub(crate) fn tenant_allowed(tenant: &str, allowed: &[String]) -> bool {
-    allowed
-        .iter()
-        .any(|a| a == "*" || a.eq_ignore_ascii_case(tenant))
-}
-
-/// A tenant id usable as a URL path segment (the rule credential files follow).
 /// The authority of a credential file is the file's `authentication_endpoint`: an
 /// unusable one is the file's error, naming that key (the same check on a caller's
 /// authority, in [`ClientCertificateCredential::from_parts`], stays the caller's).
@@ -862,13 +432,6 @@ fn file_authority(e: Error) -> Error {
         }
         _ => e,
     }
-}
-
-fn is_url_safe_tenant(tenant: &str) -> bool {
-    !tenant.is_empty()
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
 }
 
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
@@ -889,47 +452,4 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
         .into());
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use time::macros::datetime;
-
-    #[test]
-    fn tenant_allow_list() {
-        let allowed = vec!["contoso.onmicrosoft.com".to_owned()];
-        assert!(tenant_allowed("Contoso.onmicrosoft.com", &allowed));
-        assert!(!tenant_allowed("fabrikam.onmicrosoft.com", &allowed));
-        assert!(!tenant_allowed("anything", &[]));
-        assert!(tenant_allowed("anything", &["*".to_owned()]));
-        assert!(is_url_safe_tenant("72f988bf-86f1-41af-91ab-2d7cd011db47"));
-        assert!(!is_url_safe_tenant("a/b"));
-        assert!(!is_url_safe_tenant(""));
-    }
-
-    #[test]
-    fn expiry_warning_rules() {
-        let end = datetime!(2026-03-01 00:00 UTC);
-        let renew = Some(datetime!(2026-02-01 00:00 UTC));
-        let week = time::Duration::days(7);
-        assert_eq!(
-            expiry_warning(datetime!(2026-01-15 00:00 UTC), renew, end, week),
-            None
-        );
-        assert!(
-            expiry_warning(datetime!(2026-02-02 00:00 UTC), renew, end, week)
-                .unwrap()
-                .contains("renew_after")
-        );
-        assert!(
-            expiry_warning(datetime!(2026-02-23 00:00 UTC), None, end, week)
-                .unwrap()
-                .contains("expires soon")
-        );
-        assert_eq!(
-            expiry_warning(datetime!(2026-02-20 00:00 UTC), None, end, week),
-            None
-        );
-    }
 }

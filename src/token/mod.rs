@@ -8,4 +8,7 @@ pub(crate) mod cache;
 pub(crate) mod credential;
 pub(crate) mod endpoint;
 pub(crate) mod entry;
+pub(crate) mod options;
 pub(crate) mod refresh;
+pub(crate) mod request;
+pub(crate) mod tenant;

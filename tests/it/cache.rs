@@ -607,7 +607,11 @@ async fn a_remembered_failure_says_when_the_next_request_is_made() {
     );
     clock.advance(Duration::from_secs(2));
     let again = cred.get_token(&[ARM]).await.unwrap_err();
-    assert_eq!(again.retry_at(), Some(retry_at), "the same time, from the memory");
+    assert_eq!(
+        again.retry_at(),
+        Some(retry_at),
+        "the same time, from the memory"
+    );
     assert_eq!(server.token_requests(), 1);
     // Refused before sending: not remembered.
     let bad_scope = cred.get_token(&["a b"]).await.unwrap_err();
@@ -665,7 +669,10 @@ async fn only_a_new_request_is_subject_to_admission() {
     assert_eq!(server.token_requests(), 1);
 
     server.enqueue(Scripted::status(400));
-    let err = cred.get_token_admitted(&[GRAPH], || true).await.unwrap_err();
+    let err = cred
+        .get_token_admitted(&[GRAPH], || true)
+        .await
+        .unwrap_err();
     let again = cred.get_token_admitted(&[GRAPH], never).await.unwrap_err();
     assert!(err.retry_at().is_some() && again.retry_at() == err.retry_at());
     assert_eq!(server.token_requests(), 2);

@@ -1,0 +1,150 @@
+//! `ClientCertificateCredentialOptions`: what a credential does with its tokens, and the
+//! environment it runs in.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::file::validity::EXPIRY_WARNING_MARGIN;
+use crate::http::environment::Environment;
+use crate::token::assertion::AssertionAlgorithm;
+use crate::token::refresh::{FAILURE_MEMORY, MAX_CACHED_SCOPES, REFRESH_WINDOW};
+
+/// Options for [`ClientCertificateCredential`](crate::ClientCertificateCredential) (and, with [`ReloadOptions`](crate::ReloadOptions),
+/// for [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)): what
+/// the credential does with its tokens, and the [`Environment`] it runs in (HTTP, clock,
+/// retries), set with [`with_environment`](Self::with_environment).
+///
+/// ```
+/// use std::time::Duration;
+/// use msi_dataplane::{AssertionAlgorithm, ClientCertificateCredentialOptions, Environment};
+///
+/// let options = ClientCertificateCredentialOptions::default()
+///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
+/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ClientCertificateCredentialOptions {
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` loopback authorities, the request timeout (default 30 s), the application
+    /// id of the `User-Agent` every token request carries, the clock and the retry policy
+    /// of token requests. The same value serves the data plane client, the Key Vault store
+    /// and the token server. See [`Environment`].
+    pub environment: Environment,
+    /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
+    pub assertion_algorithm: AssertionAlgorithm,
+    /// Warn (once per credential, through `tracing`) when a token is requested within
+    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
+    pub expiry_warning_margin: Duration,
+    /// Tenants besides the credential's own that
+    /// [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant) may
+    /// request tokens in (a multi-tenant application answering data plane challenges);
+    /// `"*"` allows any. Default: none.
+    pub additionally_allowed_tenants: Vec<String>,
+    /// How long before a cached token expires its background refresh starts, at least
+    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
+    /// tokens over 2 hours may start it earlier). Default and minimum
+    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what `azure_core`'s
+    /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
+    /// that treat a token with 5 minutes left as stale, as the token server does.
+    pub refresh_window: Duration,
+    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
+    /// the least recently used leave, an eighth of the bound at a time (those with a
+    /// request in flight stay). Every consumer of the credential shares the bound: its
+    /// own tenant, its other tenants, data plane clients over it, the token server.
+    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
+    pub max_cached_scopes: usize,
+    /// After a token request for a scope failed at Entra or on the way there (its answer
+    /// or a transport failure, once its retries are spent), callers without a usable token
+    /// for that scope get the same error for this long instead of a new request (callers
+    /// with one keep getting it). Refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
+    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
+    pub failure_memory: Duration,
+}
+
+impl Default for ClientCertificateCredentialOptions {
+    fn default() -> Self {
+        ClientCertificateCredentialOptions {
+            environment: Environment::default(),
+            assertion_algorithm: AssertionAlgorithm::default(),
+            expiry_warning_margin: EXPIRY_WARNING_MARGIN,
+            additionally_allowed_tenants: Vec::new(),
+            refresh_window: REFRESH_WINDOW,
+            max_cached_scopes: MAX_CACHED_SCOPES,
+            failure_memory: FAILURE_MEMORY,
+        }
+    }
+}
+
+impl ClientCertificateCredentialOptions {
+    /// Run in this environment (HTTP, clock, retries), replacing any set before: e.g. one
+    /// [`Environment`] shared with the data plane client, the Key Vault store and the
+    /// token server.
+    pub fn with_environment(mut self, environment: Environment) -> Self {
+        self.environment = environment;
+        self
+    }
+
+    /// Choose the assertion algorithm.
+    pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
+        self.assertion_algorithm = algorithm;
+        self
+    }
+
+    /// Set the margin before the credential's end at which a warning is logged.
+    pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
+        self.expiry_warning_margin = margin;
+        self
+    }
+
+    /// Start refreshing cached tokens at least this long before they expire (see
+    /// [`refresh_window`](Self::refresh_window); less than 5 minutes is taken as 5).
+    pub fn with_refresh_window(mut self, window: Duration) -> Self {
+        self.refresh_window = window.max(REFRESH_WINDOW);
+        self
+    }
+
+    /// Cache tokens for at most this many scope sets (see
+    /// [`max_cached_scopes`](Self::max_cached_scopes); 0 is taken as 1).
+    pub fn with_max_cached_scopes(mut self, max: usize) -> Self {
+        self.max_cached_scopes = max.max(1);
+        self
+    }
+
+    /// Answer a scope's failed request with its error for this long (see
+    /// [`failure_memory`](Self::failure_memory)).
+    pub fn with_failure_memory(mut self, memory: Duration) -> Self {
+        self.failure_memory = memory;
+        self
+    }
+
+    /// Allow tokens in these tenants too (`"*"` for any), through
+    /// [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant).
+    pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+impl fmt::Debug for ClientCertificateCredentialOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCertificateCredentialOptions")
+            .field("environment", &self.environment)
+            .field("assertion_algorithm", &self.assertion_algorithm)
+            .field("expiry_warning_margin", &self.expiry_warning_margin)
+            .field(
+                "additionally_allowed_tenants",
+                &self.additionally_allowed_tenants,
+            )
+            .field("refresh_window", &self.refresh_window)
+            .field("max_cached_scopes", &self.max_cached_scopes)
+            .field("failure_memory", &self.failure_memory)
+            .finish()
+    }
+}

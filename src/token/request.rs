@@ -1,0 +1,186 @@
+//! One token fetch, as the cache runs it: attempts until one succeeds or the retry policy
+//! gives up, each in its span and counted; each checks the credential's validity, signs
+//! a fresh assertion, POSTs it and parses the answer.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use reqwest::Url;
+use time::OffsetDateTime;
+use tracing::Instrument as _;
+
+use crate::clock::Rfc3339;
+use crate::error::Result;
+use crate::file::validity::expiry_warning;
+use crate::http::retry;
+use crate::secret::SecretString;
+use crate::telemetry;
+use crate::token::access_token::AccessToken;
+use crate::token::cache::Fetch;
+use crate::token::credential::Inner;
+use crate::token::endpoint::{self, TokenRequest};
+use crate::untrusted_text::service_text;
+
+impl Fetch for Inner {
+    fn fetch(
+        self: &Arc<Self>,
+        tenant: Option<Arc<str>>,
+        scope: Arc<str>,
+    ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let Some(tenant) = tenant else {
+                return this.fetch_with_retries(&scope, &this.token_url).await;
+            };
+            let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
+            this.fetch_with_retries(&scope, &url).await
+        }
+    }
+}
+
+impl Inner {
+    /// One token fetch: requests until one succeeds or the retry policy gives up.
+    pub(crate) async fn fetch_with_retries(
+        self: &Arc<Self>,
+        scope: &str,
+        token_url: &Url,
+    ) -> Result<AccessToken> {
+        let mut attempt = 0u32;
+        retry::run(
+            &self.retry,
+            self.clock.as_ref(),
+            || {
+                attempt += 1;
+                self.observed_request(scope, token_url, attempt)
+            },
+            |attempt, delay, error| {
+                tracing::info!(
+                    client_id = %self.client_id,
+                    scope = %service_text(scope),
+                    attempt,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %error,
+                    "token request failed; retrying"
+                );
+            },
+        )
+        .await
+    }
+
+    /// One token request in its `token_request` span, counted by outcome with its
+    /// duration; a token obtained updates the credential's gauges.
+    async fn observed_request(
+        self: &Arc<Self>,
+        scope: &str,
+        token_url: &Url,
+        attempt: u32,
+    ) -> Result<AccessToken> {
+        let tenant = token_url
+            .path_segments()
+            .and_then(|mut s| s.find(|s| !s.is_empty()))
+            .unwrap_or_default();
+        let span = tracing::info_span!(
+            "token_request",
+            client_id = %self.client_id,
+            tenant,
+            scope = %service_text(scope),
+            attempt,
+            outcome = tracing::field::Empty,
+            error_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .request_once(scope, token_url)
+            .instrument(span.clone())
+            .await;
+        let elapsed = started.elapsed();
+        let error = result.as_ref().err();
+        telemetry::end_span(&span, error, elapsed);
+        telemetry::token_request(&self.client_id, error, elapsed);
+        if let Ok(token) = &result {
+            self.record_times();
+            telemetry::token_expiry(&self.client_id, token.expires_on());
+        }
+        result
+    }
+
+    /// One token request: check validity, sign, POST, parse.
+    async fn request_once(self: &Arc<Self>, scope: &str, token_url: &Url) -> Result<AccessToken> {
+        let now = self.clock.now();
+        self.window.check(now)?;
+        self.warn_if_expiring(now);
+        let assertion = self.assertion(now, token_url)?;
+        let client_request_id = uuid::Uuid::new_v4().to_string();
+        let request = TokenRequest {
+            url: token_url,
+            client_id: &self.client_id,
+            scope,
+            assertion: assertion.expose_secret(),
+            client_request_id: &client_request_id,
+            user_agent: &self.user_agent,
+        };
+        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
+        let result = endpoint::parse_response(&raw, now, &client_request_id);
+        match &result {
+            Ok(token) => tracing::debug!(
+                client_id = %self.client_id,
+                scope = %service_text(scope),
+                expires_on = %Rfc3339(token.expires_on()),
+                "acquired access token"
+            ),
+            Err(e) => tracing::debug!(
+                client_id = %self.client_id,
+                scope = %service_text(scope),
+                error = %e,
+                "token request answered with an error"
+            ),
+        }
+        result
+    }
+
+    /// A client assertion for `token_url`, dated `now`, with a fresh `jti`.
+    pub(crate) fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
+        let jti = uuid::Uuid::new_v4().to_string();
+        let (url, client_id) = (token_url.as_str(), &self.client_id);
+        let signed = self
+            .signer
+            .sign(&self.certificate, url, client_id, now, &jti);
+        signed.map(SecretString::from)
+    }
+
+    /// Log, once per credential, that it should have been renewed or ends soon.
+    fn warn_if_expiring(&self, now: OffsetDateTime) {
+        if self.expiry_warned.load(Ordering::Relaxed) {
+            return;
+        }
+        let end = self.window.end;
+        let margin = self.expiry_warning_margin;
+        let Some(reason) = expiry_warning(now, self.renew_after, end, margin) else {
+            return;
+        };
+        if !self.expiry_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                client_id = %self.client_id,
+                not_after = %Rfc3339(end),
+                renew_after = ?self.renew_after.map(Rfc3339),
+                thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
+                "{reason}; the credential file should be rotated"
+            );
+        }
+    }
+
+    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`;
+    /// nothing once it is retired.
+    pub(crate) fn record_times(&self) {
+        let writes = self
+            .writes_gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *writes {
+            let (end, renew, cannot) = (self.window.end, self.renew_after, self.cannot_renew_after);
+            telemetry::credential_times(&self.client_id, end, renew, cannot);
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The tenants a credential may ask for tokens in: its own, and those its options allow.
+
+use std::borrow::Cow;
+
+use crate::error::{ConfigError, ErrorKind, Result};
+use crate::file::model::is_url_safe_tenant;
+
+/// Why a tenant cannot be used in a URL path.
+pub(crate) const TENANT_RULE: &str =
+    "must be non-empty and hold only letters, digits, '-', '.' and '_'";
+
+/// A credential's own tenant and the others it may ask for tokens in.
+pub(crate) struct Tenants {
+    own: String,
+    /// Lower-cased; may hold `*`.
+    allowed: Vec<String>,
+}
+
+impl Tenants {
+    /// The credential's own tenant and its `additionally_allowed_tenants`.
+    pub(crate) fn new(own: &str, allowed: &[String]) -> Self {
+        Tenants {
+            own: own.to_owned(),
+            allowed: allowed
+                .iter()
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
+                .collect(),
+        }
+    }
+
+    /// The credential's own tenant.
+    pub(crate) fn own(&self) -> &str {
+        &self.own
+    }
+
+    /// The cache key for `tenant` (trimmed): `None` for the credential's own (compared
+    /// case-insensitively), else its lower-case name (allocated only when it is not),
+    /// once it is allowed and usable in a URL.
+    pub(crate) fn key<'t>(&self, tenant: &'t str) -> Result<Option<Cow<'t, str>>> {
+        let tenant = tenant.trim();
+        if tenant.eq_ignore_ascii_case(&self.own) {
+            return Ok(None);
+        }
+        if !allowed(tenant, &self.allowed) {
+            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
+                tenant: tenant.to_owned(),
+                credential_tenant: self.own.clone(),
+            })
+            .into());
+        }
+        if !is_url_safe_tenant(tenant) {
+            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
+                argument: "tenant",
+                reason: TENANT_RULE.into(),
+            })
+            .into());
+        }
+        Ok(Some(match tenant.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => Cow::Owned(tenant.to_ascii_lowercase()),
+            false => Cow::Borrowed(tenant),
+        }))
+    }
+}
+
+/// Pure: whether a tenant other than the credential's own may be asked for, given the
+/// lower-cased `additionally_allowed_tenants` (`*` allows any).
+fn allowed(tenant: &str, allowed: &[String]) -> bool {
+    allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(tenant))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_allow_list() {
+        let allowed_list = vec!["contoso.onmicrosoft.com".to_owned()];
+        assert!(allowed("Contoso.onmicrosoft.com", &allowed_list));
+        assert!(!allowed("fabrikam.onmicrosoft.com", &allowed_list));
+        assert!(!allowed("anything", &[]));
+        assert!(allowed("anything", &["*".to_owned()]));
+        assert!(is_url_safe_tenant("72f988bf-86f1-41af-91ab-2d7cd011db47"));
+        assert!(!is_url_safe_tenant("a/b"));
+        assert!(!is_url_safe_tenant(""));
+        let tenants = Tenants::new("Own", &[" Contoso.onmicrosoft.com ".to_owned()]);
+        assert!(tenants.key("own").unwrap().is_none());
+        let key = tenants.key("CONTOSO.onmicrosoft.com").unwrap();
+        assert_eq!(key.as_deref(), Some("contoso.onmicrosoft.com"));
+        assert!(tenants.key("fabrikam").is_err());
+    }
+}
