@@ -17,11 +17,12 @@ use time::OffsetDateTime;
 /// assert_eq!(token.token(), "eyJ0eXAi...");
 /// assert!(!format!("{token:?}").contains("eyJ0eXAi"));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AccessToken {
     inner: Arc<Inner>,
 }
 
+#[derive(PartialEq, Eq)]
 struct Inner {
     token: Arc<str>,
     expires_on: OffsetDateTime,
@@ -66,16 +67,6 @@ impl AccessToken {
         self.inner.refresh_on
     }
 }
-
-impl PartialEq for AccessToken {
-    fn eq(&self, other: &Self) -> bool {
-        self.inner.token == other.inner.token
-            && self.inner.expires_on == other.inner.expires_on
-            && self.inner.refresh_on == other.inner.refresh_on
-    }
-}
-
-impl Eq for AccessToken {}
 
 impl fmt::Debug for AccessToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -21,10 +21,11 @@
 //!   ([`Entry::evictable`]) leave at the next sweep (at most one a minute).
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hashbrown::HashMap;
+use hashbrown::{Equivalent, HashMap};
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
@@ -33,9 +34,9 @@ use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::exchange;
 use crate::http::retry::jitter;
 use crate::token::access_token::AccessToken;
-use crate::token::entry::{Answer, Cached, Entry, Key, State};
 use crate::token::refresh::{
-    Freshness, IDLE_GRACE, Limits, evict_count, freshness, least_recently_used, refresh_at, settled,
+    Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, least_recently_used,
+    refresh_at, settled,
 };
 use crate::untrusted_text::service_text;
 
@@ -93,10 +94,12 @@ impl TokenCache {
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
         let shared = &self.0;
-        let now = shared.clock.now_unix_millis();
         let table = shared.read();
         let (entry, cached) = table.map.get_key_value(&Key { tenant, scopes })?;
         let cached = cached.as_ref()?;
+        // Read once the entry is found: before the lock it made a hit on two threads
+        // contend longer (BENCHMARKS.md).
+        let now = shared.clock.now_unix_millis();
         let freshness = freshness(now, cached.refresh_at, cached.expires_on);
         if freshness == Freshness::Expired {
             return None;
@@ -299,7 +302,7 @@ impl Shared {
     /// Start one background request for the entry unless one is in flight (never waits
     /// for its lock: whoever holds it starts or ends this entry's request).
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, entry: &Arc<Entry>, fetcher: &Arc<F>) {
-        let Some(mut state) = entry.try_state() else {
+        let Ok(mut state) = entry.state.try_lock() else {
             return;
         };
         if state.inflight.is_some() {
@@ -444,6 +447,141 @@ impl Drop for Flight {
         let now = self.shared.clock.now_unix_millis();
         let mut state = self.entry.state();
         self.entry.settle(&mut state, now, i64::MIN);
+    }
+}
+
+/// One tenant and scope set, and its request state.
+struct Entry {
+    tenant: Option<Arc<str>>,
+    scopes: Box<[Box<str>]>,
+    /// The scopes space-joined: what a request asks for.
+    joined: Arc<str>,
+    /// No background request before this Unix time (ms): `i64::MAX` while a request is
+    /// in flight, the backoff's end after failures.
+    quiet_until: AtomicI64,
+    /// When the entry was made or its last request ended (Unix ms).
+    settled_at: AtomicI64,
+    /// When a caller last asked for it (Unix ms): the least recently used leave first.
+    used_at: AtomicI64,
+    state: Mutex<State>,
+}
+
+/// What the callers waiting on a request await: its result, once it has one. Closed
+/// without one when the request's task ended without answering.
+type Answer = watch::Receiver<Option<Result<AccessToken>>>;
+
+/// An entry's requests, under its lock.
+#[derive(Default)]
+struct State {
+    /// The request in flight, if one is.
+    inflight: Option<Answer>,
+    /// Consecutive failures.
+    failures: u32,
+    /// The last request's error and until when (Unix ms) it is the answer.
+    failed: Option<(Error, i64)>,
+}
+
+/// A token and its times (Unix ms).
+struct Cached {
+    token: AccessToken,
+    refresh_at: i64,
+    expires_on: i64,
+}
+
+/// A key as callers hold it: borrowed, hashed and compared like the entry it finds.
+struct Key<'a> {
+    tenant: Option<&'a str>,
+    scopes: &'a [&'a str],
+}
+
+impl Entry {
+    /// A new entry for the key, made (and last used) at `now` (Unix ms).
+    fn new(key: &Key<'_>, now: i64) -> Self {
+        Entry {
+            tenant: key.tenant.map(Arc::from),
+            scopes: key.scopes.iter().map(|s| Box::from(*s)).collect(),
+            joined: Arc::from(key.scopes.join(" ")),
+            quiet_until: AtomicI64::new(i64::MIN),
+            settled_at: AtomicI64::new(now),
+            used_at: AtomicI64::new(now),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Its request state (a poisoned lock is taken as is: the state stays consistent).
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a request is in flight.
+    fn busy(&self) -> bool {
+        self.quiet_until.load(Ordering::Acquire) == i64::MAX
+    }
+
+    /// Whether it may leave the cache at `now` ([`evictable`]).
+    fn evictable(&self, now: i64, cached: Option<&Cached>) -> bool {
+        let settled = self.settled_at.load(Ordering::Acquire);
+        evictable(now, settled, cached.map(|c| c.expires_on), self.busy())
+    }
+
+    /// A request starts (the caller holds the state lock and saw none in flight).
+    fn begin(&self, state: &mut State, answer: Answer) {
+        state.inflight = Some(answer);
+        self.quiet_until.store(i64::MAX, Ordering::Release);
+    }
+
+    /// The request ended (the caller holds the state lock).
+    fn settle(&self, state: &mut State, now: i64, quiet_until: i64) {
+        state.inflight = None;
+        self.settled_at.store(now, Ordering::Release);
+        self.quiet_until.store(quiet_until, Ordering::Release);
+    }
+}
+
+impl Hash for Entry {
+    #[inline]
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_key(h, self.tenant.as_deref(), self.scopes.iter().map(|s| &**s));
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.tenant == other.tenant && self.scopes == other.scopes
+    }
+}
+
+impl Eq for Entry {}
+
+impl Hash for Key<'_> {
+    #[inline]
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_key(h, self.tenant, self.scopes.iter().copied());
+    }
+}
+
+impl Equivalent<Arc<Entry>> for Key<'_> {
+    #[inline]
+    fn equivalent(&self, entry: &Arc<Entry>) -> bool {
+        entry.tenant.as_deref() == self.tenant
+            && entry.scopes.len() == self.scopes.len()
+            && entry
+                .scopes
+                .iter()
+                .zip(self.scopes)
+                .all(|(a, b)| **a == **b)
+    }
+}
+
+/// The one hash of a key, owned or borrowed.
+#[inline]
+fn hash_key<'s, H: Hasher>(h: &mut H, tenant: Option<&str>, scopes: impl Iterator<Item = &'s str>) {
+    if let Some(tenant) = tenant {
+        h.write(tenant.as_bytes());
+    }
+    for s in scopes {
+        h.write_u8(0xff);
+        h.write(s.as_bytes());
     }
 }
 

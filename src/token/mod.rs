@@ -7,7 +7,6 @@ pub(crate) mod assertion;
 pub(crate) mod cache;
 pub(crate) mod credential;
 pub(crate) mod endpoint;
-pub(crate) mod entry;
 pub(crate) mod options;
 pub(crate) mod refresh;
 pub(crate) mod request;

@@ -1,7 +1,6 @@
 //! `ClientCertificateCredentialOptions`: what a credential does with its tokens, and the
 //! environment it runs in.
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::file::validity::EXPIRY_WARNING_MARGIN;
@@ -23,7 +22,7 @@ use crate::token::refresh::{FAILURE_MEMORY, MAX_CACHED_SCOPES, REFRESH_WINDOW};
 ///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
 /// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
     /// The environment: the HTTP client (or extra roots for the crate-built one),
@@ -129,22 +128,5 @@ impl ClientCertificateCredentialOptions {
     {
         self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
         self
-    }
-}
-
-impl fmt::Debug for ClientCertificateCredentialOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientCertificateCredentialOptions")
-            .field("environment", &self.environment)
-            .field("assertion_algorithm", &self.assertion_algorithm)
-            .field("expiry_warning_margin", &self.expiry_warning_margin)
-            .field(
-                "additionally_allowed_tenants",
-                &self.additionally_allowed_tenants,
-            )
-            .field("refresh_window", &self.refresh_window)
-            .field("max_cached_scopes", &self.max_cached_scopes)
-            .field("failure_memory", &self.failure_memory)
-            .finish()
     }
 }
