@@ -16,9 +16,9 @@
 //!   cache's own cost of a new scope at N.
 //!
 //! The memory per scope (printed, not timed) is the heap that filling the N scopes left
-//! live (a counting global allocator: Rust's heap on the client's thread, so the
+//! live (a counting global allocator: Rust's heap on the client's threads, so the
 //! server's tokens and the TLS library's C heap are not counted), divided by N: the
-//! entry, its key, its place in the map and the token's text and per-CPU handles.
+//! entry, its key, its place in the map and the token's text and handle.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -56,8 +56,11 @@ fn bench_scale(c: &mut Criterion) {
     let server_rt = server_runtime();
     let server = server_rt.block_on(EntraServer::start());
     server.set_replay_check(false);
-    // Current-thread: the requests' tasks run (and allocate) on this counted thread.
-    let client_rt = tokio::runtime::Builder::new_current_thread()
+    // Multi-threaded, as most callers are: the requests' tasks run (and allocate) on its
+    // worker, counted as this thread is.
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(count_this_thread)
         .enable_all()
         .build()
         .expect("client runtime");

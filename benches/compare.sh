@@ -78,7 +78,8 @@ if ((run_benches)); then
         echo "== cargo bench --features full --bench $bench -- ${criterion_args[*]:-}"
         # Kept: the TLS handshake counts (token) and bytes per scope (cache_scale) that
         # criterion does not record are read from it by report.py.
-        cargo bench --features full --bench "$bench" -- "${criterion_args[@]}" 2>&1 |
+        # MSI_BENCH_PAIRS: the token bench also alternates the two-thread hit and floor.
+        MSI_BENCH_PAIRS=1 cargo bench --features full --bench "$bench" -- "${criterion_args[@]}" 2>&1 |
             tee "$out/bench-$bench.log"
     done
 fi

@@ -15,6 +15,9 @@
 //!   for `x5t#S256`, serialize header and claims, sign PS256 with AWS-LC, build the same
 //!   `reqwest::Client`, POST the same form with the same headers, parse the JSON answer.
 //! - `first_token/part/load`: the by-hand steps up to the loaded key and encoded header.
+//! - `first_token/build`: `from_path` + `ClientCertificateCredential::new` with a client
+//!   already built: what building a credential from its file costs (every rotation
+//!   does it), against `part/load` (target ≤ 1.25×).
 //! - `first_token/part/first_sign`: the by-hand claims + PS256 signature + encoding with a
 //!   key loaded just before (untimed): AWS-LC finishes a key's precomputation (Montgomery
 //!   constants, blinding) on its first private-key operation, so a new credential's first
@@ -244,6 +247,13 @@ fn bench_first_token(c: &mut Criterion) {
 
     g.bench_function("part/load", |b| {
         b.iter(|| load_by_hand(black_box(&file.path)))
+    });
+    // Building a credential from its file (what every rotation does), against
+    // `part/load` (target: at most 1.25x): `from_path` + `new` with a client already
+    // built, so no TLS configuration is timed.
+    let built_client = https_client();
+    g.bench_function("build", |b| {
+        b.iter(|| new_credential(black_box(&file.path), built_client.clone()))
     });
     g.bench_function("part/first_sign", |b| {
         b.iter_batched_ref(

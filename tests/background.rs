@@ -1,6 +1,7 @@
 //! The guide's background chapter (`src/guide/background.md`), checked against the
 //! process: every thread the library starts while a reloading credential gets a token is
-//! named there, and the threads it says end with the credential do.
+//! named there, a credential used from a multi-threaded runtime starts no
+//! `msi-dataplane-io` thread, and the threads it says end with the credential do.
 //!
 //! One test in this binary, so that the threads it lists are its own. Linux only: it reads
 //! thread names from `/proc/self/task/*/comm`, where the kernel keeps the first 15 bytes.
@@ -74,25 +75,73 @@ fn wait_until(what: &str, pred: impl Fn(&BTreeMap<u64, String>) -> bool) {
     }
 }
 
+/// The threads started since `before` that the chapter does not name (this test's own
+/// runtime threads aside).
+fn undocumented(before: &BTreeSet<u64>, during: &BTreeMap<u64, String>) -> Vec<String> {
+    let documented = named_in_chapter();
+    during
+        .iter()
+        .filter(|(tid, _)| !before.contains(tid))
+        .map(|(_, name)| name.clone())
+        .filter(|name| *name != truncated(TEST_THREADS) && !documented.contains(name))
+        .collect()
+}
+
 #[test]
 fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
     let before: BTreeSet<u64> = threads().into_keys().collect();
+    let certs = TempDir::new("background");
+    let path = certs.join("identity");
+
+    // A multi-threaded runtime, as most callers have: the token requests run as its
+    // tasks and the reload task on it; the library starts no thread but the watch's.
+    let mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name(TEST_THREADS)
+        .build()
+        .expect("runtime");
+    let server = mt.block_on(EntraServer::start());
+    register(&server, "rotation-1");
+    let json = load_with_endpoint("rotation-1", &server.base_url())
+        .to_json()
+        .expect("to_json");
+    std::fs::write(&path, json).expect("write");
+    let cred = mt.block_on(async {
+        let cred = UserAssignedIdentityCredential::new(&path, options(), ReloadOptions::default())
+            .await
+            .expect("new");
+        cred.get_token(&[ARM]).await.expect("get_token");
+        cred
+    });
+    assert!(cred.status().watching, "{:#?}", cred.status());
+    let during = threads();
+    let undocumented_mt = undocumented(&before, &during);
+    assert!(
+        undocumented_mt.is_empty(),
+        "threads not in src/guide/background.md: {undocumented_mt:?}"
+    );
+    assert_eq!(
+        count(&during, "msi-dataplane-io"),
+        0,
+        "a multi-threaded runtime's requests started the I/O thread: {during:?}"
+    );
+    // The re-arm thread (`msi-dataplane-rearm` shows as `msi-dataplane-r`) and notify's.
+    assert_eq!(count(&during, "msi-dataplane-rearm"), 1, "{during:?}");
+    assert_eq!(count(&during, "notify-rs inotify loop"), 1, "{during:?}");
+    drop(cred);
+    wait_until("the re-arm and watcher threads to end", |now| {
+        count(now, "msi-dataplane-rearm") == 0 && count(now, "notify-rs inotify loop") == 0
+    });
+    drop(mt);
+
     // A current-thread runtime, as a caller without a multi-threaded one has: its
-    // exchanges go to the I/O thread, and the reload runs on a thread of its own.
+    // requests go to the I/O thread, and the reload runs on a thread of its own.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name(TEST_THREADS)
         .build()
         .expect("runtime");
-    let server = rt.block_on(EntraServer::start());
-    register(&server, "rotation-1");
-    let certs = TempDir::new("background");
-    let path = certs.join("identity");
-    let json = load_with_endpoint("rotation-1", &server.base_url())
-        .to_json()
-        .expect("to_json");
-    std::fs::write(&path, json).expect("write");
-
     let cred = rt.block_on(async {
         let cred = UserAssignedIdentityCredential::new(
             &path,
@@ -109,16 +158,11 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
     // Every new thread is named in the chapter (the testing kit's server threads are in
     // its last section), or is this test's own.
     let during = threads();
-    let documented = named_in_chapter();
-    let undocumented: Vec<&String> = during
-        .iter()
-        .filter(|(tid, _)| !before.contains(tid))
-        .map(|(_, name)| name)
-        .filter(|name| **name != truncated(TEST_THREADS) && !documented.contains(*name))
-        .collect();
+    let undocumented = undocumented(&before, &during);
     assert!(
         undocumented.is_empty(),
-        "threads not in src/guide/background.md: {undocumented:?} (documented: {documented:?})"
+        "threads not in src/guide/background.md: {undocumented:?} (documented: {:?})",
+        named_in_chapter()
     );
     // The threads this setup must start, each under the name the chapter gives it.
     // `msi-dataplane-reload` and `msi-dataplane-rearm` look alike in `comm`: two of them.

@@ -181,7 +181,7 @@ impl TokenCache {
     ) -> Result<Option<AccessToken>> {
         let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
         let answer = {
-            let mut state = entry.state();
+            let state = entry.state();
             // Re-check: a request may have completed since the caller's lookup.
             let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
             if let Some(token) = shared.usable(&entry).filter(other) {
@@ -195,15 +195,7 @@ impl TokenCache {
             } else if !admit() {
                 return Ok(None);
             } else {
-                if tokio::runtime::Handle::try_current().is_err() {
-                    return Err(abandoned("no Tokio runtime to run it on"));
-                }
-                let runtime = exchange::runtime().map_err(|a| abandoned(a.0))?;
-                let (tx, answer) = watch::channel(None);
-                entry.begin(&mut state, answer.clone());
-                drop(state);
-                shared.launch(&runtime, &entry, fetcher, tx);
-                answer
+                shared.start(&entry, state, fetcher)?
             }
         };
         wait(answer).await.map(Some)
@@ -302,27 +294,40 @@ impl Shared {
     /// Start one background request for the entry unless one is in flight (never waits
     /// for its lock: whoever holds it starts or ends this entry's request).
     fn refresh_in_background<F: Fetch>(self: &Arc<Self>, entry: &Arc<Entry>, fetcher: &Arc<F>) {
-        let Ok(mut state) = entry.state.try_lock() else {
+        let Ok(state) = entry.state.try_lock() else {
             return;
         };
         if state.inflight.is_some() {
             return;
         }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        let Ok(runtime) = exchange::runtime() else {
-            return;
-        };
         tracing::debug!(scope = %service_text(&entry.joined), "refreshing token ahead of expiry");
-        let (tx, answer) = watch::channel(None);
-        entry.begin(&mut state, answer);
-        drop(state);
-        self.launch(&runtime, entry, fetcher, tx);
+        if let Err(e) = self.start(entry, state, fetcher) {
+            tracing::debug!(scope = %service_text(&entry.joined), error = %e, "cannot start the token refresh");
+        }
     }
 
-    /// Run the entry's request (marked in flight by the caller, who holds no lock) as a
-    /// task on `runtime`; its result answers on `tx`.
+    /// Start the entry's request (the caller holds its state lock, given here, and saw
+    /// none in flight) as a task of its own ([`exchange::runtime`]): the answer its
+    /// callers await. A miss needs a Tokio runtime.
+    fn start<F: Fetch>(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        mut state: MutexGuard<'_, State>,
+        fetcher: &Arc<F>,
+    ) -> Result<Answer> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(abandoned("no Tokio runtime to run it on"));
+        }
+        let runtime = exchange::runtime().map_err(|a| abandoned(a.0))?;
+        let (tx, answer) = watch::channel(None);
+        entry.begin(&mut state, answer.clone());
+        drop(state);
+        self.launch(&runtime, entry, fetcher, tx);
+        Ok(answer)
+    }
+
+    /// Run the entry's request (marked in flight, no lock held) as a task on `runtime`;
+    /// its result answers on `tx`.
     fn launch<F: Fetch>(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
