@@ -15,6 +15,7 @@ mod clock;
 mod cloud;
 mod error;
 mod http;
+mod log_budget;
 mod parser_errors;
 pub mod regular_file;
 mod secret;
@@ -36,6 +37,10 @@ mod token;
 // Across the layers: the health report of a credential file and the fixed limits.
 pub mod inspect;
 pub mod limits;
+
+// For this workspace's own crates only (no semver promise; hidden from the docs).
+#[doc(hidden)]
+pub mod unstable;
 
 // Documentation only: the long form, one chapter per cross-cutting topic (no code).
 pub mod guide;

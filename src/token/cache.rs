@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use crate::clock::{Clock, from_unix_millis, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::retry::jitter;
+use crate::log_budget::LogBudget;
 use crate::token::access_token::AccessToken;
 use crate::token::driven::Driven;
 use crate::token::entry::{Answer, Cached, Entry, Key, State};
@@ -49,6 +50,10 @@ struct Shared {
     writer: Mutex<i64>,
     clock: Arc<dyn Clock>,
     limits: Limits,
+    /// The warning of a failed request, and the note of an answer from the failure
+    /// memory: a flood of failing scopes writes a few lines and a count.
+    failure_log: LogBudget,
+    remembered_log: LogBudget,
 }
 
 /// What the caller supplies: a fetch of a new token, runnable in a spawned task.
@@ -83,6 +88,8 @@ impl TokenCache {
             writer,
             clock,
             limits,
+            failure_log: LogBudget::new(),
+            remembered_log: LogBudget::new(),
         }))
     }
 
@@ -185,7 +192,14 @@ impl TokenCache {
             match (&state.inflight, &state.failed) {
                 (Some((rx, work)), _) => (rx.clone(), work.join()),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
-                    tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
+                    let now = shared.clock.now_unix_millis();
+                    if let Some(left_out) = shared.remembered_log.admit(now) {
+                        tracing::debug!(
+                            scope = %service_text(&entry.joined),
+                            left_out,
+                            "the last token request failed moments ago; its error again (left_out: such lines not written since the last)"
+                        );
+                    }
                     return Err(error.clone());
                 }
                 _ if !admit() => return Ok(None),
@@ -394,14 +408,17 @@ impl Flight {
         state.failed = failed
             .zip(next.error_until)
             .map(|(e, until)| (e.clone(), until));
-        if let Some(error) = failed {
+        if let Some(error) = failed
+            && let Some(left_out) = shared.failure_log.admit(now)
+        {
             tracing::warn!(
                 scope = %service_text(&entry.joined),
                 error = %error,
                 failures = state.failures,
                 retry_in_secs = (next.quiet_until - now) / 1000,
                 serving_cached = shared.usable(&entry).is_some(),
-                "token request failed"
+                left_out,
+                "token request failed (left_out: failures of this credential not logged since the last line, at most 5 lines every 10 s)"
             );
         }
         entry.settle(&mut state, now, next.quiet_until);

@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
         "clock",
         "secret",
         "untrusted_text",
+        "log_budget",
         "parser_errors",
         "regular_file",
         "cloud",
@@ -31,7 +32,7 @@ const LAYERS: &[&[&str]] = &[
     &["serve"],
     &["hypershift"],
     // Across the layers: the health report, the fixed limits, the testing kit.
-    &["inspect", "limits"],
+    &["inspect", "limits", "unstable"],
     &["testing"],
 ];
 
