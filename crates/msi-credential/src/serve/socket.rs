@@ -10,9 +10,10 @@
 //!   peer sends or refuses to read.
 //! - **Write deadline**: an answer whose writing blocks (the peer's window and this
 //!   socket's send buffer are full) must be written in full within the write timeout of
-//!   the first blocked write, or the connection is closed. Progress does not restart the
-//!   clock: a peer reading a byte at a time cannot hold the connection longer. Writes
-//!   that never block start no timer.
+//!   the first blocked write, or the connection is closed with a reset (what the kernel
+//!   queued for it is freed at once, not kept for a peer that does not read). Progress
+//!   does not restart the clock: a peer reading a byte at a time cannot hold the
+//!   connection longer. Writes that never block start no timer.
 
 use std::io;
 use std::net::SocketAddr;
@@ -77,10 +78,15 @@ impl Deadlined {
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         self.unsent.store(true, Ordering::Release);
         match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the peer did not read the answer within the write timeout",
-            ))),
+            Poll::Ready(()) => {
+                // Closed with a reset: the kernel frees what is queued at once instead of
+                // keeping it for a peer that does not read.
+                let _ = self.stream.set_zero_linger();
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the peer did not read the answer within the write timeout",
+                )))
+            }
             Poll::Pending => Poll::Pending,
         }
     }
