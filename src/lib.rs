@@ -16,10 +16,10 @@ mod cloud;
 mod error;
 mod http;
 mod parser_errors;
-pub mod regular_file;
+mod regular_file;
 mod secret;
 pub mod telemetry;
-pub mod untrusted_text;
+mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
 // `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
@@ -33,9 +33,12 @@ pub mod keyvault;
 mod reload;
 mod token;
 
-// Across the layers: the health report of a credential file and the fixed limits.
+// Across the layers: the health report of a credential file, the fixed limits, and the
+// helpers this workspace's other crates share with the library (no semver promise).
 pub mod inspect;
 pub mod limits;
+#[doc(hidden)]
+pub mod unstable;
 
 // Documentation only: the long form, one chapter per cross-cutting topic (no code).
 pub mod guide;
@@ -55,7 +58,6 @@ pub use http::retry::RetryPolicy;
 pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;
 pub use reload::user_assigned::{ReloadStatus, UserAssignedIdentityCredential};
-pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;

@@ -30,8 +30,9 @@ const LAYERS: &[&[&str]] = &[
     &["keyvault"],
     &["serve"],
     &["hypershift"],
-    // Across the layers: the health report, the fixed limits, the testing kit.
-    &["inspect", "limits"],
+    // Across the layers: the health report, the fixed limits, the helpers the workspace's
+    // other crates share, the testing kit.
+    &["inspect", "limits", "unstable"],
     &["testing"],
 ];
 

@@ -11,7 +11,7 @@ use crate::serve::answer::{IdentityHealth, Refusal};
 use crate::serve::error::{Result, ServeError};
 use crate::serve::request::Selector;
 use msi_dataplane::UserAssignedIdentityCredentials;
-use msi_dataplane::untrusted_text::bounded;
+use msi_dataplane::unstable::bounded;
 use msi_dataplane::{
     ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
 };

@@ -11,7 +11,7 @@ use hyper::HeaderMap;
 use hyper::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 
 use crate::serve::answer::Refusal;
-use msi_dataplane::untrusted_text::quoted_input;
+use msi_dataplane::unstable::quoted_input;
 
 /// The `api-version` every client of the protocol sends.
 pub const APP_SERVICE_API_VERSION: &str = "2019-08-01";
