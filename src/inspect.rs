@@ -24,7 +24,7 @@ use crate::token::endpoint;
 
 /// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
 /// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
-/// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
+/// [`ClientCertificateCredentialOptions::with_expiry_warning_margin`](crate::ClientCertificateCredentialOptions::with_expiry_warning_margin)).
 pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// What a credential file holds and what is wrong with it, at one instant.

@@ -9,10 +9,12 @@
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
 // untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
-// (client choice, bounded answers, retries, Azure error bodies) and telemetry (metrics
+// (the crate's client, bounded answers, retries, Azure error bodies), the environment
+// every client is given (HTTP client, timeout, clock, retries) and telemetry (metrics
 // and spans).
 mod clock;
 mod cloud;
+mod environment;
 mod error;
 mod http;
 mod parser_errors;
@@ -53,7 +55,7 @@ pub use error::{
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
-pub use http::environment::Environment;
+pub use environment::Environment;
 pub use http::retry::RetryPolicy;
 pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;

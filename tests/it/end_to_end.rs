@@ -472,7 +472,8 @@ async fn transport_failures_are_typed() {
         no_retry().with_environment(
             https_env()
                 .with_retry_policy(RetryPolicy::none())
-                .with_request_timeout(Duration::from_millis(300)),
+                .with_request_timeout(Duration::from_millis(300))
+                .unwrap(),
         ),
     );
     server.enqueue(Scripted::status(200).delayed(Duration::from_secs(3)));

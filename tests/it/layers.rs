@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Lowest first. A module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
     // The basics: errors, time, secrets, untrusted text, parser messages, bounded file
-    // reading, clouds, the HTTP plumbing and telemetry.
+    // reading, clouds, the HTTP plumbing, the environment and telemetry.
     &[
         "error",
         "clock",
@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
         "regular_file",
         "cloud",
         "http",
+        "environment",
         "telemetry",
     ],
     &["file"],

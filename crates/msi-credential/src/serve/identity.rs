@@ -69,7 +69,7 @@ impl ServedIdentity {
         options: ClientCertificateCredentialOptions,
         reload: ReloadOptions,
     ) -> Result<Self> {
-        let window = options.refresh_window.max(SERVED_TOKEN_REFRESH_WINDOW);
+        let window = options.refresh_window().max(SERVED_TOKEN_REFRESH_WINDOW);
         let options = options.with_refresh_window(window);
         let credential = UserAssignedIdentityCredential::new(path, options, reload).await?;
         Self::from_credential(credential).await

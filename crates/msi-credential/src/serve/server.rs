@@ -345,7 +345,7 @@ impl TokenServer {
                 .max_token_requests_per_second
                 .map(|rate| RateLimiter::new(rate, Instant::now())),
             refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
-            clock: options.environment.clock.clone(),
+            clock: options.environment.clock().clone(),
         });
         if state.secret.load().path().is_some() {
             tokio::spawn(follow_secret(

@@ -44,11 +44,11 @@ fn credential(
         .self_signed();
     entra.register(identity, &certificate);
     let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
-    let mut options = ClientCertificateCredentialOptions::default()
-        .with_environment(Environment::default().with_http_client(entra.client()));
+    let mut environment = Environment::default().with_http_client(entra.client());
     if let Some(clock) = clock {
-        options.environment.clock = clock;
+        environment = environment.with_clock(clock);
     }
+    let options = ClientCertificateCredentialOptions::default().with_environment(environment);
     ClientCertificateCredential::new(&file, options).expect("credential")
 }
 
