@@ -48,6 +48,7 @@ pub mod guide;
 pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
+pub use environment::Environment;
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
     KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
@@ -55,7 +56,6 @@ pub use error::{
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
-pub use environment::Environment;
 pub use http::retry::RetryPolicy;
 pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;

@@ -7,13 +7,13 @@
 /// A bounded read of a regular file (a FIFO or a device is refused, not waited on), as
 /// the crate reads credential files: at most 1 MiB, errors naming the file as `role`.
 pub use crate::regular_file::read_limited_as;
+/// How many directory watches are alive in this process (tests that check that dropping
+/// credentials stops their watches).
+pub use crate::reload::watch::live_directory_watchers;
+/// The range a credential draws a token's refresh-ahead point from (the testing kit
+/// checks a refresh against it).
+pub use crate::token::refresh::refresh_range;
 /// Text from outside (a service's message, a client's input) made safe for an error, a
 /// log line or a terminal: cut to a bound, every control and bidirectional character
 /// escaped.
 pub use crate::untrusted_text::{bounded, quoted_input};
-/// The range a credential draws a token's refresh-ahead point from (the testing kit
-/// checks a refresh against it).
-pub use crate::token::refresh::refresh_range;
-/// How many directory watches are alive in this process (tests that check that dropping
-/// credentials stops their watches).
-pub use crate::reload::watch::live_directory_watchers;

@@ -18,12 +18,12 @@ use super::types::{
     UserAssignedIdentitiesRequest,
 };
 use crate::clock::Clock;
+use crate::environment::Environment;
 use crate::error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
     cause_chain, redact_quoted,
 };
 use crate::http::azure_error_body::parse_error_body;
-use crate::environment::Environment;
 use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange};
 use crate::telemetry::{self, Service};

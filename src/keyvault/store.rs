@@ -55,12 +55,12 @@ use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
+use crate::environment::Environment;
 use crate::error::{
     ConfigError, Error, ErrorKind, KeyVaultError, LinkFault, Result, TokenError, TransportError,
     TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
-use crate::environment::Environment;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};

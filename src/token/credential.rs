@@ -12,10 +12,10 @@ use tokio::sync::Notify;
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
+use crate::environment::Environment;
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
-use crate::environment::Environment;
 use crate::http::exchange;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
@@ -30,6 +30,13 @@ use crate::untrusted_text::service_text;
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// How close to its end (or past its `renew_after`) a credential counts as expiring soon:
+/// 7 days. A credential warns then (the default of
+/// [`with_expiry_warning_margin`](ClientCertificateCredentialOptions::with_expiry_warning_margin)),
+/// and a [`CredentialReport`](crate::inspect::CredentialReport) made with this margin
+/// has a [`ProblemKind::ExpiresSoon`](crate::inspect::ProblemKind::ExpiresSoon) warning.
+pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Options for [`ClientCertificateCredential`] (and, with [`ReloadOptions`](crate::ReloadOptions),
 /// for [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)): what
@@ -68,7 +75,7 @@ impl Default for ClientCertificateCredentialOptions {
         ClientCertificateCredentialOptions {
             environment: Environment::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
+            expiry_warning_margin: EXPIRES_SOON_MARGIN,
             additionally_allowed_tenants: Vec::new(),
             ready_assertion: true,
             refresh_window: REFRESH_WINDOW,
