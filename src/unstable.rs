@@ -4,6 +4,9 @@
 //! and with no semver promise: anything here may change or go in any release, a patch
 //! release included. Applications should not use it.
 
+/// Whether a host is loopback (`localhost`, `127.0.0.0/8`, `::1`): the rule the library
+/// applies to `http://` URLs, which the token server applies to `Host` too.
+pub use crate::http::loopback::is_loopback_host;
 /// A bounded read of a regular file (a FIFO or a device is refused, not waited on), as
 /// the crate reads credential files: at most 1 MiB, errors naming the file as `role`.
 pub use crate::regular_file::read_limited_as;

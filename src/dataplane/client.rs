@@ -25,7 +25,7 @@ use crate::error::{
 };
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::retry::{self, RetryPolicy};
-use crate::http::{body, exchange};
+use crate::http::{body, exchange, loopback};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
 
@@ -504,7 +504,7 @@ impl Client {
         };
         // A loopback host is never reached through a proxy from the environment.
         let http = match &f.http_direct {
-            Some(direct) if body::is_loopback(url) => direct,
+            Some(direct) if loopback::is_loopback(url) => direct,
             _ => &f.http,
         };
         let mut request = http
@@ -658,7 +658,7 @@ pub(crate) fn parse_identity_url(
     let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
     match url.scheme() {
         "https" => {}
-        "http" if allow_http_loopback && body::is_loopback(&url) => {}
+        "http" if allow_http_loopback && loopback::is_loopback(&url) => {}
         "http" => {
             return Err(refuse(
                 "plain http is refused; the data plane is https only",

@@ -1,7 +1,7 @@
 //! HTTP plumbing shared by the token, data plane and Key Vault layers: the crate's own
 //! client ([`client`]; which client a request uses is the `Environment`'s choice), where
 //! exchanges run ([`exchange`]), bounded answers and `Retry-After`
-//! ([`body`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
+//! ([`body`]), which hosts are loopback ([`loopback`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
 //! a service hands back ([`service_link`]), the bundled roots ([`roots`]) and the
 //! `User-Agent` every request carries ([`user_agent`]). Uses only
 //! the basics (errors, bounded file reading, untrusted text).
@@ -10,6 +10,7 @@ pub(crate) mod azure_error_body;
 pub(crate) mod body;
 pub(crate) mod client;
 pub(crate) mod exchange;
+pub(crate) mod loopback;
 pub(crate) mod retry;
 pub(crate) mod roots;
 pub(crate) mod service_link;

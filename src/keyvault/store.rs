@@ -299,7 +299,7 @@ impl CredentialStore {
             .into());
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
-        let direct = crate::http::body::is_loopback(&parsed);
+        let direct = crate::http::loopback::is_loopback(&parsed);
         let http = options.environment.client(direct)?;
         // The transport sets the `User-Agent`: the crate's (with the caller's application
         // id) and then the SDK's. The SDK's own `application_id` stays unset, so the id

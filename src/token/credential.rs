@@ -437,7 +437,7 @@ impl ClientCertificateCredential {
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
-        let direct = crate::http::body::is_loopback(&token_url);
+        let direct = crate::http::loopback::is_loopback(&token_url);
         let http = options.environment.client(direct)?;
         let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {

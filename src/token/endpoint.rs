@@ -12,8 +12,9 @@ use crate::error::{
     ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, TransportError,
     cause_chain, redact_quoted,
 };
-use crate::http::body::{is_loopback, parse_retry_after, read_limited_body, too_large_reason};
+use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason};
 use crate::http::exchange;
+use crate::http::loopback::is_loopback;
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use msi_credential::serve::{
     IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity, TokenServer,
 };
+use msi_dataplane::unstable::is_loopback_host;
 use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
 use serde::Serialize;
 
@@ -187,7 +188,9 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
         Err(exit) => return exit,
     };
     let url = match url::Url::parse(&args.url) {
-        Ok(url) if url.scheme() == "http" && url.host().is_some_and(is_loopback) => url,
+        Ok(url) if url.scheme() == "http" && url.host().is_some_and(|h| is_loopback_host(&h)) => {
+            url
+        }
         _ => {
             let message = format!(
                 "--url {}: an http:// URL on a loopback address is needed",
@@ -223,13 +226,5 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
             output::failure(&render::plain_error("transient", &message, format), format);
             Exit::Transient
         }
-    }
-}
-
-fn is_loopback(host: url::Host<&str>) -> bool {
-    match host {
-        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
     }
 }
