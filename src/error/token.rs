@@ -1,7 +1,10 @@
 //! Failures of a token request.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::untrusted_text::service_text;
 
 /// Failures of a token request: the token endpoint's error answers and unusable answers,
 /// and token sources other than this crate's credentials.
@@ -24,11 +27,15 @@ pub enum TokenError {
         reason: String,
     },
     /// A token source other than this crate's credentials (an `azure_core`
-    /// `TokenCredential`) failed.
+    /// `TokenCredential`) failed. Its own error is the `source` (what
+    /// [`std::error::Error::source`] returns), for `downcast_ref`.
     #[error("the token credential failed: {message}")]
     External {
-        /// Its error message.
+        /// Its error message, escaped and bounded as a service's text is.
         message: String,
+        /// The token source's own error.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// Signing the client assertion failed.
     #[error("cannot sign the client assertion")]
@@ -47,6 +54,14 @@ pub enum TokenError {
 }
 
 impl TokenError {
+    /// [`External`](Self::External) for a token source's own error, kept as its source.
+    pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        TokenError::External {
+            message: service_text(&error.to_string()),
+            source: Arc::new(error),
+        }
+    }
+
     /// A stable snake_case name for the failure (see
     /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
     pub fn code(&self) -> &'static str {

@@ -1140,10 +1140,7 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
             })
             .into()
         }
-        AzureErrorKind::Credential => ErrorKind::Token(TokenError::External {
-            message: service_text(&e.to_string()),
-        })
-        .into(),
+        AzureErrorKind::Credential => ErrorKind::Token(TokenError::external(e)).into(),
         AzureErrorKind::DataConversion => ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
             operation,
             reason: match source_of::<serde_json::Error>(&e) {
