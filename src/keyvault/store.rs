@@ -67,8 +67,9 @@ use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::listing::{
     self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
 };
-use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
-use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
+use crate::keyvault::renewal::{
+    RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal, should_store,
+};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
