@@ -827,7 +827,10 @@ mod tests {
                 Svc,
             ),
             (
-                ErrorKind::Token(TokenError::external(std::io::Error::other("r"))),
+                ErrorKind::Token(TokenError::External {
+                    message: r(),
+                    source: Arc::new(std::io::Error::other("r")),
+                }),
                 Svc,
             ),
             (ErrorKind::Token(TokenError::Signing), Cred),

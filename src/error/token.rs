@@ -55,6 +55,7 @@ pub enum TokenError {
 
 impl TokenError {
     /// [`External`](Self::External) for a token source's own error, kept as its source.
+    #[cfg(feature = "azure_core")]
     pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         TokenError::External {
             message: service_text(&error.to_string()),
