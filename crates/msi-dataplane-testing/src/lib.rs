@@ -46,9 +46,9 @@
 //!   of your choice ([`IdentityFixture::start_with_clock`]); its `environment()` for
 //!   every builder, `rotate_to` for a renewal.
 //! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
-//!   [`wait_for_refreshed_token`], [`EntraServer::wait_for_token_requests`]): until a
-//!   rotation is active, a background refresh is taken up, or a request arrived,
-//!   panicking with what was seen instead of hanging.
+//!   [`EntraServer::wait_for_refreshed_token`], [`EntraServer::wait_for_token_requests`]):
+//!   until a rotation is active, a background refresh is taken up, or a request arrived,
+//!   panicking with what was seen and why it was not enough instead of hanging.
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
@@ -217,8 +217,8 @@
 //! certificates are valid from an hour ago) shared by the server
 //! ([`EntraServer::use_clock`]) and the credential (its options' `clock`), or given to
 //! [`IdentityFixture::start_with_clock`], which wires both. When the credential will
-//! refresh a token is [`IssuedToken::refresh_between`]; [`wait_for_refreshed_token`]
-//! waits until the refreshed token is handed out. By hand, two hours on, the expired
+//! refresh a token is [`IssuedToken::refresh_between`];
+//! [`EntraServer::wait_for_refreshed_token`] waits until the refreshed token is handed out. By hand, two hours on, the expired
 //! token is replaced by a new request the server accepts:
 //!
 //! ```
@@ -321,7 +321,7 @@ pub use script::{
     UnmetExpectation,
 };
 pub use tls::server_tls_config;
-pub use wait::{wait_for_certificate, wait_for_refreshed_token, wait_for_status};
+pub use wait::{Credential, wait_for_certificate, wait_for_status};
 
 /// The library this kit is built on, for msi-dataplane's own unit tests: they link a
 /// second copy of it, and name this one's types (`BundleFormat`, the credential file) to
