@@ -857,7 +857,9 @@ impl EntraServer {
 
     /// Roll the signing key over, as Entra does: a new key signs the tokens from now on,
     /// and the JWKS lists it first while keeping the previous keys (tokens they signed
-    /// stay valid). Returns the new key's `kid`.
+    /// stay valid). Returns the new key's `kid`. With a certificate rotation too: this
+    /// first, then the certificate, then [`retire_signing_key`](Self::retire_signing_key)
+    /// (see [the order](crate#rotating-the-signing-key-and-the-certificate)).
     pub fn rotate_signing_key(&self) -> String {
         self.state.issuer.rotate().kid().to_owned()
     }
@@ -868,6 +870,8 @@ impl EntraServer {
     /// [`validate`](Self::validate) and the [`ResourceServer`](crate::ResourceServer).
     /// When it was the key signing new tokens, the newest remaining key signs them (a new
     /// key is made when none remains). `false` when no published key has that `kid`.
+    /// Retire a key only once no token it signed is still in use (after a certificate
+    /// rotation: see [the order](crate#rotating-the-signing-key-and-the-certificate)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -169,6 +169,26 @@
 //! tokens are v2.0 gets its client id as `aud` from Entra: have the resource accept it with
 //! [`ResourceServer::accept_audience`].
 //!
+//! ### Rotating the signing key and the certificate
+//!
+//! To rotate both Entra's token-signing key and the client certificate without a failed
+//! call, in this order:
+//!
+//! 1. [`EntraServer::rotate_signing_key`]: the new key signs new tokens; the old one stays
+//!    published, so the tokens it signed, which the credential still hands out from its
+//!    cache, stay valid;
+//! 2. the certificate ([`IdentityFixture::rotate_to`], or [`CsiMount::rotate_credentials`]
+//!    and [`wait_for_certificate`]): the swapped-in credential's tokens are new ones,
+//!    signed by the new key;
+//! 3. [`EntraServer::retire_signing_key`] with the old `kid`.
+//!
+//! A key retired earlier refuses the cached tokens it signed that are still in use: the
+//! resource answers 401 naming the unknown key. A client that caches tokens of its own
+//! (azure_core's bearer policy keeps its token until close to expiry) may present an old
+//! token after step 2: retire the key once such tokens have expired (move a
+//! [`ManualClock`](msi_dataplane::ManualClock) past them). `testing_kit_jwt.rs` in the
+//! kit's tests shows both orders.
+//!
 //! A component tested against the kit's resource passes only with a token for the right
 //! audience, and learns why otherwise:
 //!
