@@ -313,7 +313,7 @@ impl CredentialStore {
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),
-                retry: sdk_retry(&options.environment.retry_policy()),
+                retry: sdk_retry(options.environment.retry_policy()),
                 ..Default::default()
             },
             verify_challenge_resource: Some(options.verify_challenge_resource),

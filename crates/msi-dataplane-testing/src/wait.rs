@@ -134,20 +134,14 @@ pub trait Credential: Send + Sync {
 }
 
 impl Credential for UserAssignedIdentityCredential {
-    fn token_for(
-        &self,
-        scope: &str,
-    ) -> impl Future<Output = msi_dataplane::Result<AccessToken>> + Send {
-        async move { self.get_token(&[scope]).await }
+    async fn token_for(&self, scope: &str) -> msi_dataplane::Result<AccessToken> {
+        self.get_token(&[scope]).await
     }
 }
 
 impl Credential for ClientCertificateCredential {
-    fn token_for(
-        &self,
-        scope: &str,
-    ) -> impl Future<Output = msi_dataplane::Result<AccessToken>> + Send {
-        async move { self.get_token(&[scope]).await }
+    async fn token_for(&self, scope: &str) -> msi_dataplane::Result<AccessToken> {
+        self.get_token(&[scope]).await
     }
 }
 
