@@ -254,8 +254,8 @@ impl Environment {
         &self.clock
     }
 
-    /// How failed requests are retried (see [`with_retry_policy`](Self::with_retry_policy)).
-    pub fn retry_policy(&self) -> &RetryPolicy {
+    /// How failed requests are retried.
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
         &self.retry_policy
     }
 

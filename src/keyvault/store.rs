@@ -146,11 +146,6 @@ impl StoreOptions {
         self
     }
 
-    /// The environment (see [`with_environment`](Self::with_environment)).
-    pub fn environment(&self) -> &Environment {
-        &self.environment
-    }
-
     /// Check that the challenge's resource matches the vault's host (the SDK's
     /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
     /// loopback address.
