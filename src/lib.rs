@@ -8,7 +8,7 @@
 // (`tests/it/layers.rs` checks it).
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
-// untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
+// untrusted text, the log budget, parser messages, bounded file reading, clouds, the HTTP plumbing
 // (the crate's client, bounded answers, retries, Azure error bodies), the environment
 // every client is given (HTTP client, timeout, clock, retries) and telemetry (metrics
 // and spans).
@@ -17,6 +17,7 @@ mod cloud;
 mod environment;
 mod error;
 mod http;
+mod log_budget;
 mod parser_errors;
 mod regular_file;
 mod secret;

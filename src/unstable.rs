@@ -2,11 +2,14 @@
 //! `msi-dataplane-testing`'s servers) and its tests: helpers of the library they share so
 //! that each rule is written once. Not the library's API: hidden from its documentation,
 //! and with no semver promise: anything here may change or go in any release, a patch
-//! release included. Applications should not use it.
+//! release included. Applications should not use it. (The reloading credential's
+//! `get_token_admitted`, for the token server, is hidden likewise.)
 
 /// Whether a host is loopback (`localhost`, `127.0.0.0/8`, `::1`): the rule the library
 /// applies to `http://` URLs, which the token server applies to `Host` too.
 pub use crate::http::loopback::is_loopback_host;
+/// A budget of log lines (a burst, then one per interval, with a count of the rest).
+pub use crate::log_budget::{LOG_BURST, LOG_INTERVAL, LogBudget};
 /// A bounded read of a regular file (a FIFO or a device is refused, not waited on), as
 /// the crate reads credential files: at most 1 MiB, errors naming the file as `role`.
 pub use crate::regular_file::read_limited_as;

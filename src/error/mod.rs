@@ -62,9 +62,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// ```
 #[derive(Clone)]
 pub struct Error {
-    kind: Box<ErrorKind>,
-    /// The file concerned, shared (one pointer keeps `Error` two words).
+    /// The failure and, for a remembered token request's failure, when it is tried again
+    /// (one box keeps `Error` two words).
+    inner: Box<Inner>,
+    /// The file concerned, shared.
     file: Option<Arc<FileRef>>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    kind: ErrorKind,
+    retry_at: Option<time::OffsetDateTime>,
 }
 
 /// A file an error is about, and what kind of file it is.
@@ -77,7 +85,25 @@ struct FileRef {
 impl Error {
     /// The failure class and its details.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.inner.kind
+    }
+
+    /// When the credential will try again: for the error of a token request that failed
+    /// at the token endpoint or on the way there, the end of the credential's failure
+    /// memory ([`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)),
+    /// until which every `get_token` for the same scopes without a usable cached token
+    /// gets this error again rather than a new request. A caller that waits until then
+    /// gets a fresh attempt (a server handing the error on can send it as `Retry-After`).
+    /// `None` for errors that are not remembered: refusals made before any request (a
+    /// credential outside its validity, unusable scopes) and errors of other operations.
+    pub fn retry_at(&self) -> Option<time::OffsetDateTime> {
+        self.inner.retry_at
+    }
+
+    /// The same error, remembered until `at` ([`retry_at`](Self::retry_at)).
+    pub(crate) fn with_retry_at(mut self, at: time::OffsetDateTime) -> Self {
+        self.inner.retry_at = Some(at);
+        self
     }
 
     /// The file this error is about (a credential file, or a cloud config file), if it
@@ -97,7 +123,7 @@ impl Error {
     /// its data plane, Key Vault and reload counterparts: no Tokio runtime, or one
     /// shutting down).
     pub fn is_transient(&self) -> bool {
-        self.kind.is_transient()
+        self.inner.kind.is_transient()
     }
 
     /// What to do about this error: see [`ErrorCategory`] for the table of every failure's
@@ -117,13 +143,13 @@ impl Error {
             .file
             .as_deref()
             .is_none_or(|f| f.role == CREDENTIAL_FILE);
-        self.kind.category(credential_file)
+        self.inner.kind.category(credential_file)
     }
 
     /// The HTTP status a service answered with, when the error is its answer (the token
     /// endpoint, the data plane, Key Vault).
     pub fn status(&self) -> Option<u16> {
-        self.kind.status()
+        self.inner.kind.status()
     }
 
     /// The service's error code, when it sent one: Entra's `AADSTS` code (as
@@ -132,7 +158,7 @@ impl Error {
     /// safe to log.
     pub fn service_code(&self) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Token(TokenError::Endpoint(e)) => match e.aadsts_code() {
                 Some(code) => Some(Cow::Owned(format!("AADSTS{code}"))),
                 None => e.error.as_deref().map(Cow::Borrowed),
@@ -150,7 +176,7 @@ impl Error {
     /// The id to quote to the service's support, when the answer carried one: Entra's
     /// `trace_id`, the data plane's `x-ms-request-id`.
     pub fn request_id(&self) -> Option<&str> {
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Token(TokenError::Endpoint(e)) => e.trace_id.as_deref(),
             ErrorKind::DataPlane(DataPlaneError::Service(e)) => e.request_id.as_deref(),
             _ => None,
@@ -178,7 +204,10 @@ impl Error {
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error {
-            kind: Box::new(kind),
+            inner: Box::new(Inner {
+                kind,
+                retry_at: None,
+            }),
             file: None,
         }
     }
@@ -187,8 +216,14 @@ impl From<ErrorKind> for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.file.as_deref() {
-            Some(file) => write!(f, "{} {}: {}", file.role, file.path.display(), self.kind),
-            None => fmt::Display::fmt(&self.kind, f),
+            Some(file) => write!(
+                f,
+                "{} {}: {}",
+                file.role,
+                file.path.display(),
+                self.inner.kind
+            ),
+            None => fmt::Display::fmt(&self.inner.kind, f),
         }
     }
 }
@@ -196,8 +231,9 @@ impl fmt::Display for Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
-            .field("kind", &self.kind)
+            .field("kind", &self.inner.kind)
             .field("path", &self.path())
+            .field("retry_at", &self.inner.retry_at)
             .finish()
     }
 }
@@ -207,7 +243,7 @@ impl fmt::Debug for Error {
 /// `downcast_ref::<std::io::Error>()` an I/O failure's.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Transport(e) => std::error::Error::source(e),
             // The shared errors themselves, not the `Arc`s holding them (which
             // `downcast_ref` would not see through).

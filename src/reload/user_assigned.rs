@@ -233,6 +233,21 @@ impl UserAssignedIdentityCredential {
         active.credential.get_token(scopes).await
     }
 
+    /// For this workspace's token server, not a stable API: [`get_token`](Self::get_token),
+    /// but a new token request is started only if `admit` says so (`Ok(None)` when it
+    /// does not, with nothing started); a cached token, or joining a request already in
+    /// flight for the same scopes, never calls `admit`. The server takes its token
+    /// endpoint budget in `admit`, so that joining a request costs none.
+    #[doc(hidden)]
+    pub async fn get_token_admitted(
+        &self,
+        scopes: &[&str],
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        let active = self.inner.active.load_full();
+        active.credential.get_token_admitted(scopes, admit).await
+    }
+
     /// The active credential's cached token for `scopes` if one can be handed out now,
     /// without any request (the hit path of [`get_token`](Self::get_token)).
     pub fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {

@@ -27,9 +27,10 @@ use seize::Collector;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::clock::{Clock, unix_millis};
+use crate::clock::{Clock, from_unix_millis, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::retry::jitter;
+use crate::log_budget::LogBudget;
 use crate::token::access_token::AccessToken;
 use crate::token::driven::Driven;
 use crate::token::entry::{Answer, Cached, Entry, Key, State};
@@ -49,6 +50,10 @@ struct Shared {
     writer: Mutex<i64>,
     clock: Arc<dyn Clock>,
     limits: Limits,
+    /// The warning of a failed request, and the note of an answer from the failure
+    /// memory: a flood of failing scopes writes a few lines and a count.
+    failure_log: LogBudget,
+    remembered_log: LogBudget,
 }
 
 /// What the caller supplies: a fetch of a new token, runnable in a spawned task.
@@ -83,6 +88,8 @@ impl TokenCache {
             writer,
             clock,
             limits,
+            failure_log: LogBudget::new(),
+            remembered_log: LogBudget::new(),
         }))
     }
 
@@ -122,7 +129,22 @@ impl TokenCache {
     ) -> Result<AccessToken> {
         match self.get_cached(tenant, scopes, fetcher) {
             Some(token) => Ok(token),
-            None => self.fetch(tenant, scopes, fetcher, None).await,
+            None => started(self.fetch(tenant, scopes, fetcher, None, || true).await),
+        }
+    }
+
+    /// [`get`](Self::get), but a new request is started only if `admit` says so (`None`
+    /// when it does not): a cached token, or a request in flight joined, never asks.
+    pub(crate) async fn get_admitted<F: Fetch>(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        fetcher: &Arc<F>,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        match self.get_cached(tenant, scopes, fetcher) {
+            Some(token) => Ok(Some(token)),
+            None => self.fetch(tenant, scopes, fetcher, None, admit).await,
         }
     }
 
@@ -135,36 +157,52 @@ impl TokenCache {
         fetcher: &Arc<F>,
         rejected: &AccessToken,
     ) -> Result<AccessToken> {
-        let token = self.fetch(tenant, scopes, fetcher, Some(rejected)).await?;
+        let token = started(
+            self.fetch(tenant, scopes, fetcher, Some(rejected), || true)
+                .await,
+        )?;
         match token.token() == rejected.token() {
-            true => self.fetch(tenant, scopes, fetcher, Some(rejected)).await,
+            true => started(
+                self.fetch(tenant, scopes, fetcher, Some(rejected), || true)
+                    .await,
+            ),
             false => Ok(token),
         }
     }
 
     /// Join or start the entry's request, unless it holds a usable token (not `rejected`)
-    /// or its last request failed within the failure memory.
+    /// or its last request failed within the failure memory. A new request is started
+    /// only when `admit` says so (else `None`).
     async fn fetch<F: Fetch>(
         &self,
         tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
         rejected: Option<&AccessToken>,
-    ) -> Result<AccessToken> {
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
         let (shared, entry) = (&self.0, self.0.entry(tenant, scopes));
         let (mut rx, work) = {
             let mut state = entry.state();
             // Re-check: a request may have completed since the caller's lookup.
             let other = |t: &AccessToken| rejected.is_none_or(|r| r.token() != t.token());
             if let Some(token) = shared.usable(&entry).filter(other) {
-                return Ok(token);
+                return Ok(Some(token));
             }
             match (&state.inflight, &state.failed) {
                 (Some((rx, work)), _) => (rx.clone(), work.join()),
                 (None, Some((error, until))) if shared.clock.now_unix_millis() < *until => {
-                    tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
+                    let now = shared.clock.now_unix_millis();
+                    if let Some(left_out) = shared.remembered_log.admit(now) {
+                        tracing::debug!(
+                            scope = %service_text(&entry.joined),
+                            left_out,
+                            "the last token request failed moments ago; its error again (left_out: such lines not written since the last)"
+                        );
+                    }
                     return Err(error.clone());
                 }
+                _ if !admit() => return Ok(None),
                 _ => {
                     let (rx, work) = entry.start(&mut state, shared, fetcher, rejected.cloned())?;
                     (rx, Some(work))
@@ -178,7 +216,7 @@ impl TokenCache {
         }
         let reason = "the task running it ended without an answer (runtime shutting down?)";
         match rx.wait_for(Option::is_some).await.as_deref() {
-            Ok(Some(result)) => result.clone(),
+            Ok(Some(result)) => result.clone().map(Some),
             _ => Err(ErrorKind::Token(TokenError::RequestAbandoned { reason }).into()),
         }
     }
@@ -203,6 +241,12 @@ impl TokenCache {
             entry.state().failed = None;
         }
     }
+}
+
+/// The answer of a [`fetch`](TokenCache::fetch) that admits every new request.
+fn started(answer: Result<Option<AccessToken>>) -> Result<AccessToken> {
+    let reason = "a request admitted without condition was not started";
+    answer?.ok_or_else(|| ErrorKind::Token(TokenError::RequestAbandoned { reason }).into())
 }
 
 impl Shared {
@@ -318,8 +362,7 @@ impl Entry {
         let request = fetcher.fetch(self.tenant.clone(), self.joined.clone(), rejected);
         let started = shared.clock.now();
         let work = Box::pin(async move {
-            let result = request.await;
-            flight.complete(&result, started);
+            let result = flight.complete(request.await, started);
             // Waiters may all have gone; nothing to do then.
             let _ = tx.send(Some(result));
         });
@@ -336,36 +379,51 @@ struct Flight(Option<(Arc<Entry>, Arc<Shared>)>);
 impl Flight {
     /// Record the result and end the request before any waiter is woken. A token is
     /// published first, then the request ended under the state lock: whoever finds no
-    /// request in flight finds the new token (or the error and the backoff).
-    fn complete(&mut self, result: &Result<AccessToken>, started: OffsetDateTime) {
+    /// request in flight finds the new token (or the error and the backoff). A
+    /// remembered error is handed out with the end of its memory ([`Error::retry_at`]).
+    fn complete(
+        &mut self,
+        result: Result<AccessToken>,
+        started: OffsetDateTime,
+    ) -> Result<AccessToken> {
         let Some((entry, shared)) = self.0.take() else {
-            return;
+            return result;
         };
-        if let Ok(token) = result {
+        if let Ok(token) = &result {
             shared.publish(&entry, token, started);
         }
         let mut state = entry.state();
         let now = shared.clock.now_unix_millis();
         // An answer or a transport failure; not a refusal made here (validity).
         let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
-        let failed = result.as_ref().err();
         let memory = shared.limits.failure_memory;
-        let next = settled(now, state.failures, failed.map(reached), memory, jitter());
+        let reached = result.as_ref().err().map(reached);
+        let next = settled(now, state.failures, reached, memory, jitter());
+        let result = match (result, next.error_until) {
+            (Err(e), Some(until)) => Err(e.with_retry_at(from_unix_millis(until))),
+            (result, _) => result,
+        };
+        let failed = result.as_ref().err();
         state.failures = next.failures;
         state.failed = failed
             .zip(next.error_until)
             .map(|(e, until)| (e.clone(), until));
-        if let Some(error) = failed {
+        if let Some(error) = failed
+            && let Some(left_out) = shared.failure_log.admit(now)
+        {
             tracing::warn!(
                 scope = %service_text(&entry.joined),
                 error = %error,
                 failures = state.failures,
                 retry_in_secs = (next.quiet_until - now) / 1000,
                 serving_cached = shared.usable(&entry).is_some(),
-                "token request failed"
+                left_out,
+                "token request failed (left_out: failures of this credential not logged since the last line, at most 5 lines every 10 s)"
             );
         }
         entry.settle(&mut state, now, next.quiet_until);
+        drop(state);
+        result
     }
 }
 

@@ -513,6 +513,22 @@ impl ClientCertificateCredential {
         inner.cache.get(None, scopes, inner).await
     }
 
+    /// [`get_token`](Self::get_token), but a new token request is started only if `admit`
+    /// says so (`None` when it does not); a cached token, or a request in flight joined,
+    /// never asks.
+    pub(crate) async fn get_token_admitted(
+        &self,
+        scopes: &[&str],
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        if let Some(token) = self.cached_token(scopes) {
+            return Ok(Some(token));
+        }
+        check_scopes(scopes)?;
+        let inner = &self.inner;
+        inner.cache.get_admitted(None, scopes, inner, admit).await
+    }
+
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {

@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
-    // The basics: errors, time, secrets, untrusted text, parser messages, bounded file
-    // reading, clouds, the HTTP plumbing, the environment and telemetry.
+    // The basics: errors, time, secrets, untrusted text, the log budget, parser messages,
+    // bounded file reading, clouds, the HTTP plumbing, the environment and telemetry.
     &[
         "error",
         "clock",
         "secret",
         "untrusted_text",
+        "log_budget",
         "parser_errors",
         "regular_file",
         "cloud",

@@ -99,7 +99,45 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
         .output()
         .unwrap();
     assert_eq!(probe.status.code(), Some(0), "{probe:?}");
-    assert!(String::from_utf8_lossy(&probe.stdout).contains("\"ready\""));
+    let bare = String::from_utf8_lossy(&probe.stdout).into_owned();
+    assert!(bare.contains("\"ready\""), "{bare}");
+    assert!(
+        !bare.contains(&a.identity.client_id),
+        "no details without the secret"
+    );
+    // The sidecar's probes present the secret (read from the server's secret file, or an
+    // environment variable): the full report, never held to the budget of callers
+    // without it.
+    let secret_file = dir.join("identity-header");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let with_file = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-file"])
+        .arg(&secret_file)
+        .output()
+        .unwrap();
+    let with_env = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-env", "PROBE_SECRET"])
+        .env("PROBE_SECRET", SECRET)
+        .output()
+        .unwrap();
+    for probe in [with_file, with_env] {
+        assert_eq!(probe.status.code(), Some(0), "{probe:?}");
+        let out = String::from_utf8_lossy(&probe.stdout);
+        assert!(out.contains(&a.identity.client_id), "the details: {out}");
+        assert!(!out.contains(SECRET) && !String::from_utf8_lossy(&probe.stderr).contains(SECRET));
+    }
+    let wrong_file = dir.join("short");
+    std::fs::write(&wrong_file, "short\n").unwrap();
+    let refused = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-file"])
+        .arg(&wrong_file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "an unusable secret: {refused:?}"
+    );
     // SIGTERM, as Kubernetes stops a container.
     assert_eq!(stop(child), Some(0));
     // Nothing listens now: the probe says so.
