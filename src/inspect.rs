@@ -22,10 +22,7 @@ use crate::file::model::UserAssignedIdentityCredentials;
 use crate::token::credential::NOT_BEFORE_SKEW;
 use crate::token::endpoint;
 
-/// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
-/// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
-/// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
-pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub use crate::token::credential::EXPIRES_SOON_MARGIN;
 
 /// What a credential file holds and what is wrong with it, at one instant.
 ///

@@ -62,7 +62,7 @@ pub fn decide(window: Window, now: i64, interval: Duration, burst: u32) -> (Wind
     }
 }
 
-/// The state of [`decide`] for one kind of line: one per call site that a flood could
+/// The state of `decide` for one kind of line: one per call site that a flood could
 /// repeat (per credential, per server).
 #[derive(Debug)]
 pub struct LogBudget {

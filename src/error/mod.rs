@@ -245,7 +245,10 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.inner.kind {
             ErrorKind::Transport(e) => std::error::Error::source(e),
+            // The shared errors themselves, not the `Arc`s holding them (which
+            // `downcast_ref` would not see through).
             ErrorKind::File(FileError::Io { source }) => Some(&**source),
+            ErrorKind::Token(TokenError::External { source, .. }) => Some(&**source),
             kind => std::error::Error::source(kind),
         }
     }
@@ -859,7 +862,13 @@ mod tests {
                 }),
                 Svc,
             ),
-            (ErrorKind::Token(TokenError::External { message: r() }), Svc),
+            (
+                ErrorKind::Token(TokenError::External {
+                    message: r(),
+                    source: Arc::new(std::io::Error::other("r")),
+                }),
+                Svc,
+            ),
             (ErrorKind::Token(TokenError::Signing), Cred),
             (
                 ErrorKind::Token(TokenError::RequestAbandoned { reason: "r" }),

@@ -168,7 +168,7 @@ impl UserAssignedIdentityCredential {
         let (changed_tx, changed) = unbounded_channel();
         let target_tx = reload.watch.then(|| changed_tx.clone());
         let subscribe = reload.watch.then(|| (watched_dir(&path), changed_tx));
-        let clock = options.environment.clock.clone();
+        let clock = options.environment().clock().clone();
         let (watcher, target, loaded) =
             load_blocking(path.clone(), options.clone(), subscribe).await?;
         let now = clock.now();
@@ -567,7 +567,7 @@ impl Reloader {
         };
         telemetry::reload(client_id, label, reason);
         self.follow_target().await;
-        let now = self.client_options.environment.clock.now();
+        let now = self.client_options.environment().clock().now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
             s.last_check = Some(now);
@@ -650,7 +650,7 @@ impl Reloader {
         let status = self.status.clone();
         let path = self.path.clone();
         let old_not_after = old.not_after;
-        let clock = self.client_options.environment.clock.clone();
+        let clock = self.client_options.environment().clock().clone();
         tokio::spawn(async move {
             let mut fetches = tokio::task::JoinSet::new();
             for scopes in scope_sets {
@@ -842,7 +842,7 @@ fn watched_dir(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::environment::Environment;
+    use crate::environment::Environment;
     use std::time::Duration;
     // The kit's copy of this crate (unit tests link a second one): its file type and format.
     use msi_dataplane_testing::msi_dataplane::{BundleFormat, UserAssignedIdentityCredentials};

@@ -25,12 +25,14 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::reload::lock;
 
 /// How often the re-arm thread looks at each watched directory. Real time, not a
 /// credential's [`Clock`]: the thread is shared by every credential in the
@@ -102,7 +104,7 @@ pub(crate) fn subscribe(dir: PathBuf, tx: UnboundedSender<DirSignal>) -> Subscri
 /// test that checks that dropping credentials stops their watches.
 ///
 /// ```
-/// assert_eq!(msi_dataplane::live_directory_watchers(), 0);
+/// assert_eq!(msi_dataplane::unstable::live_directory_watchers(), 0);
 /// ```
 pub fn live_directory_watchers() -> usize {
     LIVE_WATCHERS.load(Ordering::Acquire)
@@ -283,11 +285,6 @@ fn poll_loop() {
             }
         }
     }
-}
-
-/// Lock, recovering from a poisoned lock (the data is valid after any panic here).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Reads (opening, reading, closing without writing) change nothing; our own re-reads

@@ -12,10 +12,10 @@ use tokio::sync::Notify;
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
+use crate::environment::Environment;
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::UserAssignedIdentityCredentials;
-use crate::http::environment::Environment;
 use crate::http::exchange;
 use crate::http::retry::{self, RetryPolicy};
 use crate::secret::SecretString;
@@ -31,6 +31,13 @@ use crate::untrusted_text::service_text;
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
+/// How close to its end (or past its `renew_after`) a credential counts as expiring soon:
+/// 7 days. A credential warns then (the default of
+/// [`with_expiry_warning_margin`](ClientCertificateCredentialOptions::with_expiry_warning_margin)),
+/// and a [`CredentialReport`](crate::inspect::CredentialReport) made with this margin
+/// has a [`ProblemKind::ExpiresSoon`](crate::inspect::ProblemKind::ExpiresSoon) warning.
+pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
 /// Options for [`ClientCertificateCredential`] (and, with [`ReloadOptions`](crate::ReloadOptions),
 /// for [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)): what
 /// the credential does with its tokens, and the [`Environment`] it runs in (HTTP, clock,
@@ -42,55 +49,25 @@ pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 ///
 /// let options = ClientCertificateCredentialOptions::default()
 ///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
-///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10))?);
+/// assert_eq!(options.environment().request_timeout(), Duration::from_secs(10));
+/// # Ok::<(), msi_dataplane::Error>(())
 /// ```
+///
+/// Each setting has a setter (`with_…`), which clamps it where it has bounds; the
+/// settings other parts of a program read back have a getter of the same name.
 #[derive(Clone)]
-#[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
-    /// The environment: the HTTP client (or extra roots for the crate-built one),
-    /// `http://` loopback authorities, the request timeout (default 30 s), the application
-    /// id of the `User-Agent` every token request carries, the clock and the retry policy
-    /// of token requests. The same value serves the data plane client, the Key Vault store
-    /// and the token server. See [`Environment`].
-    pub environment: Environment,
-    /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
-    pub assertion_algorithm: AssertionAlgorithm,
-    /// Warn (once per credential, through `tracing`) when a token is requested within
-    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
-    pub expiry_warning_margin: Duration,
-    /// Tenants besides the credential's own that
-    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant) may
-    /// request tokens in (a multi-tenant application answering data plane challenges);
-    /// `"*"` allows any. Default: none.
-    pub additionally_allowed_tenants: Vec<String>,
-    /// Keep one signed, single-use client assertion ready (signed after the credential
-    /// is built and after each use, on a background thread of the crate's, never on the
-    /// caller's), so that a cold token request does not sign. A request that finds one
-    /// being signed waits for it (at most one signature's time) rather than signing a
-    /// second; building a credential does not sign at all. Each is sent at most once and
-    /// is discarded unused once older than half its lifetime. Default `true`.
-    pub ready_assertion: bool,
-    /// How long before a cached token expires its background refresh starts, at least
-    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
-    /// tokens over 2 hours may start it earlier). Default and minimum
-    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what `azure_core`'s
-    /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
-    /// that treat a token with 5 minutes left as stale, as the token server does.
-    pub refresh_window: Duration,
-    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
-    /// the least recently used leave, an eighth of the bound at a time (those with a
-    /// request in flight stay). Every consumer of the credential shares the bound: its
-    /// own tenant, its other tenants, data plane clients over it, the token server.
-    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
-    pub max_cached_scopes: usize,
-    /// After a token request for a scope failed at Entra or on the way there (its answer
-    /// or a transport failure, once its retries are spent), callers without a usable token
-    /// for that scope get the same error for this long instead of a new request (callers
-    /// with one keep getting it). Refusals made before any request (the credential
-    /// expired, say) are not remembered. Default
-    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
-    pub failure_memory: Duration,
+    // Each setting is documented on its setter or its getter.
+    environment: Environment,
+    assertion_algorithm: AssertionAlgorithm,
+    expiry_warning_margin: Duration,
+    additionally_allowed_tenants: Vec<String>,
+    /// See [`with_ready_assertion`](Self::with_ready_assertion).
+    ready_assertion: bool,
+    refresh_window: Duration,
+    max_cached_scopes: usize,
+    failure_memory: Duration,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -98,7 +75,7 @@ impl Default for ClientCertificateCredentialOptions {
         ClientCertificateCredentialOptions {
             environment: Environment::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            expiry_warning_margin: Duration::from_secs(7 * 24 * 60 * 60),
+            expiry_warning_margin: EXPIRES_SOON_MARGIN,
             additionally_allowed_tenants: Vec::new(),
             ready_assertion: true,
             refresh_window: REFRESH_WINDOW,
@@ -117,20 +94,26 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Choose the assertion algorithm.
+    /// Choose the assertion algorithm: PS256 with `x5t#S256` (default) or RS256 with
+    /// `x5t`.
     pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
         self.assertion_algorithm = algorithm;
         self
     }
 
-    /// Set the margin before the credential's end at which a warning is logged.
+    /// Warn (once per credential, through `tracing`) when a token is requested within
+    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
     pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
         self.expiry_warning_margin = margin;
         self
     }
 
-    /// Keep a signed assertion ready for the next token request (default) or not (see
-    /// [`ready_assertion`](Self::ready_assertion)).
+    /// Keep one signed, single-use client assertion ready (default) or not: signed after
+    /// the credential is built and after each use, on a background thread of the
+    /// crate's, never on the caller's, so that a cold token request does not sign. A
+    /// request that finds one being signed waits for it (at most one signature's time)
+    /// rather than signing a second; building a credential does not sign at all. Each is
+    /// sent at most once and is discarded unused once older than half its lifetime.
     pub fn with_ready_assertion(mut self, ready: bool) -> Self {
         self.ready_assertion = ready;
         self
@@ -157,8 +140,9 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Allow tokens in these tenants too (`"*"` for any), through
-    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant).
+    /// Allow tokens in these tenants besides the credential's own (`"*"` for any), through
+    /// [`get_token_for_tenant`](ClientCertificateCredential::get_token_for_tenant): a
+    /// multi-tenant application answering data plane challenges. Default: none.
     pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -166,6 +150,47 @@ impl ClientCertificateCredentialOptions {
     {
         self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
         self
+    }
+}
+
+/// The settings other parts of a program read back, each as its setter left it.
+impl ClientCertificateCredentialOptions {
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` loopback authorities, the request timeout (default 30 s), the application
+    /// id of the `User-Agent` every token request carries, the clock and the retry policy
+    /// of token requests. See [`Environment`].
+    pub fn environment(&self) -> &Environment {
+        &self.environment
+    }
+
+    /// How long before a cached token expires its background refresh starts, at least
+    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
+    /// tokens over 2 hours may start it earlier). Default and minimum
+    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what
+    /// `azure_core`'s bearer policy needs. Wider for a credential whose tokens are handed
+    /// on to clients that treat a token with 5 minutes left as stale, as the token server
+    /// does.
+    pub fn refresh_window(&self) -> Duration {
+        self.refresh_window
+    }
+
+    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
+    /// the least recently used leave, an eighth of the bound at a time (those with a
+    /// request in flight stay). Every consumer of the credential shares the bound: its
+    /// own tenant, its other tenants, data plane clients over it, the token server.
+    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
+    pub fn max_cached_scopes(&self) -> usize {
+        self.max_cached_scopes
+    }
+
+    /// After a token request for a scope failed at Entra or on the way there (its answer
+    /// or a transport failure, once its retries are spent), callers without a usable token
+    /// for that scope get the same error for this long instead of a new request (callers
+    /// with one keep getting it). Refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
+    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
+    pub fn failure_memory(&self) -> Duration {
+        self.failure_memory
     }
 }
 
@@ -327,7 +352,7 @@ impl ClientCertificateCredential {
     /// the certificate comes from [`ClientCertificate::from_bundle`] (PEM or PKCS#12
     /// bytes) or [`ClientCertificate::from_base64`]. Makes no network call.
     ///
-    /// With [`ClientCertificateCredentialOptions::additionally_allowed_tenants`], the
+    /// With [`ClientCertificateCredentialOptions::with_additionally_allowed_tenants`], the
     /// credential may also request tokens in other tenants
     /// ([`get_token_for_tenant`](Self::get_token_for_tenant)), as the MSI data plane's
     /// challenges ask.
@@ -407,12 +432,12 @@ impl ClientCertificateCredential {
         let token_url = endpoint::token_url(
             authority,
             tenant_id.trim(),
-            options.environment.allow_http_loopback,
+            options.environment.allows_http_loopback(),
         )?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
-        let direct = crate::http::body::is_loopback(&token_url);
+        let direct = crate::http::loopback::is_loopback(&token_url);
         let http = options.environment.client(direct)?;
         let credential = ClientCertificateCredential {
             inner: Arc::new(Inner {
@@ -428,19 +453,19 @@ impl ClientCertificateCredential {
                 expiry_warned: AtomicBool::new(false),
                 http,
                 user_agent: options.environment.user_agent_header(),
-                timeout: options.environment.request_timeout,
-                retry: options.environment.retry_policy.clone(),
+                timeout: options.environment.request_timeout(),
+                retry: options.environment.retry_policy().clone(),
                 cache: TokenCache::new(
-                    options.environment.clock.clone(),
+                    options.environment.clock().clone(),
                     Limits {
                         window: options.refresh_window,
                         max_entries: options.max_cached_scopes,
                         failure_memory: options.failure_memory,
                     },
                 ),
-                clock: options.environment.clock.clone(),
+                clock: options.environment.clock().clone(),
                 authority: authority.trim().to_owned(),
-                allow_http_loopback: options.environment.allow_http_loopback,
+                allow_http_loopback: options.environment.allows_http_loopback(),
                 allowed_tenants: options
                     .additionally_allowed_tenants
                     .iter()
@@ -529,7 +554,7 @@ impl ClientCertificateCredential {
     /// # Errors
     ///
     /// [`ConfigError::TenantNotAllowed`] when `tenant` is neither the credential's own nor
-    /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
+    /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::with_additionally_allowed_tenants)
     /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {

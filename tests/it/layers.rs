@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
-    // The basics: errors, time, secrets, untrusted text, parser messages, bounded file
-    // reading, clouds, the HTTP plumbing and telemetry.
+    // The basics: errors, time, secrets, untrusted text, the log budget, parser messages,
+    // bounded file reading, clouds, the HTTP plumbing, the environment and telemetry.
     &[
         "error",
         "clock",
@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
         "regular_file",
         "cloud",
         "http",
+        "environment",
         "telemetry",
     ],
     &["file"],
@@ -31,7 +32,8 @@ const LAYERS: &[&[&str]] = &[
     &["keyvault"],
     &["serve"],
     &["hypershift"],
-    // Across the layers: the health report, the fixed limits, the testing kit.
+    // Across the layers: the health report, the fixed limits, the helpers the workspace's
+    // other crates share, the testing kit.
     &["inspect", "limits", "unstable"],
     &["testing"],
 ];

@@ -8,7 +8,7 @@
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use msi_dataplane::untrusted_text::bounded;
+use msi_dataplane::unstable::bounded;
 use msi_dataplane::{Error, ErrorKind, TokenEndpointError, TokenError};
 
 /// How long clients are asked to wait after a transient failure without a `Retry-After`

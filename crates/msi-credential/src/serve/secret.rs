@@ -11,7 +11,7 @@ use aws_lc_rs::digest::{SHA256, digest};
 use zeroize::Zeroizing;
 
 use crate::serve::error::{Result, ServeError};
-use msi_dataplane::regular_file::read_limited_as;
+use msi_dataplane::unstable::read_limited_as;
 
 /// The shortest secret accepted (bytes).
 pub const MIN_SECRET_BYTES: usize = 16;

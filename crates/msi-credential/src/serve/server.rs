@@ -328,7 +328,7 @@ impl TokenServer {
                 .max_token_requests_per_second
                 .map(|rate| RateLimiter::new(rate, Instant::now())),
             refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
-            clock: options.environment.clock.clone(),
+            clock: options.environment.clock().clone(),
             refusal_log: LogBudget::new(),
             failure_log: LogBudget::new(),
             epoch: Instant::now(),

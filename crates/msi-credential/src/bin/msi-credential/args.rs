@@ -7,6 +7,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES_HELP;
 
+/// The default of `inspect --warn-days`: the library's expiry margin, in days (7).
+const DEFAULT_WARN_DAYS: u32 = (msi_dataplane::inspect::EXPIRES_SOON_MARGIN.as_secs() / DAY) as u32;
+
+/// Seconds in a day.
+pub const DAY: u64 = 24 * 60 * 60;
+
 /// Inspect an Azure managed-identity credential file, get a token with it, or watch it
 /// rotate.
 ///
@@ -219,8 +225,9 @@ pub struct ProbeArgs {
 pub struct InspectArgs {
     /// The credential file.
     pub file: PathBuf,
-    /// Warn when the credential ends within this many days.
-    #[arg(long, default_value_t = 7, value_name = "DAYS")]
+    /// Warn when the credential ends within this many days (by default the library's
+    /// margin, the one a credential warns at).
+    #[arg(long, default_value_t = DEFAULT_WARN_DAYS, value_name = "DAYS")]
     pub warn_days: u32,
 }
 

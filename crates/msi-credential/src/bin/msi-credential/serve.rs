@@ -11,6 +11,7 @@ use msi_credential::serve::{
     IDENTITY_HEADER_NAME, IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity,
     TokenServer, read_presented_secret,
 };
+use msi_dataplane::unstable::is_loopback_host;
 use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
 use serde::Serialize;
 use zeroize::Zeroizing;
@@ -190,7 +191,9 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
         Err(exit) => return exit,
     };
     let url = match url::Url::parse(&args.url) {
-        Ok(url) if url.scheme() == "http" && url.host().is_some_and(is_loopback) => url,
+        Ok(url) if url.scheme() == "http" && url.host().is_some_and(|h| is_loopback_host(&h)) => {
+            url
+        }
         _ => {
             let message = format!(
                 "--url {}: an http:// URL on a loopback address is needed",
@@ -248,13 +251,5 @@ fn probe_secret(args: &ProbeArgs) -> Result<Option<Zeroizing<String>>, ServeErro
             Ok(std::env::var(name).ok().map(Zeroizing::new))
         }
         (None, None) => Ok(None),
-    }
-}
-
-fn is_loopback(host: url::Host<&str>) -> bool {
-    match host {
-        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
     }
 }

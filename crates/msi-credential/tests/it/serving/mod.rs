@@ -60,11 +60,16 @@ impl Mounted {
         entra: &EntraServer,
         client: ClientCertificateCredentialOptions,
     ) -> ServedIdentity {
-        let mut client = client;
-        client.environment.http_client = Some(entra.client());
-        client.environment.retry_policy = RetryPolicy::default()
-            .with_max_attempts(2)
-            .with_initial_delay(Duration::from_millis(50));
+        let environment = client
+            .environment()
+            .clone()
+            .with_http_client(entra.client())
+            .with_retry_policy(
+                RetryPolicy::default()
+                    .with_max_attempts(2)
+                    .with_initial_delay(Duration::from_millis(50)),
+            );
+        let client = client.with_environment(environment);
         let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
         ServedIdentity::load(self.mount.visible_path(), client, reload)
             .await
