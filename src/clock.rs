@@ -142,10 +142,15 @@ pub(crate) fn unix_millis(t: OffsetDateTime) -> i64 {
     })
 }
 
-/// The time `ms` milliseconds after the Unix epoch (saturating at the representable range).
+/// The time `ms` milliseconds after the Unix epoch (the latest or earliest representable
+/// time beyond the range `OffsetDateTime` covers).
 pub(crate) fn from_unix_millis(ms: i64) -> OffsetDateTime {
-    let epoch = OffsetDateTime::UNIX_EPOCH;
-    saturating_add(epoch, time::Duration::milliseconds(ms))
+    let nanos = i128::from(ms) * 1_000_000;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or(if ms < 0 {
+        time::PrimitiveDateTime::MIN.assume_utc()
+    } else {
+        time::PrimitiveDateTime::MAX.assume_utc()
+    })
 }
 
 /// A clock that only moves when told to: for tests. Its [`sleep`](Clock::sleep) returns at

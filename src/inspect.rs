@@ -20,13 +20,10 @@ use crate::file::bundle::BundleFormat;
 use crate::file::certificate::ClientCertificate;
 pub use crate::file::model::FileTimes;
 use crate::file::model::{CredentialFile, UserAssignedIdentityCredentials, read_limited};
-use crate::file::validity::{EXPIRY_WARNING_MARGIN, NOT_BEFORE_SKEW, Window};
+use crate::file::validity::{NOT_BEFORE_SKEW, Window};
 use crate::token::endpoint;
 
-/// The default [`CredentialReport`] margin: a credential that ends within 7 days gets a
-/// [`ProblemKind::ExpiresSoon`] warning (the same margin as the credential's own warning,
-/// [`ClientCertificateCredentialOptions::expiry_warning_margin`](crate::ClientCertificateCredentialOptions::expiry_warning_margin)).
-pub const EXPIRES_SOON_MARGIN: Duration = EXPIRY_WARNING_MARGIN;
+pub use crate::file::validity::EXPIRES_SOON_MARGIN;
 
 /// What a credential file holds and what is wrong with it, at one instant.
 ///

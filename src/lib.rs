@@ -8,18 +8,21 @@
 // (`tests/it/layers.rs` checks it).
 //
 // The basics: errors (each layer's failures and the root `Error`), time, secrets,
-// untrusted text, parser messages, bounded file reading, clouds, the HTTP plumbing
-// (client choice, bounded answers, retries, Azure error bodies) and telemetry (metrics
+// untrusted text, the log budget, parser messages, bounded file reading, clouds, the HTTP plumbing
+// (the crate's client, bounded answers, retries, Azure error bodies), the environment
+// every client is given (HTTP client, timeout, clock, retries) and telemetry (metrics
 // and spans).
 mod clock;
 mod cloud;
+mod environment;
 mod error;
 mod http;
+mod log_budget;
 mod parser_errors;
-pub mod regular_file;
+mod regular_file;
 mod secret;
 pub mod telemetry;
-pub mod untrusted_text;
+mod untrusted_text;
 
 // Then, in this order (rustfmt sorts the declarations): `file` (the credential file),
 // `token` (file to token), `reload` (following rotations), `azure` (azure_core glue),
@@ -33,9 +36,12 @@ pub mod keyvault;
 mod reload;
 mod token;
 
-// Across the layers: the health report of a credential file and the fixed limits.
+// Across the layers: the health report of a credential file, the fixed limits, and the
+// helpers this workspace's other crates share with the library (no semver promise).
 pub mod inspect;
 pub mod limits;
+#[doc(hidden)]
+pub mod unstable;
 
 // Documentation only: the long form, one chapter per cross-cutting topic (no code).
 pub mod guide;
@@ -43,6 +49,7 @@ pub mod guide;
 pub use azure::cloud_config::CloudConfig;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
+pub use environment::Environment;
 pub use error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
     KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
@@ -50,13 +57,11 @@ pub use error::{
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;
 pub use file::model::{CustomClaims, UserAssignedIdentityCredentials};
-pub use http::environment::Environment;
 pub use http::retry::RetryPolicy;
 pub use reload::options::ReloadOptions;
 pub use reload::rule::ReloadOutcome;
 pub use reload::status::ReloadStatus;
 pub use reload::user_assigned::UserAssignedIdentityCredential;
-pub use reload::watch::live_directory_watchers;
 pub use secret::SecretString;
 pub use token::access_token::AccessToken;
 pub use token::assertion::AssertionAlgorithm;

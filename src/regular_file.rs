@@ -15,8 +15,6 @@ use zeroize::Zeroizing;
 
 use crate::error::{Error, ErrorKind, FileError, Result};
 
-/// Open `path` for reading if it is a regular file; returns the file and its length.
-/// Errors name the file as `role`.
 /// The largest file the crate reads (credential files, cloud configs, CA files, managed
 /// identities files): 1 MiB.
 pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
@@ -63,6 +61,8 @@ pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<
     Ok(bytes)
 }
 
+/// Open `path` for reading if it is a regular file; returns the file and its length.
+/// Errors name the file as `role`.
 pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let refuse = |kind| {

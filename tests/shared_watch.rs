@@ -10,7 +10,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use msi_dataplane::live_directory_watchers;
+use msi_dataplane::unstable::live_directory_watchers;
 use msi_dataplane::{
     ClientCertificateCredentialOptions, ReloadOptions, ReloadOutcome,
     UserAssignedIdentityCredential,

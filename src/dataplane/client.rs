@@ -18,14 +18,14 @@ use super::types::{
     UserAssignedIdentitiesRequest,
 };
 use crate::clock::Clock;
+use crate::environment::Environment;
 use crate::error::{
     ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
     cause_chain, redact_quoted,
 };
 use crate::http::azure_error_body::parse_error_body;
-use crate::http::environment::Environment;
 use crate::http::retry::{self, RetryPolicy};
-use crate::http::{body, exchange};
+use crate::http::{body, exchange, loopback};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
 
@@ -41,19 +41,13 @@ pub const API_VERSION: &str = "2024-01-01";
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
 /// let options = ClientOptions::default()
-///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10))?);
+/// assert_eq!(options.environment().request_timeout(), Duration::from_secs(10));
+/// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
-#[non_exhaustive]
 pub struct ClientOptions {
-    /// The environment: the HTTP client (or extra roots for the crate-built one),
-    /// `http://` identity URLs on a loopback host (tests only), the request timeout
-    /// (default 30 s), the application id of the `User-Agent` every request carries, the
-    /// clock (token expiry, retry waits) and the retry policy (transport failures, 408,
-    /// 429, 5xx; a `Retry-After` from the service sets the wait). The same value serves
-    /// the credential, the Key Vault store and the token server. See [`Environment`].
-    pub environment: Environment,
+    environment: Environment,
 }
 
 impl ClientOptions {
@@ -62,6 +56,16 @@ impl ClientOptions {
     pub fn with_environment(mut self, environment: Environment) -> Self {
         self.environment = environment;
         self
+    }
+
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` identity URLs on a loopback host (tests only), the request timeout
+    /// (default 30 s), the application id of the `User-Agent` every request carries, the
+    /// clock (token expiry, retry waits) and the retry policy (transport failures, 408,
+    /// 429, 5xx; a `Retry-After` from the service sets the wait). The same value serves
+    /// the credential, the Key Vault store and the token server. See [`Environment`].
+    pub fn environment(&self) -> &Environment {
+        &self.environment
     }
 }
 
@@ -199,10 +203,10 @@ impl ClientFactory {
                 http,
                 http_direct,
                 user_agent: options.environment.user_agent_header(),
-                timeout: options.environment.request_timeout,
-                retry: options.environment.retry_policy.clone(),
-                clock: options.environment.clock.clone(),
-                allow_http_loopback: options.environment.allow_http_loopback,
+                timeout: options.environment.request_timeout(),
+                retry: options.environment.retry_policy().clone(),
+                clock: options.environment.clock().clone(),
+                allow_http_loopback: options.environment.allows_http_loopback(),
                 hosts: Mutex::new(HashMap::new()),
             }),
         })
@@ -500,7 +504,7 @@ impl Client {
         };
         // A loopback host is never reached through a proxy from the environment.
         let http = match &f.http_direct {
-            Some(direct) if body::is_loopback(url) => direct,
+            Some(direct) if loopback::is_loopback(url) => direct,
             _ => &f.http,
         };
         let mut request = http
@@ -654,7 +658,7 @@ pub(crate) fn parse_identity_url(
     let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
     match url.scheme() {
         "https" => {}
-        "http" if allow_http_loopback && body::is_loopback(&url) => {}
+        "http" if allow_http_loopback && loopback::is_loopback(&url) => {}
         "http" => {
             return Err(refuse(
                 "plain http is refused; the data plane is https only",

@@ -126,10 +126,7 @@ mod azure {
                     Ok(token) => Ok(AccessToken::new(token.token.secret(), token.expires_on)),
                     Err(e) => Err(match e.downcast_ref::<Error>() {
                         Some(ours) => ours.clone(),
-                        None => ErrorKind::Token(TokenError::External {
-                            message: e.to_string(),
-                        })
-                        .into(),
+                        None => ErrorKind::Token(TokenError::external(e)).into(),
                     }),
                 }
             })

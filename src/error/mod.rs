@@ -62,23 +62,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// ```
 #[derive(Clone)]
 pub struct Error {
-    kind: Box<ErrorKind>,
-    /// The file concerned and the retry time, when there are: shared (one pointer keeps
-    /// `Error` two words).
-    context: Option<Arc<Context>>,
+    /// The failure and, for a remembered token request's failure, when it is tried again
+    /// (one box keeps `Error` two words).
+    inner: Box<Inner>,
+    /// The file concerned, shared.
+    file: Option<Arc<FileRef>>,
 }
 
-/// What an error says besides its kind.
-#[derive(Clone, Default)]
-struct Context {
-    file: Option<FileRef>,
-    /// For a failed token request that the credential remembers: when it makes a new
-    /// request for that scope.
+#[derive(Clone)]
+struct Inner {
+    kind: ErrorKind,
     retry_at: Option<time::OffsetDateTime>,
 }
 
 /// A file an error is about, and what kind of file it is.
-#[derive(Clone)]
 struct FileRef {
     /// For messages: "credential file", "cloud config file".
     role: &'static str,
@@ -88,14 +85,31 @@ struct FileRef {
 impl Error {
     /// The failure class and its details.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.inner.kind
+    }
+
+    /// When the credential will try again: for the error of a token request that failed
+    /// at the token endpoint or on the way there, the end of the credential's failure
+    /// memory ([`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)),
+    /// until which every `get_token` for the same scopes without a usable cached token
+    /// gets this error again rather than a new request. A caller that waits until then
+    /// gets a fresh attempt (a server handing the error on can send it as `Retry-After`).
+    /// `None` for errors that are not remembered: refusals made before any request (a
+    /// credential outside its validity, unusable scopes) and errors of other operations.
+    pub fn retry_at(&self) -> Option<time::OffsetDateTime> {
+        self.inner.retry_at
+    }
+
+    /// The same error, remembered until `at` ([`retry_at`](Self::retry_at)).
+    pub(crate) fn with_retry_at(mut self, at: time::OffsetDateTime) -> Self {
+        self.inner.retry_at = Some(at);
+        self
     }
 
     /// The file this error is about (a credential file, or a cloud config file), if it
     /// came from one.
     pub fn path(&self) -> Option<&Path> {
-        let file = self.context.as_deref()?.file.as_ref()?;
-        Some(file.path.as_path())
+        self.file.as_deref().map(|f| f.path.as_path())
     }
 
     /// Whether the same operation may succeed if tried again later without any change on
@@ -109,7 +123,7 @@ impl Error {
     /// its data plane, Key Vault and reload counterparts: no Tokio runtime, or one
     /// shutting down).
     pub fn is_transient(&self) -> bool {
-        self.kind.is_transient()
+        self.inner.kind.is_transient()
     }
 
     /// What to do about this error: see [`ErrorCategory`] for the table of every failure's
@@ -125,14 +139,17 @@ impl Error {
     /// assert_eq!(err.category(), ErrorCategory::CredentialFile);
     /// ```
     pub fn category(&self) -> ErrorCategory {
-        let credential_file = self.file().is_none_or(|f| f.role == CREDENTIAL_FILE);
-        self.kind.category(credential_file)
+        let credential_file = self
+            .file
+            .as_deref()
+            .is_none_or(|f| f.role == CREDENTIAL_FILE);
+        self.inner.kind.category(credential_file)
     }
 
     /// The HTTP status a service answered with, when the error is its answer (the token
     /// endpoint, the data plane, Key Vault).
     pub fn status(&self) -> Option<u16> {
-        self.kind.status()
+        self.inner.kind.status()
     }
 
     /// The service's error code, when it sent one: Entra's `AADSTS` code (as
@@ -141,7 +158,7 @@ impl Error {
     /// safe to log.
     pub fn service_code(&self) -> Option<std::borrow::Cow<'_, str>> {
         use std::borrow::Cow;
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Token(TokenError::Endpoint(e)) => match e.aadsts_code() {
                 Some(code) => Some(Cow::Owned(format!("AADSTS{code}"))),
                 None => e.error.as_deref().map(Cow::Borrowed),
@@ -159,39 +176,11 @@ impl Error {
     /// The id to quote to the service's support, when the answer carried one: Entra's
     /// `trace_id`, the data plane's `x-ms-request-id`.
     pub fn request_id(&self) -> Option<&str> {
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Token(TokenError::Endpoint(e)) => e.trace_id.as_deref(),
             ErrorKind::DataPlane(DataPlaneError::Service(e)) => e.request_id.as_deref(),
             _ => None,
         }
-    }
-
-    /// When a failed token request is remembered until: the time the credential will make
-    /// a new request for that scope (until then, callers without a usable token get this
-    /// error again; see
-    /// [`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
-    /// Set on the errors `get_token` returns for a request that failed at Entra or on the
-    /// way there, whether just now or answered again from the memory; `None` for every
-    /// other error, such as a refusal made before sending (the credential expired, bad
-    /// scopes), which is not remembered.
-    pub fn retry_at(&self) -> Option<time::OffsetDateTime> {
-        self.context.as_deref()?.retry_at
-    }
-
-    /// Set when the failed request it reports is remembered until.
-    pub(crate) fn with_retry_at(self, at: time::OffsetDateTime) -> Self {
-        self.with_context(|c| c.retry_at = Some(at))
-    }
-
-    fn with_context(mut self, change: impl FnOnce(&mut Context)) -> Self {
-        let mut context = self.context.as_deref().cloned().unwrap_or_default();
-        change(&mut context);
-        self.context = Some(Arc::new(context));
-        self
-    }
-
-    fn file(&self) -> Option<&FileRef> {
-        self.context.as_deref()?.file.as_ref()
     }
 
     /// Attach the credential file this error concerns (kept if one is already set).
@@ -201,32 +190,40 @@ impl Error {
 
     /// Attach the file this error concerns and what kind of file it is (kept if a file is
     /// already set).
-    pub(crate) fn with_file(self, path: &Path, role: &'static str) -> Self {
-        if self.file().is_some() {
-            return self;
+    pub(crate) fn with_file(mut self, path: &Path, role: &'static str) -> Self {
+        if self.file.is_none() {
+            self.file = Some(Arc::new(FileRef {
+                role,
+                path: path.to_path_buf(),
+            }));
         }
-        let file = FileRef {
-            role,
-            path: path.to_path_buf(),
-        };
-        self.with_context(|c| c.file = Some(file))
+        self
     }
 }
 
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error {
-            kind: Box::new(kind),
-            context: None,
+            inner: Box::new(Inner {
+                kind,
+                retry_at: None,
+            }),
+            file: None,
         }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.file() {
-            Some(file) => write!(f, "{} {}: {}", file.role, file.path.display(), self.kind),
-            None => fmt::Display::fmt(&self.kind, f),
+        match self.file.as_deref() {
+            Some(file) => write!(
+                f,
+                "{} {}: {}",
+                file.role,
+                file.path.display(),
+                self.inner.kind
+            ),
+            None => fmt::Display::fmt(&self.inner.kind, f),
         }
     }
 }
@@ -234,9 +231,9 @@ impl fmt::Display for Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
-            .field("kind", &self.kind)
+            .field("kind", &self.inner.kind)
             .field("path", &self.path())
-            .field("retry_at", &self.retry_at())
+            .field("retry_at", &self.inner.retry_at)
             .finish()
     }
 }
@@ -246,9 +243,12 @@ impl fmt::Debug for Error {
 /// `downcast_ref::<std::io::Error>()` an I/O failure's.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &*self.kind {
+        match &self.inner.kind {
             ErrorKind::Transport(e) => std::error::Error::source(e),
+            // The shared errors themselves, not the `Arc`s holding them (which
+            // `downcast_ref` would not see through).
             ErrorKind::File(FileError::Io { source }) => Some(&**source),
+            ErrorKind::Token(TokenError::External { source, .. }) => Some(&**source),
             kind => std::error::Error::source(kind),
         }
     }
@@ -862,7 +862,13 @@ mod tests {
                 }),
                 Svc,
             ),
-            (ErrorKind::Token(TokenError::External { message: r() }), Svc),
+            (
+                ErrorKind::Token(TokenError::External {
+                    message: r(),
+                    source: Arc::new(std::io::Error::other("r")),
+                }),
+                Svc,
+            ),
             (ErrorKind::Token(TokenError::Signing), Cred),
             (
                 ErrorKind::Token(TokenError::RequestAbandoned { reason: "r" }),

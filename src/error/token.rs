@@ -1,7 +1,10 @@
 //! Failures of a token request.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::untrusted_text::service_text;
 
 /// Failures of a token request: the token endpoint's error answers and unusable answers,
 /// and token sources other than this crate's credentials.
@@ -24,11 +27,15 @@ pub enum TokenError {
         reason: String,
     },
     /// A token source other than this crate's credentials (an `azure_core`
-    /// `TokenCredential`) failed.
+    /// `TokenCredential`) failed. Its own error is the `source` (what
+    /// [`std::error::Error::source`] returns), for `downcast_ref`.
     #[error("the token credential failed: {message}")]
     External {
-        /// Its error message.
+        /// Its error message, escaped and bounded as a service's text is.
         message: String,
+        /// The token source's own error.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// Signing the client assertion failed.
     #[error("cannot sign the client assertion")]
@@ -47,6 +54,15 @@ pub enum TokenError {
 }
 
 impl TokenError {
+    /// [`External`](Self::External) for a token source's own error, kept as its source.
+    #[cfg(feature = "azure_core")]
+    pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        TokenError::External {
+            message: service_text(&error.to_string()),
+            source: Arc::new(error),
+        }
+    }
+
     /// A stable snake_case name for the failure (see
     /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
     pub fn code(&self) -> &'static str {
@@ -71,7 +87,9 @@ pub struct TokenEndpointError {
     pub status: u16,
     /// The OAuth `error` code, e.g. `invalid_client`.
     pub error: Option<String>,
-    /// Entra's `error_description` (starts with `AADSTSnnnnnn:`).
+    /// Entra's `error_description` (starts with `AADSTSnnnnnn:`), as one line: the
+    /// lines Entra appends that repeat `trace_id`, `correlation_id` and `timestamp`
+    /// (`Trace ID: …`) are left out when those fields are set.
     pub error_description: Option<String>,
     /// Entra's `error_codes`, e.g. `[700027]`.
     pub error_codes: Vec<i64>,
@@ -88,6 +106,27 @@ pub struct TokenEndpointError {
 }
 
 impl TokenEndpointError {
+    /// Pure: Entra's raw `error_description` as one line for this error: the lines that
+    /// repeat a field this error has (`Trace ID:`, `Correlation ID:`, `Timestamp:`)
+    /// dropped, the others joined with a space, then bounded and escaped as a service's
+    /// text is.
+    pub(crate) fn description_line(&self, raw: &str) -> String {
+        let repeats = |line: &str| {
+            let has = |label: &str, field: &Option<String>| {
+                field.is_some() && line.trim_start().starts_with(label)
+            };
+            has("Trace ID:", &self.trace_id)
+                || has("Correlation ID:", &self.correlation_id)
+                || has("Timestamp:", &self.timestamp)
+        };
+        let kept: Vec<&str> = raw
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !repeats(line))
+            .collect();
+        service_text(&kept.join(" "))
+    }
+
     /// The first `AADSTS` code, from `error_codes` or else parsed from the description.
     pub fn aadsts_code(&self) -> Option<i64> {
         if let Some(code) = self.error_codes.first() {
@@ -108,17 +147,61 @@ impl fmt::Display for TokenEndpointError {
             write!(f, " {error}")?;
         }
         if let Some(description) = &self.error_description {
-            // Entra's description repeats the ids on extra lines; the first line says it.
-            let first = description.lines().next().unwrap_or_default();
-            write!(f, ": {first}")?;
+            write!(f, ": {description}")?;
         }
-        if let Some(trace) = &self.trace_id {
-            write!(f, " (trace id {trace}")?;
-            if let Some(corr) = &self.correlation_id {
-                write!(f, ", correlation id {corr}")?;
-            }
-            f.write_str(")")?;
+        match (&self.trace_id, &self.correlation_id) {
+            (Some(trace), Some(corr)) => write!(f, " (trace id {trace}, correlation id {corr})"),
+            (Some(trace), None) => write!(f, " (trace id {trace})"),
+            (None, Some(corr)) => write!(f, " (correlation id {corr})"),
+            (None, None) => Ok(()),
         }
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As Entra sends it: the message, then the ids on lines of their own.
+    const ENTRA: &str = "AADSTS700027: Client assertion failed signature validation.\r\n\
+                         Trace ID: t-1\r\nCorrelation ID: c-1\r\nTimestamp: 2026-01-01 00:00:00Z";
+
+    fn refusal() -> TokenEndpointError {
+        TokenEndpointError {
+            status: 401,
+            error: Some("invalid_client".into()),
+            trace_id: Some("t-1".into()),
+            correlation_id: Some("c-1".into()),
+            timestamp: Some("2026-01-01 00:00:00Z".into()),
+            ..TokenEndpointError::default()
+        }
+    }
+
+    #[test]
+    fn an_entra_refusal_reads_as_one_line_with_each_id_once() {
+        let mut e = refusal();
+        e.error_description = Some(e.description_line(ENTRA));
+        assert_eq!(
+            e.to_string(),
+            "the token endpoint answered HTTP 401 invalid_client: AADSTS700027: Client \
+             assertion failed signature validation. (trace id t-1, correlation id c-1)"
+        );
+    }
+
+    #[test]
+    fn lines_whose_field_is_missing_stay_and_other_lines_join() {
+        let e = TokenEndpointError {
+            trace_id: None,
+            ..refusal()
+        };
+        assert_eq!(
+            e.description_line(ENTRA),
+            "AADSTS700027: Client assertion failed signature validation. Trace ID: t-1"
+        );
+        // Text Entra did not format as a trailer: joined, never split, escaped.
+        assert_eq!(
+            refusal().description_line("first\nsecond\u{1b}[2J"),
+            "first second\\u{1b}[2J"
+        );
     }
 }

@@ -14,9 +14,12 @@ use crate::file::model::FileTimes;
 /// issuer and this machine) before the credential is refused as not yet valid.
 pub const NOT_BEFORE_SKEW: Duration = Duration::from_secs(5 * 60);
 
-/// How close to its end a credential is warned about, by default: 7 days (the
-/// credential's log warning and `inspect`'s report alike).
-pub(crate) const EXPIRY_WARNING_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// How close to its end (or past its `renew_after`) a credential counts as expiring soon:
+/// 7 days. A credential warns then (the default of
+/// [`with_expiry_warning_margin`](crate::ClientCertificateCredentialOptions::with_expiry_warning_margin)),
+/// and a [`CredentialReport`](crate::inspect::CredentialReport) made with this margin
+/// has a [`ProblemKind::ExpiresSoon`](crate::inspect::ProblemKind::ExpiresSoon) warning.
+pub const EXPIRES_SOON_MARGIN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// When a credential may be used: computed once, from its file's times and its leaf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

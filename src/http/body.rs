@@ -1,9 +1,8 @@
 //! Reading answers safely: a bounded body, the one message for a body over the limit,
-//! `Retry-After`, and which hosts are loopback.
+//! and `Retry-After`.
 
 use std::time::Duration;
 
-use reqwest::Url;
 use time::OffsetDateTime;
 
 /// Answer bodies (token endpoint, data plane, Key Vault) larger than this are refused.
@@ -52,14 +51,4 @@ pub(crate) fn parse_retry_after(value: &str, now: OffsetDateTime) -> Option<Dura
     } else {
         Duration::ZERO
     })
-}
-
-/// Whether a URL's host is loopback (`127.0.0.0/8`, `::1`, `localhost`).
-pub(crate) fn is_loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
 }

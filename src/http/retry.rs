@@ -30,19 +30,15 @@ use crate::error::{DataPlaneError, Error, ErrorKind, TokenError};
 /// let policy = RetryPolicy::default()
 ///     .with_max_attempts(3)
 ///     .with_max_total(Duration::from_secs(20));
-/// assert_eq!(policy.max_attempts, 3);
+/// assert!(format!("{policy:?}").contains("max_attempts: 3"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RetryPolicy {
-    /// Most requests made in all, the first included (1 disables retries). Default 4.
-    pub max_attempts: u32,
-    /// Delay before the first retry. Default 500 ms.
-    pub initial_delay: Duration,
-    /// Longest computed delay between attempts. Default 8 s.
-    pub max_delay: Duration,
-    /// Longest total time from the first attempt to the start of the last. Default 60 s.
-    pub max_total: Duration,
+    /// At least 1.
+    max_attempts: u32,
+    initial_delay: Duration,
+    max_delay: Duration,
+    max_total: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -65,28 +61,50 @@ impl RetryPolicy {
         }
     }
 
-    /// Set `max_attempts` (at least 1).
+    /// Make at most this many requests in all, the first included (0 is taken as 1; 1
+    /// disables retries). Default 4.
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
     }
 
-    /// Set `initial_delay`.
+    /// Wait this long before the first retry. Default 500 ms.
     pub fn with_initial_delay(mut self, delay: Duration) -> Self {
         self.initial_delay = delay;
         self
     }
 
-    /// Set `max_delay`.
+    /// Wait at most this long between attempts (the computed delay's cap; a server's
+    /// `Retry-After` is not capped). Default 8 s.
     pub fn with_max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
     }
 
-    /// Set `max_total`.
+    /// Start no retry later than this after the first attempt. Default 60 s.
     pub fn with_max_total(mut self, total: Duration) -> Self {
         self.max_total = total;
         self
+    }
+
+    /// The most requests made in all, the first included (at least 1).
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The delay before the first retry.
+    pub(crate) fn initial_delay(&self) -> Duration {
+        self.initial_delay
+    }
+
+    /// The longest computed delay between attempts.
+    pub(crate) fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// The longest total time from the first attempt to the start of the last.
+    pub(crate) fn max_total(&self) -> Duration {
+        self.max_total
     }
 }
 

@@ -130,8 +130,10 @@ impl TokenServerSidecar {
     /// The sidecar: an init container with `restartPolicy: Always` (a native sidecar,
     /// Kubernetes 1.29 and later), so the kubelet starts it, waits for its startup probe,
     /// then starts the application containers, and stops it after them. Its probes are
-    /// `exec` probes running `msi-credential probe` (kubelet's `httpGet` probes come from
-    /// outside the pod's network namespace and cannot reach loopback); it runs as a
+    /// `exec` probes running `msi-credential probe` with the server's secret file, so that
+    /// they get the full report and are never held to the budget of callers without the
+    /// secret (kubelet's `httpGet` probes come from outside the pod's network namespace
+    /// and cannot reach loopback); it runs as a
     /// non-root user with a read-only root file system and no capabilities.
     pub fn container(&self) -> Result<Container> {
         self.validate()?;
@@ -153,6 +155,8 @@ impl TokenServerSidecar {
                     "probe".to_owned(),
                     "--url".to_owned(),
                     format!("http://127.0.0.1:{}/healthz", self.port),
+                    "--secret-file".to_owned(),
+                    format!("{SECRET_MOUNT_PATH}/{IDENTITY_HEADER_KEY}"),
                 ]),
             }),
             period_seconds: Some(period),

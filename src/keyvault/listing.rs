@@ -6,10 +6,10 @@
 use crate::error::LinkFault;
 use crate::keyvault::renewal::StoredProperties;
 
-/// The default of [`StoreOptions::max_list_items`](crate::keyvault::store::StoreOptions::max_list_items).
+/// The default of [`StoreOptions::with_max_list_items`](crate::keyvault::store::StoreOptions::with_max_list_items).
 pub const DEFAULT_MAX_LIST_ITEMS: usize = 100_000;
 
-/// The default of [`StoreOptions::max_list_bytes`](crate::keyvault::store::StoreOptions::max_list_bytes): 64 MiB.
+/// The default of [`StoreOptions::with_max_list_bytes`](crate::keyvault::store::StoreOptions::with_max_list_bytes): 64 MiB.
 pub const DEFAULT_MAX_LIST_BYTES: usize = 64 * 1024 * 1024;
 
 /// What a listing has taken so far, against its limits.

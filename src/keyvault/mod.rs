@@ -103,7 +103,7 @@
 //!
 //! This folder holds the storage format (re-exported here), the store over the Azure SDK
 //! (`store`; `answer` reads Key Vault's answers without stray copies of the value) and
-//! renewal (`renewal`: pure decisions; `renew`, feature `keyvault`). Uses `file/` for the
+//! renewal (`renewal`: pure decisions, and what renewing did). Uses `file/` for the
 //! credential model and `dataplane/` for what it stores and renews.
 
 #[cfg(feature = "keyvault")]
@@ -111,8 +111,6 @@ mod answer;
 mod format;
 #[cfg(feature = "keyvault")]
 mod listing;
-#[cfg(feature = "keyvault")]
-pub(crate) mod renew;
 pub mod renewal;
 #[cfg(feature = "keyvault")]
 pub mod store;

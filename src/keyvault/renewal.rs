@@ -44,8 +44,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::clock::rfc3339;
 #[cfg(feature = "keyvault")]
-#[cfg_attr(docsrs, doc(cfg(feature = "keyvault")))]
-pub use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
+use crate::error::Error;
 
 use crate::keyvault::{
     CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
@@ -248,4 +247,51 @@ pub fn needing_renewal(listed: &[StoredProperties], now: OffsetDateTime) -> Rene
 /// store the offered credential only when its `not_before` is later than the stored one's.
 pub fn should_store(stored_not_before: OffsetDateTime, offered_not_before: OffsetDateTime) -> bool {
     offered_not_before > stored_not_before
+}
+
+/// What [`CredentialStore::renew`](crate::keyvault::store::CredentialStore::renew) did
+/// (feature `keyvault`).
+#[cfg(feature = "keyvault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyvault")))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RenewalOutcome {
+    /// The data plane's credentials were newer and are now stored as a new version.
+    Stored {
+        /// The secret name.
+        name: String,
+        /// The new version's properties.
+        properties: StoredProperties,
+        /// The replaced credential's `not_before`.
+        previous_not_before: OffsetDateTime,
+        /// The stored credential's `not_before`.
+        not_before: OffsetDateTime,
+    },
+    /// The data plane offered nothing newer; nothing was written.
+    NotNewer {
+        /// The secret name.
+        name: String,
+        /// The stored credential's `not_before`.
+        stored_not_before: OffsetDateTime,
+        /// The offered credential's `not_before`.
+        offered_not_before: OffsetDateTime,
+    },
+}
+
+/// What a renewal pass
+/// ([`CredentialStore::renew_due`](crate::keyvault::store::CredentialStore::renew_due),
+/// feature `keyvault`) did: secret names by outcome.
+#[cfg(feature = "keyvault")]
+#[cfg_attr(docsrs, doc(cfg(feature = "keyvault")))]
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct RenewalPass {
+    /// How many stored credentials were past `renew_after`.
+    pub due: usize,
+    /// Renewed: a newer credential is now stored.
+    pub renewed: Vec<String>,
+    /// The data plane offered nothing newer.
+    pub not_newer: Vec<String>,
+    /// The renewal failed, with why.
+    pub failed: Vec<(String, Error)>,
 }

@@ -55,20 +55,21 @@ use time::OffsetDateTime;
 
 use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
+use crate::environment::Environment;
 use crate::error::{
     ConfigError, Error, ErrorKind, KeyVaultError, LinkFault, Result, TokenError, TransportError,
     TransportFault, cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
-use crate::http::environment::Environment;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
 use crate::keyvault::listing::{
     self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
 };
-use crate::keyvault::renew::{RenewalOutcome, RenewalPass};
-use crate::keyvault::renewal::{StoredKind, StoredProperties, needing_renewal, should_store};
+use crate::keyvault::renewal::{
+    RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal, should_store,
+};
 use crate::keyvault::{
     self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
     format_user_assigned_identity_credentials_for_storage, validate_secret_name,
@@ -80,61 +81,34 @@ use crate::untrusted_text::{service_text, service_text_opt};
 /// The largest page Key Vault serves (`maxresults` 1..=25).
 pub const MAX_PAGE_SIZE: i32 = 25;
 
-/// The default of [`StoreOptions::max_list_pages`].
+/// The default of [`StoreOptions::with_max_list_pages`].
 pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 
 /// Options for [`CredentialStore::new`]: the vault's own settings, and the
 /// [`Environment`] (HTTP, retries) set with [`with_environment`](Self::with_environment).
+/// Each setting has a setter, which clamps it where it has bounds.
 ///
 /// ```
 /// use msi_dataplane::keyvault::store::StoreOptions;
-/// let options = StoreOptions::default().with_page_size(10);
-/// assert_eq!(options.page_size, 10);
+/// let options = StoreOptions::default().with_page_size(100);
+/// assert!(format!("{options:?}").contains("page_size: 25"));
 /// ```
 #[derive(Clone)]
-#[non_exhaustive]
 pub struct StoreOptions {
-    /// The environment: the HTTP client (or extra roots for the crate-built one; setting
-    /// both is refused with [`ConfigError::ConflictingOptions`]), the request timeout
-    /// (default 30 s), the application id of the `User-Agent`, and the retry policy,
-    /// applied through the SDK's exponential back-off (429 and 503 honour `Retry-After`).
-    /// The same value serves the credential, the data plane client and the token server.
-    /// See [`Environment`]. Its `allow_http_loopback` and clock do not apply: the SDK
-    /// authenticates only over `https` and keeps its own time. Every request to the vault
-    /// carries the crate's `User-Agent` ([`Environment::user_agent`], with the application
-    /// id first) followed by the Azure SDK's own; the SDK's `application_id` option is not
-    /// used, so the id appears once.
-    pub environment: Environment,
-    /// Check that the challenge's resource matches the vault's host (the SDK's
-    /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
-    /// loopback address.
-    pub verify_challenge_resource: bool,
-    /// `maxresults` of a listing's pages (1..=25). Default 25.
-    pub page_size: i32,
-    /// The Key Vault API version. `None`: the SDK's default.
-    pub api_version: Option<String>,
-    /// The most pages one listing reads ([`CredentialStore::list`],
-    /// [`CredentialStore::list_deleted`]) before it fails with
-    /// [`KeyVaultError::RefusedLink`]. Default [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages:
-    /// 250,000 secrets at 25 a page, and Key Vault may answer pages with fewer, even
-    /// none).
-    pub max_list_pages: usize,
-    /// The most items one listing takes before it fails with
-    /// [`KeyVaultError::RefusedLink`] ([`LinkFault::TooManyItems`](crate::LinkFault)).
-    /// Default [`DEFAULT_MAX_LIST_ITEMS`] (100,000).
-    pub max_list_items: usize,
-    /// The most bytes of items one listing keeps (names, versions and tags, counted as
-    /// they arrive) before it fails with [`KeyVaultError::RefusedLink`]
-    /// ([`LinkFault::TooManyBytes`](crate::LinkFault)). Default [`DEFAULT_MAX_LIST_BYTES`]
-    /// (64 MiB).
-    pub max_list_bytes: usize,
-    /// The longest one listing may take, all pages and retries included, before it fails
-    /// with [`KeyVaultError::RefusedLink`] ([`LinkFault::Deadline`](crate::LinkFault)).
-    /// Default 5 minutes.
-    pub list_deadline: Duration,
+    // Each setting is documented on its setter.
+    environment: Environment,
+    verify_challenge_resource: bool,
+    /// 1..=25.
+    page_size: i32,
+    api_version: Option<String>,
+    /// At least 1, as are the two below.
+    max_list_pages: usize,
+    max_list_items: usize,
+    max_list_bytes: usize,
+    list_deadline: Duration,
 }
 
-/// The default of [`StoreOptions::list_deadline`].
+/// The default of [`StoreOptions::with_list_deadline`].
 pub const DEFAULT_LIST_DEADLINE: Duration = Duration::from_secs(5 * 60);
 
 impl Default for StoreOptions {
@@ -156,48 +130,73 @@ impl StoreOptions {
     /// Run in this environment (HTTP, retries), replacing any set before: e.g. one
     /// [`Environment`] shared with the credential and the data plane client
     /// ([`RetryPolicy::none`] in it for one request per operation).
+    ///
+    /// From the environment the store uses the HTTP client (or extra roots for the
+    /// crate-built one; setting both is refused with
+    /// [`ConfigError::ConflictingOptions`]), the request timeout (default 30 s), the
+    /// application id of the `User-Agent`, and the retry policy, applied through the
+    /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Its
+    /// `allow_http_loopback` and clock do not apply: the SDK authenticates only over
+    /// `https` and keeps its own time. Every request to the vault carries the crate's
+    /// `User-Agent` ([`Environment::user_agent`], with the application id first) followed
+    /// by the Azure SDK's own; the SDK's `application_id` option is not used, so the id
+    /// appears once.
     pub fn with_environment(mut self, environment: Environment) -> Self {
         self.environment = environment;
         self
     }
 
-    /// Check (default) or not the challenge's resource against the vault's host.
+    /// Check that the challenge's resource matches the vault's host (the SDK's
+    /// `verify_challenge_resource`). Default `true`; turn off only for a test vault on a
+    /// loopback address.
     pub fn verify_challenge_resource(mut self, verify: bool) -> Self {
         self.verify_challenge_resource = verify;
         self
     }
 
-    /// Set the listing page size (clamped to 1..=25).
+    /// Set the `maxresults` of a listing's pages, clamped to 1..=25. Default 25.
     pub fn with_page_size(mut self, page_size: i32) -> Self {
         self.page_size = page_size.clamp(1, MAX_PAGE_SIZE);
         self
     }
 
-    /// Read at most this many pages in one listing (at least 1).
+    /// Read at most this many pages (at least 1) in one listing
+    /// ([`CredentialStore::list`], [`CredentialStore::list_deleted`]); past it the
+    /// listing fails with [`KeyVaultError::RefusedLink`]. Default
+    /// [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages: 250,000 secrets at 25 a page, and Key
+    /// Vault may answer pages with fewer, even none).
     pub fn with_max_list_pages(mut self, max_list_pages: usize) -> Self {
         self.max_list_pages = max_list_pages.max(1);
         self
     }
 
-    /// Take at most this many items in one listing (at least 1).
+    /// Take at most this many items (at least 1) in one listing; past it the listing
+    /// fails with [`KeyVaultError::RefusedLink`]
+    /// ([`LinkFault::TooManyItems`](crate::LinkFault)). Default [`DEFAULT_MAX_LIST_ITEMS`]
+    /// (100,000).
     pub fn with_max_list_items(mut self, max_list_items: usize) -> Self {
         self.max_list_items = max_list_items.max(1);
         self
     }
 
-    /// Keep at most this many bytes of items in one listing (at least 1).
+    /// Keep at most this many bytes of items (at least 1) in one listing (names,
+    /// versions and tags, counted as they arrive); past it the listing fails with
+    /// [`KeyVaultError::RefusedLink`] ([`LinkFault::TooManyBytes`](crate::LinkFault)).
+    /// Default [`DEFAULT_MAX_LIST_BYTES`] (64 MiB).
     pub fn with_max_list_bytes(mut self, max_list_bytes: usize) -> Self {
         self.max_list_bytes = max_list_bytes.max(1);
         self
     }
 
-    /// End a listing that takes longer than this.
+    /// End a listing that takes longer than this, all pages and retries included: it
+    /// fails with [`KeyVaultError::RefusedLink`] ([`LinkFault::Deadline`](crate::LinkFault)).
+    /// Default [`DEFAULT_LIST_DEADLINE`], 5 minutes.
     pub fn with_list_deadline(mut self, deadline: Duration) -> Self {
         self.list_deadline = deadline;
         self
     }
 
-    /// Use this Key Vault API version.
+    /// Use this Key Vault API version. Default: the SDK's.
     pub fn with_api_version(mut self, version: impl Into<String>) -> Self {
         self.api_version = Some(version.into());
         self
@@ -296,20 +295,20 @@ impl CredentialStore {
             .into());
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
-        let direct = crate::http::body::is_loopback(&parsed);
+        let direct = crate::http::loopback::is_loopback(&parsed);
         let http = options.environment.client(direct)?;
         // The transport sets the `User-Agent`: the crate's (with the caller's application
         // id) and then the SDK's. The SDK's own `application_id` stays unset, so the id
         // appears once, first.
         let transport = ReqwestTransport::new(
             http,
-            options.environment.request_timeout,
+            options.environment.request_timeout(),
             options.environment.user_agent_header(),
         );
         let mut sdk_options = SecretClientOptions {
             client_options: ClientOptions {
                 transport: Some(Transport::new(Arc::new(transport))),
-                retry: sdk_retry(&options.environment.retry_policy),
+                retry: sdk_retry(options.environment.retry_policy()),
                 ..Default::default()
             },
             verify_challenge_resource: Some(options.verify_challenge_resource),
@@ -329,10 +328,11 @@ impl CredentialStore {
             client: Arc::new(client),
             vault_url: parsed.as_str().to_owned(),
             vault: parsed,
-            page_size: options.page_size.clamp(1, MAX_PAGE_SIZE),
-            max_list_pages: options.max_list_pages.max(1),
-            max_list_items: options.max_list_items.max(1),
-            max_list_bytes: options.max_list_bytes.max(1),
+            // Clamped by their setters.
+            page_size: options.page_size,
+            max_list_pages: options.max_list_pages,
+            max_list_items: options.max_list_items,
+            max_list_bytes: options.max_list_bytes,
             list_deadline: options.list_deadline,
         })
     }
@@ -613,9 +613,9 @@ impl CredentialStore {
     /// secrets) as its page arrives, across all pages (Key Vault's `nextLink`), without
     /// reading any value; the number handed. For output that can be written as it comes
     /// (`msi-credential vault list` prints each row so). The listing is bounded: at most
-    /// [`StoreOptions::max_list_pages`] pages, [`StoreOptions::max_list_items`] items and
-    /// [`StoreOptions::max_list_bytes`] bytes of them, within
-    /// [`StoreOptions::list_deadline`]; items handed before a limit was reached stay
+    /// [`StoreOptions::with_max_list_pages`] pages, [`StoreOptions::with_max_list_items`] items and
+    /// [`StoreOptions::with_max_list_bytes`] bytes of them, within
+    /// [`StoreOptions::with_list_deadline`]; items handed before a limit was reached stay
     /// handed.
     ///
     /// ```no_run
@@ -674,7 +674,7 @@ impl CredentialStore {
         observed("list", self.within_deadline(OPERATION, walk)).await
     }
 
-    /// `walk`, or a [`LinkFault::Deadline`] once [`StoreOptions::list_deadline`] passed.
+    /// `walk`, or a [`LinkFault::Deadline`] once [`StoreOptions::with_list_deadline`] passed.
     async fn within_deadline<T>(
         &self,
         operation: &'static str,
@@ -1136,10 +1136,7 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
             })
             .into()
         }
-        AzureErrorKind::Credential => ErrorKind::Token(TokenError::External {
-            message: service_text(&e.to_string()),
-        })
-        .into(),
+        AzureErrorKind::Credential => ErrorKind::Token(TokenError::external(e)).into(),
         AzureErrorKind::DataConversion => ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
             operation,
             reason: match source_of::<serde_json::Error>(&e) {
@@ -1180,15 +1177,15 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
 
 /// The crate's retry policy as the SDK's options (the SDK counts retries, not attempts).
 fn sdk_retry(policy: &RetryPolicy) -> RetryOptions {
-    if policy.max_attempts <= 1 {
+    if policy.max_attempts() <= 1 {
         return RetryOptions::none();
     }
     let span = |d: Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
     RetryOptions::exponential(ExponentialRetryOptions {
-        initial_delay: span(policy.initial_delay),
-        max_retries: policy.max_attempts - 1,
-        max_total_elapsed: span(policy.max_total),
-        max_delay: span(policy.max_delay),
+        initial_delay: span(policy.initial_delay()),
+        max_retries: policy.max_attempts() - 1,
+        max_total_elapsed: span(policy.max_total()),
+        max_delay: span(policy.max_delay()),
     })
 }
 

@@ -216,7 +216,7 @@ impl Reloader {
         };
         telemetry::reload(client_id, label, reason);
         self.follow_target().await;
-        let now = self.client_options.environment.clock.now();
+        let now = self.client_options.environment().clock().now();
         let active = self.active.load_full();
         self.status.send_modify(|s| {
             s.last_check = Some(now);

@@ -14,8 +14,8 @@ pub(crate) mod watch;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// Lock, recovering from a poisoned lock (what these locks guard is valid after any
-/// panic).
+/// Lock, recovering from a poisoned lock: the reload layer's locks guard plain values
+/// (subscriber lists, watch states, statuses), valid after any panic while held.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

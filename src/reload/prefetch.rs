@@ -22,7 +22,7 @@ impl Reloader {
         let status = self.status.clone();
         let path = self.path.clone();
         let old_not_after = old.credential.window().end;
-        let clock = self.client_options.environment.clock.clone();
+        let clock = self.client_options.environment().clock().clone();
         tokio::spawn(async move {
             let mut fetches = tokio::task::JoinSet::new();
             for scopes in scope_sets {

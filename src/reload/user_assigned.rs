@@ -122,7 +122,7 @@ impl UserAssignedIdentityCredential {
     /// The background task that follows the file runs on the runtime that calls `new`
     /// and ends with it: if that runtime shuts down while the credential lives on,
     /// [`status`](Self::status) then shows `watching: false` and a
-    /// [`ReloadError::Stopped`] error, the active credential keeps serving, and
+    /// [`ReloadError::Stopped`](crate::ReloadError::Stopped) error, the active credential keeps serving, and
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](ReloadOptions::with_dedicated_thread).
@@ -138,7 +138,7 @@ impl UserAssignedIdentityCredential {
         let (changed_tx, changed) = unbounded_channel();
         let target_tx = reload.watch.then(|| changed_tx.clone());
         let subscribe = reload.watch.then(|| (watched_dir(&path), changed_tx));
-        let clock = options.environment.clock.clone();
+        let clock = options.environment().clock().clone();
         let (watcher, target, active) =
             load_blocking(path.clone(), options.clone(), subscribe).await?;
         let now = clock.now();
@@ -204,21 +204,17 @@ impl UserAssignedIdentityCredential {
         active.credential.get_token(scopes).await
     }
 
-    /// An unstable hook for the token server (`msi-credential serve`), not part of the
-    /// crate's API: it may change or go in any release. As [`get_token`](Self::get_token),
-    /// but only *starting* a new token request is subject to `admit`: a cached token, or a
-    /// request already in flight (joined), or a failure still remembered never calls it;
-    /// when a new request would start and `admit()` returns `false`, `Ok(None)`, with
-    /// nothing started.
+    /// For this workspace's token server, not a stable API: [`get_token`](Self::get_token),
+    /// but a new token request is started only if `admit` says so (`Ok(None)` when it
+    /// does not, with nothing started); a cached token, or joining a request already in
+    /// flight for the same scopes, never calls `admit`. The server takes its token
+    /// endpoint budget in `admit`, so that joining a request costs none.
     #[doc(hidden)]
     pub async fn get_token_admitted(
         &self,
         scopes: &[&str],
         admit: impl FnOnce() -> bool,
     ) -> Result<Option<AccessToken>> {
-        if let Some(token) = self.cached_token(scopes) {
-            return Ok(Some(token));
-        }
         let active = self.inner.active.load_full();
         active.credential.get_token_admitted(scopes, admit).await
     }
@@ -306,7 +302,7 @@ async fn load_blocking(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::environment::Environment;
+    use crate::environment::Environment;
     use crate::reload::check::Pause;
     use crate::reload::lock;
     use std::time::Duration;

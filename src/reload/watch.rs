@@ -103,7 +103,7 @@ pub(crate) fn subscribe(dir: PathBuf, tx: UnboundedSender<DirSignal>) -> Subscri
 /// test that checks that dropping credentials stops their watches.
 ///
 /// ```
-/// assert_eq!(msi_dataplane::live_directory_watchers(), 0);
+/// assert_eq!(msi_dataplane::unstable::live_directory_watchers(), 0);
 /// ```
 pub fn live_directory_watchers() -> usize {
     LIVE_WATCHERS.load(Ordering::Acquire)

@@ -33,6 +33,7 @@ use crate::clock::{Clock, from_unix_millis, unix_millis};
 use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::exchange;
 use crate::http::retry::jitter;
+use crate::log_budget::LogBudget;
 use crate::token::access_token::AccessToken;
 use crate::token::refresh::{
     Freshness, IDLE_GRACE, Limits, evict_count, evictable, freshness, least_recently_used,
@@ -48,6 +49,10 @@ struct Shared {
     table: RwLock<Table>,
     clock: Arc<dyn Clock>,
     limits: Limits,
+    /// The warning of a failed request, and the note of an answer from the failure
+    /// memory: a flood of failing scopes writes a few lines and a count.
+    failure_log: LogBudget,
+    remembered_log: LogBudget,
 }
 
 /// The entries and their tokens.
@@ -82,6 +87,8 @@ impl TokenCache {
             table: RwLock::new(table),
             clock,
             limits,
+            failure_log: LogBudget::new(),
+            remembered_log: LogBudget::new(),
         }))
     }
 
@@ -190,7 +197,14 @@ impl TokenCache {
             if let Some(answer) = &state.inflight {
                 answer.clone()
             } else if let Some(error) = remembered(&state, shared.clock.now_unix_millis()) {
-                tracing::debug!(scope = %service_text(&entry.joined), "the last token request failed moments ago; its error again");
+                let now = shared.clock.now_unix_millis();
+                if let Some(left_out) = shared.remembered_log.admit(now) {
+                    tracing::debug!(
+                        scope = %service_text(&entry.joined),
+                        left_out,
+                        "the last token request failed moments ago; its error again (left_out: such lines not written since the last)"
+                    );
+                }
                 return Err(error);
             } else if !admit() {
                 return Ok(None);
@@ -422,14 +436,17 @@ impl Flight {
             (Err(error), Some(until)) => Some((error.clone(), until)),
             _ => None,
         };
-        if let Err(error) = &result {
+        if let Err(error) = &result
+            && let Some(left_out) = shared.failure_log.admit(now)
+        {
             tracing::warn!(
                 scope = %service_text(&entry.joined),
                 error = %error,
                 failures = state.failures,
                 retry_in_secs = (next.quiet_until - now) / 1000,
                 serving_cached = shared.usable(entry).is_some(),
-                "token request failed"
+                left_out,
+                "token request failed (left_out: failures of this credential not logged since the last line, at most 5 lines every 10 s)"
             );
         }
         entry.settle(&mut state, now, next.quiet_until);

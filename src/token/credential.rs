@@ -111,7 +111,7 @@ impl ClientCertificateCredential {
     /// the certificate comes from [`ClientCertificate::from_bundle`] (PEM or PKCS#12
     /// bytes) or [`ClientCertificate::from_base64`]. Makes no network call.
     ///
-    /// With [`ClientCertificateCredentialOptions::additionally_allowed_tenants`], the
+    /// With [`ClientCertificateCredentialOptions::with_additionally_allowed_tenants`], the
     /// credential may also request tokens in other tenants
     /// ([`get_token_for_tenant`](Self::get_token_for_tenant)), as the MSI data plane's
     /// challenges ask.
@@ -179,12 +179,12 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let environment = &options.environment;
-        let loopback = environment.allow_http_loopback;
+        let loopback = environment.allows_http_loopback();
         let token_url = endpoint::token_url(authority, tenant_id.trim(), loopback)?;
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
-        let http = environment.client(crate::http::body::is_loopback(&token_url))?;
+        let http = environment.client(crate::http::loopback::is_loopback(&token_url))?;
         let limits = Limits {
             window: options.refresh_window,
             max_entries: options.max_cached_scopes,
@@ -202,10 +202,10 @@ impl ClientCertificateCredential {
             expiry_warned: AtomicBool::new(false),
             http,
             user_agent: environment.user_agent_header(),
-            timeout: environment.request_timeout,
-            retry: environment.retry_policy.clone(),
-            cache: TokenCache::new(environment.clock.clone(), limits),
-            clock: environment.clock.clone(),
+            timeout: environment.request_timeout(),
+            retry: environment.retry_policy().clone(),
+            cache: TokenCache::new(environment.clock().clone(), limits),
+            clock: environment.clock().clone(),
             authority: authority.trim().to_owned(),
             allow_http_loopback: loopback,
             tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
@@ -284,7 +284,7 @@ impl ClientCertificateCredential {
     /// # Errors
     ///
     /// [`ConfigError::TenantNotAllowed`] when `tenant` is neither the credential's own nor
-    /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::additionally_allowed_tenants)
+    /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::with_additionally_allowed_tenants)
     /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {

@@ -12,8 +12,9 @@ use crate::error::{
     ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, TransportError,
     cause_chain, redact_quoted,
 };
-use crate::http::body::{is_loopback, parse_retry_after, read_limited_body, too_large_reason};
+use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason};
 use crate::http::exchange;
+use crate::http::loopback::is_loopback;
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
 use zeroize::Zeroizing;
@@ -278,11 +279,11 @@ fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Resu
     Ok(AccessToken::new(parsed.access_token, expires_on).with_refresh_on(refresh_on))
 }
 
-/// Parse an error body. Every field is optional; a body that is not JSON at all (an HTML
-/// page from a proxy) still yields the status.
 /// The most AADSTS codes kept from one error answer (Entra sends one).
 const MAX_ERROR_CODES: usize = 8;
 
+/// Parse an error body. Every field is optional; a body that is not JSON at all (an HTML
+/// page from a proxy) still yields the status.
 fn parse_error(
     status: u16,
     body: &[u8],
@@ -293,17 +294,21 @@ fn parse_error(
     // Bounded and escaped here, so no error or log line ever holds the raw text.
     let mut error_codes = parsed.error_codes.unwrap_or_default();
     error_codes.truncate(MAX_ERROR_CODES);
-    TokenEndpointError {
+    let mut answer = TokenEndpointError {
         status,
         error: service_text_opt(parsed.error),
-        error_description: service_text_opt(parsed.error_description),
+        error_description: None,
         error_codes,
         trace_id: service_text_opt(parsed.trace_id),
         correlation_id: service_text_opt(parsed.correlation_id),
         timestamp: service_text_opt(parsed.timestamp),
         retry_after,
         client_request_id: Some(client_request_id.to_owned()),
-    }
+    };
+    answer.error_description = parsed
+        .error_description
+        .map(|raw| answer.description_line(&raw));
+    answer
 }
 
 #[cfg(test)]

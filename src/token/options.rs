@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::file::validity::EXPIRY_WARNING_MARGIN;
-use crate::http::environment::Environment;
+use crate::environment::Environment;
+use crate::file::validity::EXPIRES_SOON_MARGIN;
 use crate::token::assertion::AssertionAlgorithm;
 use crate::token::refresh::{FAILURE_MEMORY, MAX_CACHED_SCOPES, REFRESH_WINDOW};
 
@@ -19,48 +19,23 @@ use crate::token::refresh::{FAILURE_MEMORY, MAX_CACHED_SCOPES, REFRESH_WINDOW};
 ///
 /// let options = ClientCertificateCredentialOptions::default()
 ///     .with_assertion_algorithm(AssertionAlgorithm::Rs256)
-///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10)));
-/// assert_eq!(options.environment.request_timeout, Duration::from_secs(10));
+///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10))?);
+/// assert_eq!(options.environment().request_timeout(), Duration::from_secs(10));
+/// # Ok::<(), msi_dataplane::Error>(())
 /// ```
+///
+/// Each setting has a setter (`with_…`), which clamps it where it has bounds; the
+/// settings other parts of a program read back have a getter of the same name.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
 pub struct ClientCertificateCredentialOptions {
-    /// The environment: the HTTP client (or extra roots for the crate-built one),
-    /// `http://` loopback authorities, the request timeout (default 30 s), the application
-    /// id of the `User-Agent` every token request carries, the clock and the retry policy
-    /// of token requests. The same value serves the data plane client, the Key Vault store
-    /// and the token server. See [`Environment`].
-    pub environment: Environment,
-    /// PS256 with `x5t#S256` (default) or RS256 with `x5t`.
-    pub assertion_algorithm: AssertionAlgorithm,
-    /// Warn (once per credential, through `tracing`) when a token is requested within
-    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
-    pub expiry_warning_margin: Duration,
-    /// Tenants besides the credential's own that
-    /// [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant) may
-    /// request tokens in (a multi-tenant application answering data plane challenges);
-    /// `"*"` allows any. Default: none.
-    pub additionally_allowed_tenants: Vec<String>,
-    /// How long before a cached token expires its background refresh starts, at least
-    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
-    /// tokens over 2 hours may start it earlier). Default and minimum
-    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what `azure_core`'s
-    /// bearer policy needs. Wider for a credential whose tokens are handed on to clients
-    /// that treat a token with 5 minutes left as stale, as the token server does.
-    pub refresh_window: Duration,
-    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
-    /// the least recently used leave, an eighth of the bound at a time (those with a
-    /// request in flight stay). Every consumer of the credential shares the bound: its
-    /// own tenant, its other tenants, data plane clients over it, the token server.
-    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
-    pub max_cached_scopes: usize,
-    /// After a token request for a scope failed at Entra or on the way there (its answer
-    /// or a transport failure, once its retries are spent), callers without a usable token
-    /// for that scope get the same error for this long instead of a new request (callers
-    /// with one keep getting it). Refusals made before any request (the credential
-    /// expired, say) are not remembered. Default
-    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
-    pub failure_memory: Duration,
+    // Each setting is documented on its setter or its getter; the credential reads them.
+    pub(crate) environment: Environment,
+    pub(crate) assertion_algorithm: AssertionAlgorithm,
+    pub(crate) expiry_warning_margin: Duration,
+    pub(crate) additionally_allowed_tenants: Vec<String>,
+    pub(crate) refresh_window: Duration,
+    pub(crate) max_cached_scopes: usize,
+    pub(crate) failure_memory: Duration,
 }
 
 impl Default for ClientCertificateCredentialOptions {
@@ -68,7 +43,7 @@ impl Default for ClientCertificateCredentialOptions {
         ClientCertificateCredentialOptions {
             environment: Environment::default(),
             assertion_algorithm: AssertionAlgorithm::default(),
-            expiry_warning_margin: EXPIRY_WARNING_MARGIN,
+            expiry_warning_margin: EXPIRES_SOON_MARGIN,
             additionally_allowed_tenants: Vec::new(),
             refresh_window: REFRESH_WINDOW,
             max_cached_scopes: MAX_CACHED_SCOPES,
@@ -86,13 +61,15 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Choose the assertion algorithm.
+    /// Choose the assertion algorithm: PS256 with `x5t#S256` (default) or RS256 with
+    /// `x5t`.
     pub fn with_assertion_algorithm(mut self, algorithm: AssertionAlgorithm) -> Self {
         self.assertion_algorithm = algorithm;
         self
     }
 
-    /// Set the margin before the credential's end at which a warning is logged.
+    /// Warn (once per credential, through `tracing`) when a token is requested within
+    /// this long of the credential's end, or after its `renew_after`. Default 7 days.
     pub fn with_expiry_warning_margin(mut self, margin: Duration) -> Self {
         self.expiry_warning_margin = margin;
         self
@@ -119,8 +96,9 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Allow tokens in these tenants too (`"*"` for any), through
-    /// [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant).
+    /// Allow tokens in these tenants besides the credential's own (`"*"` for any), through
+    /// [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant): a
+    /// multi-tenant application answering data plane challenges. Default: none.
     pub fn with_additionally_allowed_tenants<I, S>(mut self, tenants: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -128,5 +106,46 @@ impl ClientCertificateCredentialOptions {
     {
         self.additionally_allowed_tenants = tenants.into_iter().map(Into::into).collect();
         self
+    }
+}
+
+/// The settings other parts of a program read back, each as its setter left it.
+impl ClientCertificateCredentialOptions {
+    /// The environment: the HTTP client (or extra roots for the crate-built one),
+    /// `http://` loopback authorities, the request timeout (default 30 s), the application
+    /// id of the `User-Agent` every token request carries, the clock and the retry policy
+    /// of token requests. See [`Environment`].
+    pub fn environment(&self) -> &Environment {
+        &self.environment
+    }
+
+    /// How long before a cached token expires its background refresh starts, at least
+    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
+    /// tokens over 2 hours may start it earlier). Default and minimum
+    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what
+    /// `azure_core`'s bearer policy needs. Wider for a credential whose tokens are handed
+    /// on to clients that treat a token with 5 minutes left as stale, as the token server
+    /// does.
+    pub fn refresh_window(&self) -> Duration {
+        self.refresh_window
+    }
+
+    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
+    /// the least recently used leave, an eighth of the bound at a time (those with a
+    /// request in flight stay). Every consumer of the credential shares the bound: its
+    /// own tenant, its other tenants, data plane clients over it, the token server.
+    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
+    pub fn max_cached_scopes(&self) -> usize {
+        self.max_cached_scopes
+    }
+
+    /// After a token request for a scope failed at Entra or on the way there (its answer
+    /// or a transport failure, once its retries are spent), callers without a usable token
+    /// for that scope get the same error for this long instead of a new request (callers
+    /// with one keep getting it). Refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
+    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
+    pub fn failure_memory(&self) -> Duration {
+        self.failure_memory
     }
 }

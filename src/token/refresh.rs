@@ -91,7 +91,8 @@ pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness
 ///
 /// ```
 /// use std::time::Duration;
-/// use msi_dataplane::limits::{MIN_REFRESH_WINDOW, refresh_range};
+/// use msi_dataplane::limits::MIN_REFRESH_WINDOW;
+/// use msi_dataplane::unstable::refresh_range;
 /// use time::macros::datetime;
 ///
 /// let issued = datetime!(2026-01-01 00:00 UTC);

@@ -230,6 +230,55 @@ async fn resource_refuses_a_token_entra_did_not_issue() {
     assert_eq!(seen[0].status, 401);
 }
 
+/// A failing azure_core credential behind `AzureTokenCredential`: the error is
+/// `TokenError::External`, its message escaped, and the credential's own error is its
+/// source (down to the cause the credential carried), so a caller can `downcast_ref` it.
+#[tokio::test]
+async fn an_external_credential_failure_keeps_its_error_as_the_source() {
+    #[derive(Debug)]
+    struct Refusing;
+
+    #[async_trait::async_trait]
+    impl TokenCredential for Refusing {
+        async fn get_token(
+            &self,
+            _scopes: &[&str],
+            _options: Option<TokenRequestOptions<'_>>,
+        ) -> azure_core::Result<credentials::AccessToken> {
+            Err(azure_core::Error::with_error(
+                AzureErrorKind::Credential,
+                std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no token file"),
+                "managed identity unavailable\nforged: line",
+            ))
+        }
+    }
+
+    use msi_dataplane::dataplane::{AzureTokenCredential, TokenSource};
+    let source = AzureTokenCredential(Arc::new(Refusing));
+    let err = source.token(ARM, "tenant").await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Token(TokenError::External { .. })),
+        "{err:?}"
+    );
+    assert_eq!(err.kind().code(), "external_credential");
+    assert!(
+        err.to_string()
+            .contains("managed identity unavailable\\nforged: line"),
+        "{err}"
+    );
+    let kept = std::error::Error::source(&err).expect("the credential's error is the source");
+    let azure = kept
+        .downcast_ref::<azure_core::Error>()
+        .expect("the azure_core error itself");
+    assert_eq!(*azure.kind(), AzureErrorKind::Credential);
+    assert_eq!(
+        source_chain(&err).last().map(String::as_str),
+        Some("no token file"),
+        "{:?}",
+        source_chain(&err)
+    );
+}
+
 /// The reloading credential as an SDK client's credential, through a CSI-style rotation.
 ///
 /// azure_core's `BearerTokenAuthorizationPolicy` keeps the token it got until close to its

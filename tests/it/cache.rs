@@ -677,3 +677,34 @@ async fn only_a_new_request_is_subject_to_admission() {
     assert!(err.retry_at().is_some() && again.retry_at() == err.retry_at());
     assert_eq!(server.token_requests(), 2);
 }
+
+/// A failed request's error says when the credential will try again (the end of its
+/// failure memory), the same on every answer from the memory; a caller that waits until
+/// then gets a new request. A refusal made before any request says nothing.
+#[tokio::test]
+async fn a_remembered_failure_says_when_it_is_tried_again() {
+    use msi_dataplane::Clock as _;
+    let server = EntraServer::start().await;
+    let (clock, cred) = credential_on_clock(&server, "pem-pkcs8", no_retry());
+    server.enqueue(Scripted::status(503));
+    let failed_at = clock.now();
+    let first = cred.get_token(&[ARM]).await.unwrap_err();
+    let retry_at = first.retry_at().expect("a remembered failure says when");
+    let memory = time::Duration::try_from(FAILURE_MEMORY).unwrap();
+    assert!(
+        retry_at <= failed_at + memory
+            && retry_at > failed_at + memory - time::Duration::MILLISECOND,
+        "{retry_at} against a failure at {failed_at}"
+    );
+    clock.advance(Duration::from_secs(2));
+    let again = cred.get_token(&[ARM]).await.unwrap_err();
+    assert_eq!(again.retry_at(), Some(retry_at), "answered from the memory");
+    assert_eq!(server.token_requests(), 1);
+    clock.set(retry_at);
+    cred.get_token(&[ARM])
+        .await
+        .expect("a new request at retry_at");
+    assert_eq!(server.token_requests(), 2);
+    let refused = cred.get_token(&["two words"]).await.unwrap_err();
+    assert_eq!(refused.retry_at(), None, "a refusal before any request");
+}

@@ -1150,8 +1150,9 @@ async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
     let (clock, credential) = service_credential_on_clock(&entra);
-    let mut options = client_options();
-    options.environment.clock = clock.clone();
+    let options = client_options();
+    let environment = options.environment().clone().with_clock(clock.clone());
+    let options = options.with_environment(environment);
     let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     client

@@ -222,6 +222,53 @@ async fn aadsts_errors_are_surfaced_with_their_fields() {
     );
 }
 
+/// Entra's description holds its message, then the trace id, correlation id and
+/// timestamp on lines of their own (`\r\n`): the error's message is one readable line
+/// with Entra's message and each id once.
+#[tokio::test]
+async fn an_aadsts_refusal_reads_as_one_line_with_each_id_once() {
+    let server = EntraServer::start().await;
+    let creds = load_with_endpoint("pfx-aes", &server.base_url());
+    server.register_tenant(creds.tenant_id.as_deref().unwrap());
+    register(&server, "pem-pkcs8"); // same client id, another certificate: AADSTS700027
+    let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
+    let err = cred.get_token(&[ARM]).await.unwrap_err();
+    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+        panic!("{err:?}")
+    };
+    let (trace, correlation) = (
+        e.trace_id.clone().unwrap(),
+        e.correlation_id.clone().unwrap(),
+    );
+    let description = e.error_description.clone().unwrap();
+    let message = err.to_string();
+    assert_eq!(
+        message,
+        format!(
+            "the token endpoint answered HTTP 401 invalid_client: {description} \
+             (trace id {trace}, correlation id {correlation})"
+        )
+    );
+    assert!(description.starts_with("AADSTS700027: "), "{description}");
+    for trailer in [
+        "\\r",
+        "\\n",
+        "\r",
+        "\n",
+        "Trace ID",
+        "Correlation ID",
+        "Timestamp",
+    ] {
+        assert!(!message.contains(trailer), "{trailer:?} in {message}");
+    }
+    assert_eq!(message.matches(trace.as_str()).count(), 1, "{message}");
+    assert_eq!(
+        message.matches(correlation.as_str()).count(),
+        1,
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn invalid_scope_is_a_400_not_transient() {
     let server = EntraServer::start().await;
@@ -472,7 +519,8 @@ async fn transport_failures_are_typed() {
         no_retry().with_environment(
             https_env()
                 .with_retry_policy(RetryPolicy::none())
-                .with_request_timeout(Duration::from_millis(300)),
+                .with_request_timeout(Duration::from_millis(300))
+                .unwrap(),
         ),
     );
     server.enqueue(Scripted::status(200).delayed(Duration::from_secs(3)));

@@ -337,8 +337,9 @@ async fn faults_during_refresh_are_invisible_while_the_token_is_valid() {
         ..Default::default()
     });
     let clock = Arc::new(ManualClock::new(time::OffsetDateTime::now_utc()));
-    let mut options = no_retry();
-    options.environment.clock = clock.clone();
+    let options = no_retry();
+    let environment = options.environment().clone().with_clock(clock.clone());
+    let options = options.with_environment(environment);
     let cred = credential_with(&server, "pem-pkcs8", options);
     let token = cred.get_token(&[ARM]).await.unwrap();
     clock.advance(std::time::Duration::from_secs(260)); // inside the refresh window

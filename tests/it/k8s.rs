@@ -614,6 +614,12 @@ fn the_token_server_sidecar_is_a_native_sidecar_with_exec_probes_and_the_app_env
             Some("http://127.0.0.1:50342/healthz"),
             "{probe}"
         );
+        assert_eq!(command[4].as_str(), Some("--secret-file"), "{probe}");
+        assert_eq!(
+            command[5].as_str(),
+            Some("/var/run/msi-token-server/identity-header"),
+            "the probe presents the server's secret: {probe}"
+        );
         assert!(
             init[probe]["httpGet"].is_null(),
             "kubelet's httpGet cannot reach loopback"

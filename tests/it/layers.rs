@@ -9,17 +9,19 @@ use std::path::{Path, PathBuf};
 
 /// Lowest first. A module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
-    // The basics: errors, time, secrets, untrusted text, parser messages, bounded file
-    // reading, clouds, the HTTP plumbing and telemetry.
+    // The basics: errors, time, secrets, untrusted text, the log budget, parser messages,
+    // bounded file reading, clouds, the HTTP plumbing, the environment and telemetry.
     &[
         "error",
         "clock",
         "secret",
         "untrusted_text",
+        "log_budget",
         "parser_errors",
         "regular_file",
         "cloud",
         "http",
+        "environment",
         "telemetry",
     ],
     &["file"],
@@ -30,8 +32,9 @@ const LAYERS: &[&[&str]] = &[
     &["keyvault"],
     &["serve"],
     &["hypershift"],
-    // Across the layers: the health report, the fixed limits, the testing kit.
-    &["inspect", "limits"],
+    // Across the layers: the health report, the fixed limits, the helpers the workspace's
+    // other crates share, the testing kit.
+    &["inspect", "limits", "unstable"],
     &["testing"],
 ];
 

@@ -559,8 +559,9 @@ async fn held_in_debounce() -> (
     let server = server().await;
     let (dir, path) = plain_dir(&server, "rotation-1");
     let clock = Arc::new(ManualClock::starting_now());
-    let mut options = options();
-    options.environment.clock = clock.clone();
+    let options = options();
+    let environment = options.environment().clone().with_clock(clock.clone());
+    let options = options.with_environment(environment);
     let cred = UserAssignedIdentityCredential::new(
         &path,
         options,

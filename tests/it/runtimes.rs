@@ -43,6 +43,7 @@ fn shared_client_options() -> ClientCertificateCredentialOptions {
         Environment::default()
             .allow_http_loopback(true)
             .with_request_timeout(Duration::from_secs(10))
+            .expect("10 s is a valid timeout")
             .with_retry_policy(RetryPolicy::none()),
     )
 }

@@ -69,8 +69,8 @@ pub fn credential_on_clock(
     options: ClientCertificateCredentialOptions,
 ) -> (Arc<ManualClock>, ClientCertificateCredential) {
     let clock = manual_clock();
-    let mut options = options;
-    options.environment.clock = clock.clone();
+    let environment = options.environment().clone().with_clock(clock.clone());
+    let options = options.with_environment(environment);
     let credential = credential_with(server, name, options);
     (clock, credential)
 }

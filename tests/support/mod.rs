@@ -11,6 +11,7 @@ pub mod fixtures;
 pub mod harness;
 pub mod log_capture;
 pub mod malformed;
+pub mod node;
 pub mod promtool;
 pub mod python;
 pub mod scanning;

@@ -4,9 +4,18 @@
 //! `CONNECTIONS` client connections, each sending its next request as soon as the last
 //! answer is read, for `SECONDS`; every latency is kept for the percentiles.
 //!
-//! Then the token server again while a flood without the secret (`CONNECTIONS` more
-//! connections on a runtime of their own, reconnecting whenever the server closes one)
-//! runs beside it: the legitimate client's p99 flooded against alone.
+//! Then the token server again while each flood a container in the pod can send runs
+//! beside it, on a runtime of its own (one thread, as another process would compete for
+//! the CPU), reconnecting whenever the server closes one of its connections: the
+//! legitimate client's p99 flooded against alone, for each.
+//!
+//! - `no_secret`: token requests without the secret, `CONNECTIONS` connections, each
+//!   request sent when the last answer is read;
+//! - `never_reading`: 256 connections pipelining requests (cached tokens with the secret
+//!   on half, the health check without it on the other half) and never reading;
+//! - `healthz_pipelined`: the health check without the secret, 64 requests pipelined at
+//!   a time on each of `CONNECTIONS` connections;
+//! - `metrics_404`: the same on the metrics listener, for a path it does not serve.
 //!
 //! `cargo bench -p msi-credential --bench serve` (10 s per server, alternated
 //! five times); under `cargo test --benches` each runs for a moment only. Results in
@@ -24,9 +33,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
+use msi_credential::serve::{
+    IdentityHeaderSecret, MetricsServer, MetricsServerOptions, ServeOptions, ServedIdentity,
+    TokenServer,
+};
 use msi_dataplane::{BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions};
 use msi_dataplane_testing::{CsiMount, EntraServer, TestCertificate, TestIdentity};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 const CONNECTIONS: usize = 16;
@@ -145,6 +158,99 @@ async fn flood(
     answered
 }
 
+/// A flood of `request` pipelined 64 at a time on each of `connections` connections,
+/// reading the answers, until `stop`, reconnecting whenever the server closes one; the
+/// number of answers.
+async fn flood_pipelined(
+    addr: SocketAddr,
+    request: String,
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let burst = request.repeat(64);
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (burst, stop) = (burst.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut answered = 0;
+            let mut buf = vec![0u8; 64 * 1024];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                'connection: while !stop.load(Ordering::Relaxed) {
+                    if stream.write_all(burst.as_bytes()).await.is_err() {
+                        break;
+                    }
+                    let mut seen = 0;
+                    while seen < 64 {
+                        let read =
+                            tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buf));
+                        match read.await {
+                            Ok(Ok(0)) | Ok(Err(_)) => break 'connection,
+                            Ok(Ok(n)) => {
+                                seen += buf[..n].windows(9).filter(|w| w == b"HTTP/1.1 ").count();
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    answered += seen;
+                }
+            }
+            answered
+        }));
+    }
+    let mut answered = 0;
+    for task in tasks {
+        answered += task.await.unwrap_or(0);
+    }
+    answered
+}
+
+/// Clients that never read: `connections` connections, each pipelining `requests[i % 2]`
+/// until the kernel takes no more, then writing more whenever it does, never reading,
+/// until `stop`; reconnecting whenever the server closes one. The connections the server
+/// closed.
+async fn flood_never_reading(
+    addr: SocketAddr,
+    requests: [String; 2],
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let mut tasks = Vec::new();
+    for i in 0..connections {
+        let (burst, stop) = (requests[i % 2].repeat(64), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut closed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(addr).await else {
+                    continue;
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let write = tokio::time::timeout(
+                        Duration::from_millis(50),
+                        stream.write_all(burst.as_bytes()),
+                    );
+                    match write.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => {
+                            closed += 1;
+                            break;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+            }
+            closed
+        }));
+    }
+    let mut closed = 0;
+    for task in tasks {
+        closed += task.await.unwrap_or(0);
+    }
+    closed
+}
+
 /// The baseline: hyper answering every request with the same fixed bytes.
 async fn fixed_body_server(body: Bytes) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -190,7 +296,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (token_server, _entra, _mount, baseline) = servers.block_on(async {
+    let (token_server, _entra, _mount, baseline, metrics) = servers.block_on(async {
         let entra = EntraServer::start().await;
         let (identity, cert) = (TestIdentity::new(), TestCertificate::self_signed());
         entra.register(&identity, &cert);
@@ -202,11 +308,11 @@ fn main() {
             .await
             .unwrap();
         let secret = IdentityHeaderSecret::new(SECRET).unwrap();
-        // The rate limit off: it is what is measured against.
+        // The rate limit off: it is what is measured against. The other limits are the
+        // defaults (512 connections, a write timeout of 5 s).
         let options = ServeOptions::default()
             .with_port(0)
-            .with_max_token_requests_per_second(None)
-            .with_max_connections(CONNECTIONS * 2);
+            .with_max_token_requests_per_second(None);
         let server = TokenServer::start(vec![served], secret, options)
             .await
             .unwrap();
@@ -227,7 +333,15 @@ fn main() {
         assert_eq!(answer.status(), 200);
         let body = answer.bytes().await.unwrap();
         let baseline = fixed_body_server(body).await;
-        (server, entra, mount, baseline)
+        // A metrics listener beside it, rendering a scrape of 20 KiB.
+        let scrape = "msi_dataplane_example_total{client_id=\"0\"} 1\n".repeat(400);
+        let metrics = MetricsServer::start(
+            MetricsServerOptions::new("127.0.0.1:0".parse().unwrap()),
+            move || scrape.clone(),
+        )
+        .await
+        .unwrap();
+        (server, entra, mount, baseline, metrics)
     });
     let target = "/msi/token?api-version=2019-08-01&resource=https://management.azure.com/";
     let show = |name: &str, run: &Run| {
@@ -247,40 +361,79 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let addr = token_server.local_addr();
+    let health = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let token =
+        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\nX-IDENTITY-HEADER: {SECRET}\r\n\r\n");
+    let not_found = format!(
+        "GET /nothing HTTP/1.1\r\nHost: {}\r\n\r\n",
+        metrics.local_addr()
+    );
+    let floods = [
+        "no_secret",
+        "never_reading",
+        "healthz_pipelined",
+        "metrics_404",
+    ];
     let mut ratios = Vec::new();
-    let mut p99_ratios = Vec::new();
+    let mut p99_ratios: Vec<Vec<f64>> = vec![Vec::new(); floods.len()];
     for _ in 0..rounds {
         let fixed = clients.block_on(load(baseline, target, duration));
         show("serve/fixed_body_hyper", &fixed);
-        let served = clients.block_on(load(token_server.local_addr(), target, duration));
+        let served = clients.block_on(load(addr, target, duration));
         show("serve/cached_token", &served);
         ratios.push(served.per_second() / fixed.per_second());
-        let stop = Arc::new(AtomicBool::new(false));
-        let flooding = flooder.spawn(flood(
-            token_server.local_addr(),
-            target.to_owned(),
-            CONNECTIONS,
-            stop.clone(),
-        ));
-        std::thread::sleep(Duration::from_millis(100));
-        let flooded = clients.block_on(load(token_server.local_addr(), target, duration));
-        stop.store(true, Ordering::Relaxed);
-        let refused = flooder.block_on(flooding).unwrap();
-        show("serve/cached_token_flooded", &flooded);
-        println!(
-            "{:<28} {:>9.0} req/s refused (no secret, {CONNECTIONS} connections)",
-            "serve/no_secret_flood",
-            refused as f64 / duration.as_secs_f64()
-        );
-        p99_ratios.push(flooded.p99.as_secs_f64() / served.p99.as_secs_f64());
+        for (kind, p99s) in floods.iter().zip(&mut p99_ratios) {
+            let stop = Arc::new(AtomicBool::new(false));
+            let flooding = match *kind {
+                "no_secret" => {
+                    flooder.spawn(flood(addr, target.to_owned(), CONNECTIONS, stop.clone()))
+                }
+                "never_reading" => flooder.spawn(flood_never_reading(
+                    addr,
+                    [token.clone(), health.clone()],
+                    256,
+                    stop.clone(),
+                )),
+                "healthz_pipelined" => flooder.spawn(flood_pipelined(
+                    addr,
+                    health.clone(),
+                    CONNECTIONS,
+                    stop.clone(),
+                )),
+                _ => flooder.spawn(flood_pipelined(
+                    metrics.local_addr(),
+                    not_found.clone(),
+                    CONNECTIONS,
+                    stop.clone(),
+                )),
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let flooded = clients.block_on(load(addr, target, duration));
+            stop.store(true, Ordering::Relaxed);
+            let count = flooder.block_on(flooding).unwrap();
+            show(&format!("serve/flooded_{kind}"), &flooded);
+            let what = match *kind {
+                "never_reading" => "connections closed by the server",
+                _ => "flood answers",
+            };
+            println!(
+                "{:<28} {:>9.0} {what} a second",
+                format!("serve/{kind}_flood"),
+                count as f64 / duration.as_secs_f64()
+            );
+            p99s.push(flooded.p99.as_secs_f64() / served.p99.as_secs_f64());
+        }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
         "serve/cached_token ÷ fixed_body_hyper: {:.2}× (rounds: {ratios:.2?})",
         mean(&ratios)
     );
-    println!(
-        "serve/cached_token p99, flooded ÷ alone: {:.2}× (rounds: {p99_ratios:.2?})",
-        mean(&p99_ratios)
-    );
+    for (kind, p99s) in floods.iter().zip(&p99_ratios) {
+        println!(
+            "serve/cached_token p99, {kind} flood ÷ alone: {:.2}× (rounds: {p99s:.2?})",
+            mean(p99s)
+        );
+    }
 }

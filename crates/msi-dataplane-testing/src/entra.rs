@@ -263,8 +263,8 @@ impl IssuedToken {
     /// [`ManualClock`](msi_dataplane::ManualClock): [`EntraServer::use_clock`]). The
     /// refresh itself starts at the first `get_token` call from then on.
     ///
-    /// The range is the library's own rule,
-    /// [`msi_dataplane::limits::refresh_range`], applied to this token: at the server's
+    /// The range is the library's own rule (the function its token cache calls, not a
+    /// copy of it) applied to this token: at the server's
     /// `refresh_in` if it sent one, else at half-life for tokens living over 2 hours,
     /// else `refresh_window` before expiry; always at least `refresh_window` (at least
     /// 5 minutes) before expiry, half the lifetime for shorter tokens; moved earlier by
@@ -308,7 +308,7 @@ impl IssuedToken {
     }
 }
 
-/// The library's refresh-ahead rule ([`msi_dataplane::limits::refresh_range`]) for a
+/// The library's refresh-ahead rule (`msi_dataplane::unstable::refresh_range`) for a
 /// token issued at `issued`, its `refresh_in` taken as the library's parser takes it
 /// (only strictly between 0 and `expires_in`).
 fn refresh_range(
@@ -321,7 +321,7 @@ fn refresh_range(
     let refresh_on = refresh_in
         .filter(|r| *r > 0 && *r < expires_in)
         .map(|r| issued + time::Duration::seconds(r));
-    msi_dataplane::limits::refresh_range(issued, expires_on, refresh_on, refresh_window)
+    msi_dataplane::unstable::refresh_range(issued, expires_on, refresh_on, refresh_window)
 }
 
 impl Default for TokenShape {
@@ -857,7 +857,9 @@ impl EntraServer {
 
     /// Roll the signing key over, as Entra does: a new key signs the tokens from now on,
     /// and the JWKS lists it first while keeping the previous keys (tokens they signed
-    /// stay valid). Returns the new key's `kid`.
+    /// stay valid). Returns the new key's `kid`. With a certificate rotation too: this
+    /// first, then the certificate, then [`retire_signing_key`](Self::retire_signing_key)
+    /// (see [the order](crate#rotating-the-signing-key-and-the-certificate)).
     pub fn rotate_signing_key(&self) -> String {
         self.state.issuer.rotate().kid().to_owned()
     }
@@ -868,6 +870,8 @@ impl EntraServer {
     /// [`validate`](Self::validate) and the [`ResourceServer`](crate::ResourceServer).
     /// When it was the key signing new tokens, the newest remaining key signs them (a new
     /// key is made when none remains). `false` when no published key has that `kid`.
+    /// Retire a key only once no token it signed is still in use (after a certificate
+    /// rotation: see [the order](crate#rotating-the-signing-key-and-the-certificate)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -113,12 +113,13 @@ impl IdentityFixture {
         let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
         let mount =
             CsiMount::with_credentials_named(&format!("uamsi-{}", identity.client_id), &file);
-        let mut client = ClientCertificateCredentialOptions::default()
-            .with_environment(Environment::default().with_http_client(entra.client()))
-            .with_failure_memory(Duration::ZERO);
+        let mut environment = Environment::default().with_http_client(entra.client());
         if let Some(clock) = clock {
-            client.environment.clock = clock;
+            environment = environment.with_clock(clock);
         }
+        let client = ClientCertificateCredentialOptions::default()
+            .with_environment(environment)
+            .with_failure_memory(Duration::ZERO);
         let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
         let credential = UserAssignedIdentityCredential::new(mount.visible_path(), client, reload)
             .await

@@ -233,7 +233,7 @@ fn quoted_list(items: &[String]) -> String {
 
 /// Text from a token, ready for a rejection.
 fn quoted(raw: &str) -> String {
-    msi_dataplane::untrusted_text::bounded(raw, MAX_QUOTED_CHARS)
+    msi_dataplane::unstable::bounded(raw, MAX_QUOTED_CHARS)
 }
 
 fn malformed(reason: impl Into<String>) -> TokenRejection {

@@ -46,9 +46,9 @@
 //!   of your choice ([`IdentityFixture::start_with_clock`]); its `environment()` for
 //!   every builder, `rotate_to` for a renewal.
 //! - **Waiting with a deadline** ([`wait_for_certificate`], [`wait_for_status`],
-//!   [`wait_for_refreshed_token`], [`EntraServer::wait_for_token_requests`]): until a
-//!   rotation is active, a background refresh is taken up, or a request arrived,
-//!   panicking with what was seen instead of hanging.
+//!   [`EntraServer::wait_for_refreshed_token`], [`EntraServer::wait_for_token_requests`]):
+//!   until a rotation is active, a background refresh is taken up, or a request arrived,
+//!   panicking with what was seen and why it was not enough instead of hanging.
 //! - **A CSI mount writer** ([`CsiMount`]): publishes and rotates a credential file as
 //!   kubelet's AtomicWriter does (`..data` swap), and the plain write styles (in place,
 //!   write-then-rename, delete-then-recreate; [`TempDir`] removes itself). Unix only.
@@ -169,6 +169,26 @@
 //! tokens are v2.0 gets its client id as `aud` from Entra: have the resource accept it with
 //! [`ResourceServer::accept_audience`].
 //!
+//! ### Rotating the signing key and the certificate
+//!
+//! To rotate both Entra's token-signing key and the client certificate without a failed
+//! call, in this order:
+//!
+//! 1. [`EntraServer::rotate_signing_key`]: the new key signs new tokens; the old one stays
+//!    published, so the tokens it signed, which the credential still hands out from its
+//!    cache, stay valid;
+//! 2. the certificate ([`IdentityFixture::rotate_to`], or [`CsiMount::rotate_credentials`]
+//!    and [`wait_for_certificate`]): the swapped-in credential's tokens are new ones,
+//!    signed by the new key;
+//! 3. [`EntraServer::retire_signing_key`] with the old `kid`.
+//!
+//! A key retired earlier refuses the cached tokens it signed that are still in use: the
+//! resource answers 401 naming the unknown key. A client that caches tokens of its own
+//! (azure_core's bearer policy keeps its token until close to expiry) may present an old
+//! token after step 2: retire the key once such tokens have expired (move a
+//! [`ManualClock`](msi_dataplane::ManualClock) past them). `testing_kit_jwt.rs` in the
+//! kit's tests shows both orders.
+//!
 //! A component tested against the kit's resource passes only with a token for the right
 //! audience, and learns why otherwise:
 //!
@@ -217,8 +237,8 @@
 //! certificates are valid from an hour ago) shared by the server
 //! ([`EntraServer::use_clock`]) and the credential (its options' `clock`), or given to
 //! [`IdentityFixture::start_with_clock`], which wires both. When the credential will
-//! refresh a token is [`IssuedToken::refresh_between`]; [`wait_for_refreshed_token`]
-//! waits until the refreshed token is handed out. By hand, two hours on, the expired
+//! refresh a token is [`IssuedToken::refresh_between`];
+//! [`EntraServer::wait_for_refreshed_token`] waits until the refreshed token is handed out. By hand, two hours on, the expired
 //! token is replaced by a new request the server accepts:
 //!
 //! ```
@@ -321,7 +341,7 @@ pub use script::{
     UnmetExpectation,
 };
 pub use tls::server_tls_config;
-pub use wait::{wait_for_certificate, wait_for_refreshed_token, wait_for_status};
+pub use wait::{Credential, wait_for_certificate, wait_for_status};
 
 /// The library this kit is built on, for msi-dataplane's own unit tests: they link a
 /// second copy of it, and name this one's types (`BundleFormat`, the credential file) to

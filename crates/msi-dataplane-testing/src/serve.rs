@@ -179,7 +179,7 @@ pub(crate) const MAX_USER_AGENT_CHARS: usize = 512;
 /// the client's text: a test printing it forges no line). `None` when not sent.
 pub(crate) fn user_agent(headers: &hyper::HeaderMap) -> Option<String> {
     headers.get(hyper::header::USER_AGENT).map(|v| {
-        msi_dataplane::untrusted_text::bounded(
+        msi_dataplane::unstable::bounded(
             &String::from_utf8_lossy(v.as_bytes()),
             MAX_USER_AGENT_CHARS,
         )

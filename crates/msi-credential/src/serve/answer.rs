@@ -1,13 +1,15 @@
 //! The token server's answers, as the clients of the protocol read them: the token
 //! (`expires_on` a string of Unix seconds, `resource` and `token_type` always there), the
 //! error body MSAL reads (`statusCode`, `message`, `correlationId`, and `error`,
-//! `error_description` for the others), the health report; and which status a failed
-//! token request becomes. Pure functions.
+//! `error_description` for the others, with Entra's `error_codes`, `timestamp`,
+//! `trace_id` and `correlation_id` when it sent them), the health report; and which status
+//! a failed token request becomes. Pure functions.
 
 use serde::Serialize;
+use time::OffsetDateTime;
 
-use msi_dataplane::untrusted_text::bounded;
-use msi_dataplane::{Error, ErrorKind, TokenError};
+use msi_dataplane::unstable::bounded;
+use msi_dataplane::{Error, ErrorKind, TokenEndpointError, TokenError};
 
 /// How long clients are asked to wait after a transient failure without a `Retry-After`
 /// of the token endpoint's own (seconds).
@@ -26,6 +28,35 @@ pub(crate) struct Refusal {
     pub(crate) allow_get: bool,
     /// Send `Retry-After` (429 and 503 only: a client retries any status that has it).
     pub(crate) retry_after: Option<u64>,
+    /// What Entra's answer carried, for the clients that print it (MSAL).
+    pub(crate) upstream: Option<Box<Upstream>>,
+}
+
+/// The fields of Entra's error answer that MSAL-based clients print ("Not Available"
+/// when they are missing); each already bounded and escaped by the library.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Upstream {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    error_codes: Vec<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correlation_id: Option<String>,
+}
+
+impl Upstream {
+    /// What `answer` carried, if anything.
+    fn of(answer: &TokenEndpointError) -> Option<Box<Upstream>> {
+        let upstream = Upstream {
+            error_codes: answer.error_codes.clone(),
+            timestamp: answer.timestamp.clone(),
+            trace_id: answer.trace_id.clone(),
+            correlation_id: answer.correlation_id.clone(),
+        };
+        (upstream != Upstream::default()).then(|| Box::new(upstream))
+    }
 }
 
 impl Refusal {
@@ -36,6 +67,7 @@ impl Refusal {
             message,
             allow_get: false,
             retry_after: None,
+            upstream: None,
         }
     }
 
@@ -85,6 +117,8 @@ struct ErrorBody<'a> {
     correlation_id: &'a str,
     error: &'a str,
     error_description: &'a str,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    upstream: Option<&'a Upstream>,
 }
 
 /// Pure: an error answer's body.
@@ -95,6 +129,7 @@ pub(crate) fn error_body(refusal: &Refusal, correlation_id: &str) -> Vec<u8> {
         correlation_id,
         error: &refusal.error,
         error_description: &refusal.message,
+        upstream: refusal.upstream.as_deref(),
     };
     serde_json::to_vec(&body).unwrap_or_default()
 }
@@ -117,33 +152,71 @@ pub(crate) fn correlation_id(
     }
 }
 
-/// Pure: the answer for a token request that failed, for the identity `client_id` and
-/// `resource`. Statuses are chosen so that the clients retry only what a retry can mend:
+/// Pure: the answer at `now` for a token request that failed, for the identity
+/// `client_id` and `resource`. Statuses are chosen so that the clients retry only what a
+/// retry can mend:
 ///
 /// - a transient failure (the token endpoint unreachable, or answering 408, 429, 500,
-///   502, 503 or 504, after this server's own retries): 503 with `Retry-After` (the endpoint's, bounded to
-///   1..=60 s, else 5 s), which the clients retry;
+///   502, 503 or 504, after this server's own retries): 503 with a `Retry-After` the
+///   clients can act on ([`retry_after_secs`]), which they retry;
 /// - anything else (Entra refusing the identity with an `AADSTS` error, a credential
 ///   outside its validity, an unusable answer): 403, which no client retries, with the
 ///   `AADSTS` code as `error` and the crate's message (never secret) as `message`.
-pub(crate) fn token_failure(error: &Error, client_id: &str, resource: &str) -> Refusal {
+///
+/// Either way the body carries Entra's `error_codes`, `timestamp`, `trace_id` and
+/// `correlation_id` when its answer had them.
+pub(crate) fn token_failure(
+    error: &Error,
+    client_id: &str,
+    resource: &str,
+    now: OffsetDateTime,
+) -> Refusal {
     let message = bounded(
         &format!("identity {client_id} could not get a token for {resource}: {error}"),
         2048,
     );
-    if error.is_transient() {
-        let retry_after = match error.kind() {
-            ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after.map(|d| d.as_secs()),
-            _ => None,
-        };
-        let secs = retry_after.unwrap_or(DEFAULT_RETRY_AFTER_SECS).clamp(1, 60);
-        return Refusal::new(503, "temporarily_unavailable", message).retry_after(secs);
-    }
-    let code = match error.service_code() {
-        Some(code) => bounded(&code, 64),
-        None => error.kind().code().to_owned(),
+    let answer = match error.kind() {
+        ErrorKind::Token(TokenError::Endpoint(e)) => Some(&**e),
+        _ => None,
     };
-    Refusal::new(403, &code, message)
+    let mut refusal = if error.is_transient() {
+        let secs = retry_after_secs(error, now);
+        Refusal::new(503, "temporarily_unavailable", message).retry_after(secs)
+    } else {
+        let code = match error.service_code() {
+            Some(code) => bounded(&code, 64),
+            None => error.kind().code().to_owned(),
+        };
+        Refusal::new(403, &code, message)
+    };
+    refusal.upstream = answer.and_then(Upstream::of);
+    refusal
+}
+
+/// Pure: the `Retry-After` (seconds) for a transient failure answered at `now`: never
+/// shorter than the time the credential will keep answering the same failure from its
+/// memory ([`Error::retry_at`], rounded up), nor than the token endpoint's own
+/// `Retry-After`; [`DEFAULT_RETRY_AFTER_SECS`] when neither says (no `Retry-After` from
+/// the endpoint, and a memory that is off or has ended); within 1..=60 s (Go's
+/// SDK gives up at once on more than 60). A client that waits this long gets a fresh
+/// attempt.
+pub(crate) fn retry_after_secs(error: &Error, now: OffsetDateTime) -> u64 {
+    let memory = error.retry_at().map(|at| {
+        let left = (at - now).max(time::Duration::ZERO);
+        let secs = u64::try_from(left.whole_seconds()).unwrap_or(0);
+        secs + u64::from(left.subsec_nanoseconds() > 0)
+    });
+    // A memory that has already ended (or is off) says nothing.
+    let memory = memory.filter(|secs| *secs > 0);
+    let endpoint = match error.kind() {
+        ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after.map(|d| d.as_secs()),
+        _ => None,
+    };
+    let secs = match (memory, endpoint) {
+        (None, None) => DEFAULT_RETRY_AFTER_SECS,
+        (memory, endpoint) => memory.unwrap_or(0).max(endpoint.unwrap_or(0)),
+    };
+    secs.clamp(1, 60)
 }
 
 /// One served identity in the health report.
@@ -219,6 +292,7 @@ mod tests {
 
     #[test]
     fn failures_become_statuses_the_clients_retry_only_when_a_retry_can_help() {
+        let now = OffsetDateTime::now_utc();
         let endpoint = |status, retry_after| {
             let mut refusal = TokenEndpointError::default();
             refusal.status = status;
@@ -228,7 +302,7 @@ mod tests {
             refusal.retry_after = retry_after;
             Error::from(ErrorKind::Token(TokenError::Endpoint(Box::new(refusal))))
         };
-        let refused = token_failure(&endpoint(401, None), "cid", "https://r/");
+        let refused = token_failure(&endpoint(401, None), "cid", "https://r/", now);
         assert_eq!((refused.status, refused.retry_after), (403, None));
         assert_eq!(refused.error, "AADSTS700027");
         assert!(
@@ -237,18 +311,57 @@ mod tests {
                 .contains("AADSTS700027: Client assertion failed")
         );
         assert!(refused.message.contains("cid") && refused.message.contains("https://r/"));
-        let busy = token_failure(&endpoint(429, Some(Duration::from_secs(7))), "c", "r");
+        let busy = token_failure(&endpoint(429, Some(Duration::from_secs(7))), "c", "r", now);
         assert_eq!((busy.status, busy.retry_after), (503, Some(7)));
-        let down = token_failure(&endpoint(503, Some(Duration::from_secs(900))), "c", "r");
+        let down = token_failure(
+            &endpoint(503, Some(Duration::from_secs(900))),
+            "c",
+            "r",
+            now,
+        );
         assert_eq!(down.retry_after, Some(60));
-        let down = token_failure(&endpoint(500, None), "c", "r");
+        let down = token_failure(&endpoint(500, None), "c", "r", now);
         assert_eq!(down.retry_after, Some(DEFAULT_RETRY_AFTER_SECS));
         let expired = Error::from(ErrorKind::File(FileError::NoPrivateKey));
-        let refused = token_failure(&expired, "c", "r");
+        let refused = token_failure(&expired, "c", "r", now);
         assert_eq!(
             (refused.status, refused.error.as_str()),
             (403, "no_private_key")
         );
+        assert_eq!(
+            refused.upstream, None,
+            "no answer from Entra, nothing of it"
+        );
+    }
+
+    #[test]
+    fn the_error_body_carries_what_entra_said_for_msal_to_print() {
+        let mut answer = TokenEndpointError::default();
+        answer.status = 400;
+        answer.error = Some("invalid_scope".into());
+        answer.error_codes = vec![70011];
+        answer.trace_id = Some("trace-1".into());
+        answer.correlation_id = Some("corr-1".into());
+        answer.timestamp = Some("2026-11-27 10:00:00Z".into());
+        let error = Error::from(ErrorKind::Token(TokenError::Endpoint(Box::new(answer))));
+        let refusal = token_failure(&error, "c", "r", OffsetDateTime::now_utc());
+        let json: serde_json::Value =
+            serde_json::from_slice(&error_body(&refusal, "client-req-1")).unwrap();
+        assert_eq!(json["error_codes"], serde_json::json!([70011]));
+        assert_eq!(json["trace_id"], "trace-1");
+        assert_eq!(json["correlation_id"], "corr-1");
+        assert_eq!(json["timestamp"], "2026-11-27 10:00:00Z");
+        assert_eq!(
+            json["correlationId"], "client-req-1",
+            "the client's own id too"
+        );
+        assert_eq!(json["statusCode"], 403);
+        // A refusal of the server's own carries none of them.
+        let own = Refusal::new(400, "invalid_request", "no".into());
+        let json: serde_json::Value = serde_json::from_slice(&error_body(&own, "c")).unwrap();
+        for field in ["error_codes", "trace_id", "correlation_id", "timestamp"] {
+            assert!(json.get(field).is_none(), "{field}: {json}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::serve::answer::{IdentityHealth, Refusal};
 use crate::serve::error::{Result, ServeError};
 use crate::serve::request::Selector;
 use msi_dataplane::UserAssignedIdentityCredentials;
-use msi_dataplane::untrusted_text::bounded;
+use msi_dataplane::unstable::bounded;
 use msi_dataplane::{
     ClientCertificateCredentialOptions, ReloadOptions, UserAssignedIdentityCredential,
 };
@@ -69,7 +69,7 @@ impl ServedIdentity {
         options: ClientCertificateCredentialOptions,
         reload: ReloadOptions,
     ) -> Result<Self> {
-        let window = options.refresh_window.max(SERVED_TOKEN_REFRESH_WINDOW);
+        let window = options.refresh_window().max(SERVED_TOKEN_REFRESH_WINDOW);
         let options = options.with_refresh_window(window);
         let credential = UserAssignedIdentityCredential::new(path, options, reload).await?;
         Self::from_credential(credential).await

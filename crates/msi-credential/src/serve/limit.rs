@@ -1,12 +1,20 @@
-//! The token server's budgets: token buckets, one over the token requests that reach the
-//! token endpoint (cache misses), so that a runaway client in the pod cannot turn the
-//! server into a flood of token requests, and one over refusals before the secret, past
-//! which a refusal is held back and its connection closed, so that a flood without the
-//! secret waits instead of taking the server's time. The refill is a pure
-//! function of the time.
+//! The servers' budgets: token buckets, one over the token requests that reach the token
+//! endpoint (cache misses), so that a runaway client in the pod cannot turn the server
+//! into a flood of token requests, and one over every answer to a caller without the
+//! secret (the token server's refusals and its health status, the metrics listener's
+//! 404s and 405s), past which each such answer is held back and its connection closed
+//! ([`budgeted`]), so that a flood without the secret waits instead of taking the
+//! server's time. The refill is a pure function of the time.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use hyper::header::{CONNECTION, HeaderValue};
+
+use crate::serve::listener::HoldBack;
 
 /// A token bucket: `rate` requests a second on average, bursts of up to `burst`.
 pub(crate) struct RateLimiter {
@@ -64,13 +72,31 @@ fn take(bucket: Bucket, now: Instant, rate: f64, burst: f64) -> (bool, Bucket) {
     }
 }
 
-/// Refusals answered a second (bursts of twice that) before refused connections are
-/// closed after their answer.
+/// Answers to callers without the secret answered a second (bursts of twice that) before
+/// they are held back and their connections closed after them.
 pub(crate) const REFUSALS_PER_SECOND: u32 = 50;
 
-/// How long a refusal past the refusals' budget is held back before it is answered (and
-/// its connection closed).
+/// How long an answer past its budget is held back before it is written (and its
+/// connection closed).
 pub(crate) const REFUSAL_HOLD_BACK: Duration = Duration::from_secs(1);
+
+/// `response`, an answer to a caller without the secret: as is within `budget`; past it
+/// held back [`REFUSAL_HOLD_BACK`] and its connection closed after it, so that a flood
+/// waits instead of costing the server.
+pub(crate) fn budgeted(
+    budget: &RateLimiter,
+    mut response: Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    if !budget.admit(Instant::now()) {
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        response
+            .extensions_mut()
+            .insert(HoldBack(REFUSAL_HOLD_BACK));
+    }
+    response
+}
 
 /// How long a refused client is asked to wait.
 pub(crate) const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -14,9 +14,17 @@
 //!   keep-alive connection's idle time).
 //! - Heads bigger than [`HEAD_LIMIT_BYTES`] are answered by hyper (431 or 414, an empty
 //!   body) and the connection closed: the servers' own limits are lower, so anything up to
-//!   four times their limits gets their JSON refusal.
-//! - A handler may hold an answer back ([`HoldBack`]: a refusal past its budget); the
+//!   twice their limits gets their JSON refusal. hyper's buffers are sized to it, so a
+//!   connection holds at most that much in each direction in the process.
+//! - Each socket has small kernel buffers and a write deadline ([`socket`]): an answer not
+//!   written in full within `write_timeout` of its first blocked write closes the
+//!   connection, so a peer that never reads holds its slot and its memory for that long at
+//!   most. A connection with output the peer has not taken is the first closed for a new
+//!   one.
+//! - A handler may hold an answer back ([`HoldBack`]: an answer past its budget); the
 //!   connection counts as idle meanwhile, so holding it costs a slot nobody waits for.
+//! - A connection being closed no longer counts as one that could be closed for a new one:
+//!   the cap counts every open descriptor.
 //! - Accept errors (out of descriptors, say) are retried with a backoff from 5 ms to 1 s,
 //!   close the oldest idle connection when descriptors ran out, and are logged at most
 //!   once a minute with the number seen.
@@ -42,11 +50,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The largest request head (request line and headers) hyper reads; a bigger one is
-/// answered 431 (or 414 for a long target) with an empty body, and the connection closed.
-/// Four times the token server's own limits, so that the server answers anything near
-/// them with its JSON error.
-pub const HEAD_LIMIT_BYTES: usize = 64 * 1024;
+use crate::serve::socket::Deadlined;
+
+/// The largest request head (request line and headers) hyper reads, and the size of its
+/// read and write buffers; a bigger head is answered 431 (or 414 for a long target) with
+/// an empty body, and the connection closed. Twice the token server's own header limit
+/// ([`MAX_HEADER_BYTES`](crate::serve::MAX_HEADER_BYTES)), so that the server answers
+/// anything near its limits with its JSON error.
+pub const HEAD_LIMIT_BYTES: usize = 32 * 1024;
 
 /// The most header fields hyper parses (above the token server's own limit of
 /// [`MAX_HEADER_COUNT`](crate::serve::MAX_HEADER_COUNT), which it answers with JSON).
@@ -78,6 +89,7 @@ pub(crate) struct ConnectionLimits {
     pub(crate) max_connections: usize,
     pub(crate) first_byte_timeout: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) write_timeout: Duration,
 }
 
 /// One open connection, as the accept loop sees it.
@@ -86,6 +98,8 @@ struct Conn {
     busy: AtomicUsize,
     /// It carried a request the handler trusted ([`Trusted`]).
     trusted: AtomicBool,
+    /// An answer is waiting for the peer to read ([`Deadlined`]).
+    unsent: Arc<AtomicBool>,
     /// When it last did something (accepted, or an answer finished): milliseconds since
     /// the registry's epoch.
     last_active: AtomicU64,
@@ -125,6 +139,7 @@ impl Registry {
         let conn = Arc::new(Conn {
             busy: AtomicUsize::new(0),
             trusted: AtomicBool::new(false),
+            unsent: Arc::new(AtomicBool::new(false)),
             last_active: AtomicU64::new(self.now_ms()),
             close: CancellationToken::new(),
         });
@@ -137,11 +152,15 @@ impl Registry {
         self.changed.notify_one();
     }
 
-    /// Whether another connection may be accepted now: below the cap, or one open
-    /// connection is idle (it will be closed for the new one).
+    /// Whether another connection may be accepted now: below the cap (every open
+    /// descriptor counts, those being closed too), or one open connection is idle and not
+    /// already being closed (it will be closed for the new one).
     fn may_accept(&self, max: usize) -> bool {
         let conns = self.lock();
-        conns.len() < max || conns.values().any(|c| c.busy.load(Ordering::Acquire) == 0)
+        conns.len() < max
+            || conns
+                .values()
+                .any(|c| c.busy.load(Ordering::Acquire) == 0 && !c.close.is_cancelled())
     }
 
     /// Close an idle connection ([`to_close`]'s choice), if there is one; whether one was
@@ -155,6 +174,7 @@ impl Registry {
                 id: *id,
                 busy: c.busy.load(Ordering::Acquire),
                 trusted: c.trusted.load(Ordering::Acquire),
+                unsent: c.unsent.load(Ordering::Acquire),
                 last_active: c.last_active.load(Ordering::Acquire),
             });
         match to_close(candidates).and_then(|id| conns.get(&id)) {
@@ -178,17 +198,19 @@ struct Candidate {
     /// Requests being answered.
     busy: usize,
     trusted: bool,
+    /// An answer is waiting for the peer to read it.
+    unsent: bool,
     /// Milliseconds since the registry's epoch.
     last_active: u64,
 }
 
 /// Pure: the connection to close for a new one: an idle one (answering nothing), untrusted
-/// before trusted, then the one idle longest (the lowest id among equals); `None` when
-/// every one is answering a request.
+/// before trusted, then one whose peer has not taken its last answer, then the one idle
+/// longest (the lowest id among equals); `None` when every one is answering a request.
 fn to_close(conns: impl Iterator<Item = Candidate>) -> Option<u64> {
     conns
         .filter(|c| c.busy == 0)
-        .min_by_key(|c| (c.trusted, c.last_active, c.id))
+        .min_by_key(|c| (c.trusted, !c.unsent, c.last_active, c.id))
         .map(|c| c.id)
 }
 
@@ -384,13 +406,14 @@ async fn serve_connection<H, F>(
             }
         })
     };
+    let io = Deadlined::new(stream, limits.write_timeout, conn.unsent.clone());
     let served = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
         .max_headers(HEAD_LIMIT_FIELDS)
         .max_header_size(HEAD_LIMIT_BYTES)
-        .max_buf_size(HEAD_LIMIT_BYTES + 8 * 1024)
-        .serve_connection(TokioIo::new(stream), service);
+        .max_buf_size(HEAD_LIMIT_BYTES)
+        .serve_connection(TokioIo::new(io), service);
     let mut served = std::pin::pin!(served);
     let grace = tokio::select! {
         _ = served.as_mut() => return,
@@ -418,6 +441,7 @@ mod tests {
                 id,
                 busy,
                 trusted,
+                unsent: false,
                 last_active,
             })
     }
@@ -448,6 +472,38 @@ mod tests {
             None
         );
         assert_eq!(to_close(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn a_connection_whose_peer_does_not_read_goes_before_other_idle_ones() {
+        let conn = |id, trusted, unsent, last_active| Candidate {
+            id,
+            busy: 0,
+            trusted,
+            unsent,
+            last_active,
+        };
+        let conns = [
+            conn(1, false, false, 10),
+            conn(2, false, true, 90),
+            conn(3, true, true, 5),
+        ];
+        assert_eq!(
+            to_close(conns.into_iter()),
+            Some(2),
+            "unsent before idle longest"
+        );
+        let trusted = [conn(1, true, false, 10), conn(2, true, true, 90)];
+        assert_eq!(to_close(trusted.into_iter()), Some(2));
+        let busy = Candidate {
+            busy: 1,
+            ..conn(4, false, true, 0)
+        };
+        assert_eq!(
+            to_close([busy].into_iter()),
+            None,
+            "never one being answered"
+        );
     }
 
     #[test]

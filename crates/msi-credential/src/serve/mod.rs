@@ -114,6 +114,8 @@
 //!         - probe
 //!         - --url
 //!         - http://127.0.0.1:50342/healthz
+//!         - --secret-file
+//!         - /var/run/msi-token-server/identity-header
 //!       failureThreshold: 3
 //!       periodSeconds: 10
 //!       timeoutSeconds: 5
@@ -132,6 +134,8 @@
 //!         - probe
 //!         - --url
 //!         - http://127.0.0.1:50342/healthz
+//!         - --secret-file
+//!         - /var/run/msi-token-server/identity-header
 //!       failureThreshold: 60
 //!       periodSeconds: 1
 //!       timeoutSeconds: 5
@@ -188,6 +192,7 @@
 
 mod answer;
 mod error;
+mod handle;
 mod identity;
 mod limit;
 mod listener;
@@ -195,6 +200,7 @@ mod metrics_server;
 mod request;
 mod secret;
 mod server;
+mod socket;
 
 pub use answer::DEFAULT_RETRY_AFTER_SECS;
 pub use error::{Result, ServeError};
@@ -205,5 +211,6 @@ pub use request::{
     APP_SERVICE_API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT,
     MAX_TARGET_BYTES, MAX_VALUE_CHARS,
 };
-pub use secret::{IdentityHeaderSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES};
+pub use secret::{IdentityHeaderSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES, read_presented_secret};
 pub use server::{DEFAULT_PORT, DEFAULT_TOKEN_PATH, HEALTH_PATH, ServeOptions, TokenServer};
+pub use socket::SOCKET_BUFFER_BYTES;

@@ -11,7 +11,7 @@ use hyper::HeaderMap;
 use hyper::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 
 use crate::serve::answer::Refusal;
-use msi_dataplane::untrusted_text::quoted_input;
+use msi_dataplane::unstable::quoted_input;
 
 /// The `api-version` every client of the protocol sends.
 pub const APP_SERVICE_API_VERSION: &str = "2019-08-01";
@@ -237,7 +237,9 @@ fn check_absolute_target(scheme: &str, authority: &str) -> Result<(), Refusal> {
     }
 }
 
-/// Pure: whether a `Host` value (with or without a port) names loopback.
+/// Pure: whether a `Host` value (with or without a port) names loopback, by the
+/// library's rule for URLs (`localhost`, `127.0.0.0/8`, `::1`); an IPv6 address only in
+/// brackets.
 pub(crate) fn is_loopback_host(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
@@ -251,13 +253,12 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
             None => host,
         },
     };
-    if name.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    match name.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.is_loopback(),
-        Err(_) => false,
-    }
+    let host = match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => url::Host::Ipv4(ip),
+        Ok(std::net::IpAddr::V6(ip)) => url::Host::Ipv6(ip),
+        Err(_) => url::Host::Domain(name),
+    };
+    msi_dataplane::unstable::is_loopback_host(&host)
 }
 
 /// One to five digits making a `u16`.

@@ -11,7 +11,7 @@ use aws_lc_rs::digest::{SHA256, digest};
 use zeroize::Zeroizing;
 
 use crate::serve::error::{Result, ServeError};
-use msi_dataplane::regular_file::read_limited_as;
+use msi_dataplane::unstable::read_limited_as;
 
 /// The shortest secret accepted (bytes).
 pub const MIN_SECRET_BYTES: usize = 16;
@@ -201,6 +201,26 @@ impl IdentityHeaderSecret {
     }
 }
 
+/// The secret a client presents, read from a secret file as the server reads it: its
+/// first line, checked as the server checks it (16 to 512 visible ASCII characters).
+/// `msi-credential probe --secret-file` presents it, so that the sidecar's probes are
+/// answered in full and never take from the budget of callers without the secret.
+///
+/// # Errors
+///
+/// [`ServeError::InvalidSecret`] (the secret never in its message) or, for a file that
+/// cannot be read, [`ServeError::Credential`] naming it.
+pub fn read_presented_secret(path: &Path) -> Result<Zeroizing<String>> {
+    let origin = Origin::File {
+        path: path.to_path_buf(),
+        previous: None,
+    };
+    let text = read_text(path, &origin)?;
+    let line = text.lines().next().unwrap_or_default();
+    checked_digest(line.as_bytes(), &origin, "current")?;
+    Ok(Zeroizing::new(line.to_owned()))
+}
+
 /// A secret file's text (a regular file of at most 1 MiB, UTF-8), zeroized on drop.
 fn read_text(path: &Path, origin: &Origin) -> Result<Zeroizing<String>> {
     let bytes = read_limited_as(path, "identity header secret file")?;
@@ -294,6 +314,11 @@ mod tests {
         std::fs::write(&previous, format!("{B}\n")).unwrap();
         let both = both.reread().unwrap().unwrap();
         assert!(both.matches(A.as_bytes()) && both.matches(B.as_bytes()));
+        assert_eq!(
+            &*read_presented_secret(&path).unwrap(),
+            A,
+            "a client presents the first"
+        );
         std::fs::write(&path, format!("{A}\n{B}\n{A}\n")).unwrap();
         let err = IdentityHeaderSecret::from_file(&path).unwrap_err();
         assert!(err.to_string().contains("more than two lines"), "{err}");

@@ -8,26 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::header::{ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use hyper::{Request, Response, StatusCode};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::answer::{self, Refusal};
 use crate::serve::error::{Result, ServeError};
+use crate::serve::handle::{self, State};
 use crate::serve::identity::{Identities, ServedIdentity};
-use crate::serve::limit::{
-    RATE_LIMITED_RETRY_AFTER, REFUSAL_HOLD_BACK, REFUSALS_PER_SECOND, RateLimiter,
-};
-use crate::serve::listener::{self, ConnectionLimits, HoldBack, MAX_CONNECTIONS_LIMIT, Trusted};
-use crate::serve::request::{self, IDENTITY_HEADER_NAME, Route};
+use crate::serve::limit::{REFUSALS_PER_SECOND, RateLimiter};
+use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT};
 use crate::serve::secret::IdentityHeaderSecret;
-use crate::telemetry;
-use msi_dataplane::{Clock, Environment};
-use msi_dataplane::{ConfigError, ErrorKind};
+use crate::serve::socket;
+use msi_dataplane::Environment;
+use msi_dataplane::unstable::{LOG_INTERVAL, LogBudget};
 
 /// The port [`ServeOptions::default`] listens on.
 pub const DEFAULT_PORT: u16 = 50342;
@@ -69,6 +60,10 @@ pub struct ServeOptions {
     /// the previous answer on it; a keep-alive connection idle longer is closed. Default
     /// 30 s.
     pub idle_timeout: Duration,
+    /// Time an answer has to be written in full from its first write the peer's window
+    /// held back; a connection whose peer does not read its answer within it is closed.
+    /// Default 5 s (answers are a few KiB: a client that reads takes them at once).
+    pub write_timeout: Duration,
     /// Most token requests a second that reach the token endpoint (cache misses), on
     /// average, with bursts of twice that; more are answered 429 with `Retry-After: 1`.
     /// Cached tokens, refusals and health checks are never limited by it. `None`: no
@@ -91,6 +86,7 @@ impl Default for ServeOptions {
             max_connections: 512,
             first_byte_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(5),
             max_token_requests_per_second: Some(50),
             secret_recheck: Duration::from_secs(10),
             environment: Environment::default(),
@@ -106,6 +102,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("max_connections", &self.max_connections)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("write_timeout", &self.write_timeout)
             .field(
                 "max_token_requests_per_second",
                 &self.max_token_requests_per_second,
@@ -149,6 +146,13 @@ impl ServeOptions {
     /// Close connections whose next request head takes longer than this.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Close connections whose peer does not read an answer within this long of the first
+    /// write it held back.
+    pub fn with_write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
         self
     }
 
@@ -197,11 +201,7 @@ impl ServeOptions {
         if path == HEALTH_PATH {
             return invalid("token_path", "it is the health path");
         }
-        check_connection_limits(
-            self.max_connections,
-            self.first_byte_timeout,
-            self.idle_timeout,
-        )?;
+        check_connection_limits(&self.connection_limits())?;
         if self.max_token_requests_per_second == Some(0) {
             return invalid(
                 "max_token_requests_per_second",
@@ -219,6 +219,7 @@ impl ServeOptions {
             max_connections: self.max_connections,
             first_byte_timeout: self.first_byte_timeout,
             idle_timeout: self.idle_timeout,
+            write_timeout: self.write_timeout,
         }
     }
 }
@@ -236,39 +237,23 @@ pub(crate) fn invalid(option: &'static str, reason: &str) -> Result<()> {
 }
 
 /// Pure: the connection limits a listener of this module accepts.
-pub(crate) fn check_connection_limits(
-    max_connections: usize,
-    first_byte_timeout: Duration,
-    idle_timeout: Duration,
-) -> Result<()> {
-    if !(1..=MAX_CONNECTIONS_LIMIT).contains(&max_connections) {
+pub(crate) fn check_connection_limits(limits: &ConnectionLimits) -> Result<()> {
+    if !(1..=MAX_CONNECTIONS_LIMIT).contains(&limits.max_connections) {
         return invalid(
             "max_connections",
             &format!("must be between 1 and {MAX_CONNECTIONS_LIMIT}"),
         );
     }
     for (option, timeout) in [
-        ("first_byte_timeout", first_byte_timeout),
-        ("idle_timeout", idle_timeout),
+        ("first_byte_timeout", limits.first_byte_timeout),
+        ("idle_timeout", limits.idle_timeout),
+        ("write_timeout", limits.write_timeout),
     ] {
         if timeout < Duration::from_millis(1) || timeout > MAX_TIMEOUT {
             return invalid(option, "must be between 1 ms and one day");
         }
     }
     Ok(())
-}
-
-/// What every request reads.
-struct State {
-    identities: Identities,
-    secret: ArcSwap<IdentityHeaderSecret>,
-    token_path: String,
-    /// Token requests that reach the token endpoint (cache misses).
-    token_requests: Option<RateLimiter>,
-    /// Refusals (no or wrong secret, bad requests): past it, each is held back and its
-    /// connection closed after it.
-    refusals: RateLimiter,
-    clock: Arc<dyn Clock>,
 }
 
 /// A running token server: the App Service managed identity protocol on loopback TCP,
@@ -326,12 +311,10 @@ impl TokenServer {
     ) -> Result<TokenServer> {
         options.validate()?;
         let identities = Identities::new(identities)?;
-        let listener = TcpListener::bind(options.listen)
-            .await
-            .map_err(|e| ServeError::Bind {
-                addr: options.listen,
-                source: Arc::new(e),
-            })?;
+        let listener = socket::bind(options.listen).map_err(|e| ServeError::Bind {
+            addr: options.listen,
+            source: Arc::new(e),
+        })?;
         let addr = listener.local_addr().map_err(|e| ServeError::Bind {
             addr: options.listen,
             source: Arc::new(e),
@@ -345,8 +328,12 @@ impl TokenServer {
                 .max_token_requests_per_second
                 .map(|rate| RateLimiter::new(rate, Instant::now())),
             refusals: RateLimiter::new(REFUSALS_PER_SECOND, Instant::now()),
-            clock: options.environment.clock.clone(),
+            clock: options.environment.clock().clone(),
+            refusal_log: LogBudget::new(),
+            failure_log: LogBudget::new(),
+            epoch: Instant::now(),
         });
+        tokio::spawn(summarise_logs(state.clone(), stop.clone()));
         if state.secret.load().path().is_some() {
             tokio::spawn(follow_secret(
                 state.clone(),
@@ -363,7 +350,7 @@ impl TokenServer {
         let token_path = options.token_path.clone();
         let handler = move |req| {
             let state = state.clone();
-            async move { handle(&state, req).await }
+            async move { handle::handle(&state, req).await }
         };
         tokio::spawn(listener::serve(
             listener,
@@ -412,6 +399,18 @@ impl TokenServer {
     }
 }
 
+/// Every log interval, the count of the refusals and failures the log left out.
+async fn summarise_logs(state: Arc<State>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(LOG_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => state.summarise_logs(),
+        }
+    }
+}
+
 /// Re-read the secret file every `every`; keep the last good secret when it fails.
 async fn follow_secret(state: Arc<State>, every: Duration, stop: CancellationToken) {
     loop {
@@ -445,197 +444,4 @@ async fn follow_secret(state: Arc<State>, every: Duration, stop: CancellationTok
             Err(_) => return,
         }
     }
-}
-
-/// Answer one request, counted by status (the `metrics` feature).
-async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let response = answer_request(state, req).await;
-    telemetry::served(response.status().as_u16());
-    response
-}
-
-/// [`handle`]'s work, in the order that keeps a caller without the secret from costing
-/// the others anything: the head's checks and the secret first (refusals have a budget of
-/// their own, past which each is held back and its connection closed), then the cache,
-/// and only a cache miss takes from the token requests' budget.
-async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    let (parts, _body) = req.into_parts();
-    let headers = &parts.headers;
-    let request_id = headers
-        .get("x-ms-client-request-id")
-        .map(HeaderValue::as_bytes);
-    let correlation = || answer::correlation_id(request_id, || uuid::Uuid::new_v4().to_string());
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let authority = parts
-        .uri
-        .authority()
-        .map(|a| (parts.uri.scheme_str().unwrap_or(""), a.as_str()));
-    let route = request::route(
-        parts.method.as_str(),
-        target,
-        authority,
-        parts.uri.path(),
-        headers,
-        &state.token_path,
-        HEALTH_PATH,
-    );
-    let route = match route {
-        Ok(route) => route,
-        Err(refusal) => {
-            tracing::debug!(status = refusal.status, error = %refusal.error, "token server refused a request");
-            return refused_unauthenticated(state, &refusal, &correlation());
-        }
-    };
-    // The secret before anything about the identities is answered.
-    let presented = headers.get(IDENTITY_HEADER_NAME).map(HeaderValue::as_bytes);
-    let secret_ok = presented.is_some_and(|p| state.secret.load().matches(p));
-    if route == Route::Health {
-        // Never limited: the probe must see the server as it is, whatever else arrives.
-        let now = state.clock.now();
-        let report: Vec<_> = state
-            .identities
-            .all()
-            .iter()
-            .map(|i| i.health(now))
-            .collect();
-        let (status, body) = answer::health(&report, secret_ok);
-        return json(status, body);
-    }
-    if !secret_ok {
-        let message = match presented {
-            None => "the X-IDENTITY-HEADER header is missing",
-            Some(_) => "the X-IDENTITY-HEADER header does not match the secret",
-        };
-        let refusal = Refusal::new(401, "unauthorized", message.to_owned());
-        tracing::debug!(
-            status = 401,
-            error = message,
-            "token server refused a request"
-        );
-        return refused_unauthenticated(state, &refusal, &correlation());
-    }
-    // A client with the secret: its connection is closed for a new one only after every
-    // connection without it.
-    let mut response = answer_token(state, parts.uri.query().unwrap_or(""), &correlation).await;
-    response.extensions_mut().insert(Trusted);
-    response
-}
-
-/// The answer to a token request whose secret was accepted.
-async fn answer_token(
-    state: &State,
-    query: &str,
-    correlation: &impl Fn() -> String,
-) -> Response<Full<Bytes>> {
-    let query = match request::token_query(query) {
-        Ok(query) => query,
-        Err(refusal) => return refused(&refusal, &correlation()),
-    };
-    let identity = match state.identities.select(query.selector.as_ref()) {
-        Ok(identity) => identity,
-        Err(refusal) => return refused(&refusal, &correlation()),
-    };
-    if let Err(refusal) = identity.check_resource(&query.resource) {
-        return refused(&refusal, &correlation());
-    }
-    let scope = request::scope_for(&query.resource);
-    let scopes = [scope.as_str()];
-    let credential = identity.credential();
-    let cached = credential.cached_token(&scopes);
-    let token = match cached {
-        Some(token) => Ok(token),
-        None => {
-            if let Some(limiter) = &state.token_requests
-                && !limiter.admit(Instant::now())
-            {
-                let refusal = Refusal::new(
-                    429,
-                    "too_many_requests",
-                    "the token server's rate limit for token requests to the token endpoint \
-                     is reached"
-                        .to_owned(),
-                )
-                .retry_after(RATE_LIMITED_RETRY_AFTER.as_secs());
-                return refused(&refusal, &correlation());
-            }
-            credential.get_token(&scopes).await
-        }
-    };
-    match token {
-        Ok(token) => {
-            let body = answer::token_body(
-                token.token(),
-                token.expires_on().unix_timestamp(),
-                &query.resource,
-                identity.client_id(),
-            );
-            let mut response = json(200, body);
-            response
-                .headers_mut()
-                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            response
-        }
-        Err(error) => {
-            let refusal = match error.kind() {
-                ErrorKind::Config(ConfigError::InvalidScopes { .. }) => Refusal::new(
-                    400,
-                    "invalid_resource",
-                    format!("the resource cannot be asked for: {error}"),
-                ),
-                _ => answer::token_failure(&error, identity.client_id(), &query.resource),
-            };
-            // The credential logs each failed request to the token endpoint once (a
-            // warning); a failure answered again from its memory is not a new one.
-            tracing::debug!(
-                client_id = %identity.client_id(),
-                status = refusal.status,
-                error = %error,
-                "token server could not get a token"
-            );
-            refused(&refusal, &correlation())
-        }
-    }
-}
-
-/// A refusal before the secret was accepted: answered at once within the refusals'
-/// budget; past it held back [`REFUSAL_HOLD_BACK`] and the connection closed after it,
-/// so that a flood without the secret waits instead of taking the server's time.
-fn refused_unauthenticated(
-    state: &State,
-    refusal: &Refusal,
-    correlation_id: &str,
-) -> Response<Full<Bytes>> {
-    let mut response = refused(refusal, correlation_id);
-    if !state.refusals.admit(Instant::now()) {
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-        response
-            .extensions_mut()
-            .insert(HoldBack(REFUSAL_HOLD_BACK));
-    }
-    response
-}
-
-fn refused(refusal: &Refusal, correlation_id: &str) -> Response<Full<Bytes>> {
-    let mut response = json(refusal.status, answer::error_body(refusal, correlation_id));
-    let headers = response.headers_mut();
-    if refusal.allow_get {
-        headers.insert(ALLOW, HeaderValue::from_static("GET"));
-    }
-    if let Some(secs) = refusal.retry_after {
-        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response
-}
-
-fn json(status: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() =
-        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/json; charset=utf-8"),
-    );
-    response
 }

@@ -6,68 +6,13 @@
 use crate::serving;
 use crate::support;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use msi_dataplane_testing::{EntraServer, TempDir};
 use serving::{ARM, Mounted, SECRET};
 
-const BIN: &str = env!("CARGO_BIN_EXE_msi-credential");
-
-/// SIGTERM, as Kubernetes stops a container; the exit code.
-fn stop(mut child: std::process::Child) -> Option<i32> {
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    child.wait().unwrap().code()
-}
-
-/// `msi-credential --json serve FILE --secret-env ... --listen 127.0.0.1:0 --ca-file CA
-/// EXTRA...` for `mounted`, and its `serving` line.
-fn spawn_serve(
-    mounted: &Mounted,
-    ca: &std::path::Path,
-    extra: &[&str],
-) -> (std::process::Child, serde_json::Value) {
-    spawn_serve_in(Command::new(BIN), mounted, ca, extra)
-}
-
-/// [`spawn_serve`] with the process started by `command` (the binary, or a shell that
-/// sets limits and execs it).
-fn spawn_serve_in(
-    mut command: Command,
-    mounted: &Mounted,
-    ca: &std::path::Path,
-    extra: &[&str],
-) -> (std::process::Child, serde_json::Value) {
-    let mut child = command
-        .arg("--json")
-        .arg("serve")
-        .arg(mounted.mount.visible_path())
-        .args([
-            "--secret-env",
-            "MY_IDENTITY_HEADER",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(extra)
-        .arg("--ca-file")
-        .arg(ca)
-        .env("MY_IDENTITY_HEADER", SECRET)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().unwrap().unwrap();
-    let serving = serde_json::from_str(&line).unwrap();
-    (child, serving)
-}
+use serving::{BIN, spawn_serve, spawn_serve_in, stop};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_tokens_and_probes_until_sigterm() {
@@ -99,7 +44,45 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
         .output()
         .unwrap();
     assert_eq!(probe.status.code(), Some(0), "{probe:?}");
-    assert!(String::from_utf8_lossy(&probe.stdout).contains("\"ready\""));
+    let bare = String::from_utf8_lossy(&probe.stdout).into_owned();
+    assert!(bare.contains("\"ready\""), "{bare}");
+    assert!(
+        !bare.contains(&a.identity.client_id),
+        "no details without the secret"
+    );
+    // The sidecar's probes present the secret (read from the server's secret file, or an
+    // environment variable): the full report, never held to the budget of callers
+    // without it.
+    let secret_file = dir.join("identity-header");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    let with_file = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-file"])
+        .arg(&secret_file)
+        .output()
+        .unwrap();
+    let with_env = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-env", "PROBE_SECRET"])
+        .env("PROBE_SECRET", SECRET)
+        .output()
+        .unwrap();
+    for probe in [with_file, with_env] {
+        assert_eq!(probe.status.code(), Some(0), "{probe:?}");
+        let out = String::from_utf8_lossy(&probe.stdout);
+        assert!(out.contains(&a.identity.client_id), "the details: {out}");
+        assert!(!out.contains(SECRET) && !String::from_utf8_lossy(&probe.stderr).contains(SECRET));
+    }
+    let wrong_file = dir.join("short");
+    std::fs::write(&wrong_file, "short\n").unwrap();
+    let refused = Command::new(BIN)
+        .args(["probe", "--url", &health, "--secret-file"])
+        .arg(&wrong_file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "an unusable secret: {refused:?}"
+    );
     // SIGTERM, as Kubernetes stops a container.
     assert_eq!(stop(child), Some(0));
     // Nothing listens now: the probe says so.

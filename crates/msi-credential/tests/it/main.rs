@@ -12,5 +12,6 @@ mod secrets;
 mod serve;
 mod serve_abuse;
 mod serve_clients;
+mod serve_floods;
 mod serve_logs;
 mod serve_soak;

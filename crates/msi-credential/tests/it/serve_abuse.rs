@@ -86,7 +86,12 @@ async fn a_flood_without_the_secret_costs_the_legitimate_client_nothing() {
     while Instant::now() < deadline {
         statuses.push(get(Some(SECRET)).send().await.unwrap().status().as_u16());
     }
-    let health = client.get(server.health_url()).send().await.unwrap();
+    let health = client
+        .get(server.health_url())
+        .header("X-IDENTITY-HEADER", SECRET)
+        .send()
+        .await
+        .unwrap();
     let fresh = client
         .get(format!(
             "{endpoint}?api-version=2019-08-01&resource=api://fresh"
@@ -120,6 +125,10 @@ async fn a_flood_without_the_secret_costs_the_legitimate_client_nothing() {
         "every legitimate request answered with a token: {statuses:?}"
     );
     assert_eq!(health.status(), 200, "the probe is never limited by others");
+    assert!(
+        health.headers().get("connection").is_none(),
+        "the probe (with the secret) is not held back and closed"
+    );
     assert_eq!(fresh, 200, "a cache miss still has its budget");
 }
 

@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use msi_credential::serve::{ServeOptions, TokenServer};
-use msi_dataplane_testing::{EntraServer, wait_for_certificate};
+use msi_dataplane_testing::{EntraServer, Scripted, wait_for_certificate};
 use serde_json::Value;
 use serving::{Mounted, SECRET, start};
 
@@ -110,6 +110,40 @@ async fn python(server: &TokenServer, selector: Option<(&str, &str)>) -> ClientR
         .lines()
         .last()
         .unwrap_or_else(|| panic!("no output; stderr: {stderr}"));
+    parse_result(line)
+}
+
+/// JavaScript `@azure/identity` on the machine's `node`, in a process of its own, for
+/// `scope`.
+async fn javascript(
+    server: &TokenServer,
+    scope: &str,
+    selector: Option<(&str, &str)>,
+) -> ClientResult {
+    let modules = support::node::modules();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/serving/mi_client.cjs"
+    );
+    let mut command = Command::new("node");
+    command.arg(script).arg(scope).env("NODE_PATH", &modules);
+    if let Some((kind, value)) = selector {
+        command.arg(kind).arg(value);
+    }
+    pod_env(&mut command, server);
+    command.env_remove("AZURE_TOKEN_CREDENTIALS");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("cannot run node: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stdout.lines().last().unwrap_or_else(|| {
+        panic!(
+            "no output (NODE_PATH {}); stderr: {stderr}",
+            modules.display()
+        )
+    });
     parse_result(line)
 }
 
@@ -295,4 +329,107 @@ async fn a_refusing_token_endpoint_reaches_each_client_as_a_clear_error_after_on
             "{client} retried a refusal that no retry can mend"
         );
     }
+}
+
+/// JavaScript's `ManagedIdentityCredential` (MSAL Node underneath) obeys `Retry-After`
+/// exactly: through an Entra outage shorter than the server's failure memory, it must be
+/// told to wait until the memory ends, or it spends its retries on the remembered
+/// failure and fails although Entra has recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_client_gets_tokens_through_a_csi_rotation_and_a_short_outage() {
+    let entra = EntraServer::start().await;
+    let (mut a, b) = (Mounted::new(&entra), Mounted::new(&entra));
+    let served_a = a.serve(&entra, Default::default()).await;
+    let credential_a = served_a.credential().clone();
+    let served_b = b.serve(&entra, Default::default()).await;
+    let server = start(vec![served_a, served_b], ServeOptions::default()).await;
+    let issued = |token: String| {
+        entra
+            .issued(&token)
+            .expect("a token the Entra server issued")
+    };
+    for (mounted, kind, value) in [
+        (&a, "clientId", a.identity.client_id.clone()),
+        (&b, "objectId", b.identity.object_id.clone()),
+    ] {
+        let token = issued(
+            javascript(&server, SCOPE, Some((kind, &value)))
+                .await
+                .token(),
+        );
+        assert_eq!(token.client_id, mounted.identity.client_id, "{kind}");
+        assert_eq!(
+            token.cert_sha256_hex,
+            mounted.certificate.sha256_hex(),
+            "{kind}"
+        );
+    }
+    // The CSI driver swaps `..data`: the next process gets the new certificate's token.
+    let next = a.rotate(&entra);
+    wait_for_certificate(&credential_a, &next, Duration::from_secs(20)).await;
+    entra
+        .wait_for_token_requests(3, Duration::from_secs(20))
+        .await;
+    let by_js = issued(
+        javascript(&server, SCOPE, Some(("clientId", &a.identity.client_id)))
+            .await
+            .token(),
+    );
+    assert_eq!(by_js.cert_sha256_hex, next.sha256_hex());
+    // A short outage: Entra asks for a second, twice (the server's own two attempts),
+    // then answers. The client, retrying at the server's Retry-After, gets a token.
+    let fresh = "api://after-the-outage/.default";
+    entra.enqueue(Scripted::status(503).retry_after("1"));
+    entra.enqueue(Scripted::status(503).retry_after("1"));
+    let token = issued(
+        javascript(&server, fresh, Some(("clientId", &a.identity.client_id)))
+            .await
+            .token(),
+    );
+    assert_eq!(token.scope, fresh);
+    let asked = entra
+        .requests()
+        .iter()
+        .filter(|r| r.scope.as_deref() == Some(fresh))
+        .count();
+    assert_eq!(
+        asked, 3,
+        "two failed attempts, then the one the client's retry made"
+    );
+    // A refusal reaches it in the SDKs' dialect: MSAL Node prints Entra's error codes,
+    // timestamp and trace id from the body ("Not Available" where they are missing).
+    let refused = "api://refused/.default";
+    entra
+        .on(msi_dataplane_testing::Match::any().scope(refused))
+        .respond(Scripted::aadsts(
+            400,
+            "invalid_scope",
+            70011,
+            "The scope is not valid.",
+        ))
+        .mount();
+    let error = javascript(&server, refused, Some(("clientId", &b.identity.client_id)))
+        .await
+        .error();
+    let code = entra
+        .requests()
+        .iter()
+        .rev()
+        .find(|r| r.scope.as_deref() == Some(refused))
+        .map(|r| r.aadsts_code)
+        .unwrap();
+    assert_eq!(code, Some(70011), "the refusal came from Entra");
+    assert!(error.contains("AADSTS70011"), "{error}");
+    assert!(
+        error.contains("Error(s): 70011"),
+        "Entra's error codes: {error}"
+    );
+    assert!(
+        !error.contains("Trace ID: Not Available"),
+        "Entra's trace id: {error}"
+    );
+    assert!(
+        !error.contains("Timestamp: Not Available"),
+        "Entra's timestamp: {error}"
+    );
 }

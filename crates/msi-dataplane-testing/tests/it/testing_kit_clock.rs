@@ -116,11 +116,10 @@ async fn a_manual_clock_crosses_refresh_expiry_renewal_and_the_end_without_waiti
 #[tokio::test]
 async fn a_fixture_on_a_manual_clock_refreshes_where_the_issued_token_says() {
     use msi_dataplane::limits::MIN_REFRESH_WINDOW;
-    use msi_dataplane_testing::{IdentityFixture, TokenShape, wait_for_refreshed_token};
+    use msi_dataplane_testing::{IdentityFixture, TokenShape};
 
     let clock = Arc::new(ManualClock::starting_now());
     let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
-    let tenant = fx.identity.tenant_id.clone();
     let wait = Duration::from_secs(5);
 
     // Three shapes of token: one hour (5 minutes before expiry), a day (half-life), and
@@ -172,7 +171,10 @@ async fn a_fixture_on_a_manual_clock_refreshes_where_the_issued_token_says() {
         clock.set(latest);
         let during = fx.credential.get_token(&[scope]).await.unwrap();
         assert_eq!(during.token(), first.token(), "{scope}");
-        let next = wait_for_refreshed_token(&fx.credential, scope, &tenant, &first, wait).await;
+        let next = fx
+            .entra
+            .wait_for_refreshed_token(&fx.credential, scope, &first, wait)
+            .await;
         assert_eq!(fx.entra.token_requests(), requests + 2, "{scope}");
         assert!(fx.entra.issued(next.token()).is_some());
         let again = fx.credential.get_token(&[scope]).await.unwrap();
@@ -186,7 +188,7 @@ async fn a_fixture_on_a_manual_clock_refreshes_where_the_issued_token_says() {
 #[tokio::test]
 async fn the_refresh_waiter_panics_at_its_deadline_when_the_refresh_fails() {
     use msi_dataplane::limits::MIN_REFRESH_WINDOW;
-    use msi_dataplane_testing::{IdentityFixture, Match, Scripted, wait_for_refreshed_token};
+    use msi_dataplane_testing::{IdentityFixture, Match, Scripted};
 
     let clock = Arc::new(ManualClock::starting_now());
     let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
@@ -209,17 +211,11 @@ async fn the_refresh_waiter_panics_at_its_deadline_when_the_refresh_fails() {
         .expect(1..)
         .mount_scoped();
     clock.set(*range.end());
-    let credential = fx.credential.clone();
-    let tenant = fx.identity.tenant_id.clone();
+    let (credential, entra) = (fx.credential.clone(), fx.entra.clone());
     let waiting = tokio::spawn(async move {
-        wait_for_refreshed_token(
-            &credential,
-            ARM,
-            &tenant,
-            &first,
-            Duration::from_millis(300),
-        )
-        .await
+        entra
+            .wait_for_refreshed_token(&credential, ARM, &first, Duration::from_millis(300))
+            .await
     });
     let panic = waiting.await.unwrap_err().into_panic();
     let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
@@ -230,4 +226,87 @@ async fn the_refresh_waiter_panics_at_its_deadline_when_the_refresh_fails() {
     assert!(message.contains(ARM), "{message}");
     drop(refused); // the refresh was asked for (and refused)
     assert_eq!(fx.entra.requests()[1].aadsts_code, Some(700027));
+}
+
+/// The refresh waiter on a clock nobody moved says so: the clock's reading, and the
+/// refresh range it has not reached.
+#[tokio::test]
+async fn the_refresh_waiter_on_an_unmoved_clock_names_the_clock_and_the_range() {
+    use msi_dataplane::limits::MIN_REFRESH_WINDOW;
+    use msi_dataplane_testing::IdentityFixture;
+
+    let clock = Arc::new(ManualClock::starting_now());
+    let fx = IdentityFixture::start_with_clock(TestCertificate::self_signed(), clock.clone()).await;
+    let first = fx.credential.get_token(&[ARM]).await.unwrap();
+    let range = fx
+        .entra
+        .issued(first.token())
+        .unwrap()
+        .refresh_between(MIN_REFRESH_WINDOW);
+    let (credential, entra) = (fx.credential.clone(), fx.entra.clone());
+    let waiting = tokio::spawn(async move {
+        entra
+            .wait_for_refreshed_token(&credential, ARM, &first, Duration::from_millis(100))
+            .await
+    });
+    let panic = waiting.await.unwrap_err().into_panic();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    let at = |t| msi_dataplane::rfc3339(t).to_string();
+    assert!(
+        message.contains(&format!("the clock reads {}", at(clock.now()))),
+        "{message}"
+    );
+    assert!(message.contains("before its refresh range"), "{message}");
+    assert!(
+        message.contains(&format!("{} to {}", at(*range.start()), at(*range.end()))),
+        "{message}"
+    );
+    assert_eq!(fx.entra.token_requests(), 1, "nothing refreshed");
+}
+
+/// A multi-tenant credential's token in another tenant, refreshed: the `_for_tenant`
+/// waiter asks in that tenant.
+#[tokio::test]
+async fn the_refresh_waiter_follows_a_token_in_another_tenant() {
+    use msi_dataplane::limits::MIN_REFRESH_WINDOW;
+
+    let clock = Arc::new(ManualClock::starting_now());
+    let entra = EntraServer::start().await;
+    entra.use_clock(clock.clone());
+    let identity = TestIdentity::new();
+    let certificate = TestCertificate::self_signed();
+    entra.register(&identity, &certificate);
+    let other = "11111111-2222-3333-4444-555555555555";
+    entra.register_certificate_pem(
+        &identity.client_id,
+        other,
+        certificate.certificate_pem().as_bytes(),
+    );
+    let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
+    let options = ClientCertificateCredentialOptions::default()
+        .with_environment(
+            Environment::default()
+                .with_http_client(entra.client())
+                .with_clock(clock.clone()),
+        )
+        .with_additionally_allowed_tenants([other]);
+    let credential = ClientCertificateCredential::new(&file, options).unwrap();
+    let first = credential
+        .get_token_for_tenant(&[ARM], other)
+        .await
+        .unwrap();
+    let issued = entra.issued(first.token()).unwrap();
+    assert_eq!(issued.tenant, other);
+    clock.set(*issued.refresh_between(MIN_REFRESH_WINDOW).end());
+    let next = entra
+        .wait_for_refreshed_token_for_tenant(
+            &credential,
+            ARM,
+            other,
+            &first,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(entra.issued(next.token()).unwrap().tenant, other);
+    assert_eq!(entra.token_requests(), 2);
 }

@@ -44,11 +44,11 @@ fn credential(
         .self_signed();
     entra.register(identity, &certificate);
     let file = identity.credentials(&certificate, &entra.base_url(), BundleFormat::Pem);
-    let mut options = ClientCertificateCredentialOptions::default()
-        .with_environment(Environment::default().with_http_client(entra.client()));
+    let mut environment = Environment::default().with_http_client(entra.client());
     if let Some(clock) = clock {
-        options.environment.clock = clock;
+        environment = environment.with_clock(clock);
     }
+    let options = ClientCertificateCredentialOptions::default().with_environment(environment);
     ClientCertificateCredential::new(&file, options).expect("credential")
 }
 
@@ -753,4 +753,58 @@ async fn the_signing_public_key_pem_verifies_tokens_of_its_key_only_with_jsonweb
         jsonwebtoken::errors::ErrorKind::InvalidSignature,
         "{e}"
     );
+}
+
+/// Entra's token-signing key and the client certificate rotated without a failed call:
+/// the key first (the old one still verifies the cached token), then the certificate
+/// (the swapped-in credential's tokens are new ones, signed by the new key), then the
+/// old key retired: what the credential hands out is still accepted.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_signing_key_then_the_certificate_then_retiring_the_old_key_fails_no_call() {
+    use msi_dataplane_testing::IdentityFixture;
+
+    let mut fx = IdentityFixture::start().await;
+    let arm = ResourceServer::start(&fx.entra, ARM_SCOPE).await;
+    let before = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_eq!(call(&fx.entra, &arm, before.token()).await.0, 200);
+    let old_kid = fx.entra.signing_key_id();
+
+    fx.entra.rotate_signing_key();
+    let cached = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_eq!(cached.token(), before.token(), "the cached token, old key");
+    assert_eq!(call(&fx.entra, &arm, cached.token()).await.0, 200);
+
+    let next = TestCertificate::builder()
+        .renewing(&fx.certificate)
+        .self_signed();
+    fx.rotate_to(next, BundleFormat::Pem).await;
+    let after = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_ne!(after.token(), before.token());
+    assert_ne!(fx.entra.claims(after.token()).unwrap().kid, old_kid);
+    assert_eq!(call(&fx.entra, &arm, after.token()).await.0, 200);
+
+    assert!(fx.entra.retire_signing_key(&old_kid));
+    let served = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_eq!(call(&fx.entra, &arm, served.token()).await.0, 200);
+}
+
+/// The wrong order: the old key retired while the credential still hands out the token
+/// it signed (the certificate not yet rotated): the resource refuses that token.
+#[cfg(unix)]
+#[tokio::test]
+async fn retiring_the_old_signing_key_first_refuses_the_cached_token() {
+    use msi_dataplane_testing::IdentityFixture;
+
+    let fx = IdentityFixture::start().await;
+    let arm = ResourceServer::start(&fx.entra, ARM_SCOPE).await;
+    let before = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    let old_kid = fx.entra.signing_key_id();
+    fx.entra.rotate_signing_key();
+    assert!(fx.entra.retire_signing_key(&old_kid));
+    let cached = fx.credential.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_eq!(cached.token(), before.token(), "still the cached token");
+    let (status, message, _) = call(&fx.entra, &arm, cached.token()).await;
+    assert_eq!(status, 401);
+    assert!(message.contains(&old_kid), "{message}");
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use msi_dataplane::{
-    BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions,
+    BundleFormat, ClientCertificateCredentialOptions, Environment, ReloadOptions, ReloadOutcome,
     UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{
@@ -176,4 +176,44 @@ async fn the_identity_fixture_wires_everything_to_the_kit() {
         .await
         .unwrap_err();
     assert_eq!(e.service_code().as_deref(), Some("AADSTS700027"), "{e}");
+}
+
+/// A rotation the credential refuses as not newer: the waiter's panic gives that as the
+/// reason (there is no reload error to show).
+#[tokio::test]
+async fn wait_for_certificate_says_a_rotation_was_not_newer() {
+    let entra = EntraServer::start().await;
+    let identity = TestIdentity::new();
+    let older = TestCertificate::self_signed();
+    let newer = TestCertificate::builder().renewing(&older).self_signed();
+    entra.register(&identity, &older);
+    entra.register(&identity, &newer);
+    let file = |cert| identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
+    let mut mount = CsiMount::with_credentials(&file(&newer));
+    let credential = UserAssignedIdentityCredential::new(
+        mount.visible_path(),
+        ClientCertificateCredentialOptions::default()
+            .with_environment(Environment::default().with_http_client(entra.client())),
+        ReloadOptions::default().with_debounce(Duration::from_millis(20)),
+    )
+    .await
+    .unwrap();
+    // Back to the older certificate: checked and refused as not newer.
+    mount.rotate_credentials(&file(&older));
+    wait_for_status(&credential, Duration::from_secs(10), |s| {
+        s.last_outcome == Some(ReloadOutcome::NotNewer)
+    })
+    .await
+    .expect("the rotation is checked");
+    let waiting = tokio::spawn(async move {
+        wait_for_certificate(&credential, &older, Duration::from_millis(50)).await;
+    });
+    let panic = waiting.await.unwrap_err().into_panic();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("still serves certificate"), "{message}");
+    assert!(
+        message.contains("found a credential not newer than the active one"),
+        "{message}"
+    );
+    assert!(!message.contains("last reload error: none"), "{message}");
 }

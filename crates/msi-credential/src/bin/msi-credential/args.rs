@@ -7,6 +7,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit::EXIT_CODES_HELP;
 
+/// The default of `inspect --warn-days`: the library's expiry margin, in days (7).
+const DEFAULT_WARN_DAYS: u32 = (msi_dataplane::inspect::EXPIRES_SOON_MARGIN.as_secs() / DAY) as u32;
+
+/// Seconds in a day.
+pub const DAY: u64 = 24 * 60 * 60;
+
 /// Inspect an Azure managed-identity credential file, get a token with it, or watch it
 /// rotate.
 ///
@@ -145,9 +151,13 @@ pub struct ServeArgs {
     /// idle), e.g. `30s`.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "30s")]
     pub idle_timeout: Duration,
-    /// Most token requests a second sent to the token endpoint for cache misses (bursts
-    /// of twice that; more are answered 429); cached tokens are never limited. 0: no
-    /// limit.
+    /// Time an answer has to be written in full once the client's window held it back: a
+    /// client that does not read its answers is disconnected after it, e.g. `5s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, default_value = "5s")]
+    pub write_timeout: Duration,
+    /// Most new token requests a second sent to the token endpoint (bursts of twice that;
+    /// more are answered 429); cached tokens and requests joining one in flight are never
+    /// limited. 0: no limit.
     #[arg(
         long,
         value_name = "N",
@@ -187,7 +197,7 @@ pub struct ServeArgs {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
-/// `probe [--url URL]`.
+/// `probe [--url URL] [--secret-file FILE | --secret-env NAME]`.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// The health URL (http:// on a loopback address).
@@ -200,6 +210,14 @@ pub struct ProbeArgs {
     /// Time allowed for the answer.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "3s")]
     pub timeout: Duration,
+    /// The server's identity header secret file (its first line is sent as
+    /// `X-IDENTITY-HEADER`): the probe then gets the full health report and is never
+    /// held to the budget of callers without the secret.
+    #[arg(long, value_name = "FILE", conflicts_with = "secret_env")]
+    pub secret_file: Option<PathBuf>,
+    /// An environment variable holding the identity header secret (as `--secret-file`).
+    #[arg(long, value_name = "NAME")]
+    pub secret_env: Option<String>,
 }
 
 /// `inspect FILE`.
@@ -207,8 +225,9 @@ pub struct ProbeArgs {
 pub struct InspectArgs {
     /// The credential file.
     pub file: PathBuf,
-    /// Warn when the credential ends within this many days.
-    #[arg(long, default_value_t = 7, value_name = "DAYS")]
+    /// Warn when the credential ends within this many days (by default the library's
+    /// margin, the one a credential warns at).
+    #[arg(long, default_value_t = DEFAULT_WARN_DAYS, value_name = "DAYS")]
     pub warn_days: u32,
 }
 

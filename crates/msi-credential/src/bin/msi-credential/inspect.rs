@@ -13,7 +13,7 @@ use crate::render;
 /// Run the command.
 pub fn run(args: &InspectArgs, format: Format) -> Exit {
     let now = OffsetDateTime::now_utc();
-    let margin = std::time::Duration::from_secs(u64::from(args.warn_days) * 24 * 60 * 60);
+    let margin = std::time::Duration::from_secs(u64::from(args.warn_days) * crate::args::DAY);
     match CredentialReport::from_path(&args.file, now, margin) {
         Err(err) => {
             output::failure(&render::error(&err, Some(&args.file), format), format);

@@ -8,10 +8,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use msi_credential::serve::{
-    IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity, TokenServer,
+    IDENTITY_HEADER_NAME, IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity,
+    TokenServer, read_presented_secret,
 };
+use msi_dataplane::unstable::is_loopback_host;
 use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
 use serde::Serialize;
+use zeroize::Zeroizing;
 
 use crate::args::{ProbeArgs, ServeArgs};
 use crate::exit::Exit;
@@ -63,6 +66,7 @@ async fn serve(args: &ServeArgs, format: Format) -> Exit {
         .with_max_connections(usize::try_from(args.max_connections).unwrap_or(usize::MAX))
         .with_first_byte_timeout(args.first_byte_timeout)
         .with_idle_timeout(args.idle_timeout)
+        .with_write_timeout(args.write_timeout)
         .with_max_token_requests_per_second(
             (args.max_token_requests_per_second > 0).then_some(args.max_token_requests_per_second),
         );
@@ -187,7 +191,9 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
         Err(exit) => return exit,
     };
     let url = match url::Url::parse(&args.url) {
-        Ok(url) if url.scheme() == "http" && url.host().is_some_and(is_loopback) => url,
+        Ok(url) if url.scheme() == "http" && url.host().is_some_and(|h| is_loopback_host(&h)) => {
+            url
+        }
         _ => {
             let message = format!(
                 "--url {}: an http:// URL on a loopback address is needed",
@@ -197,13 +203,21 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
             return Exit::Usage;
         }
     };
+    let secret = match probe_secret(args) {
+        Ok(secret) => secret,
+        Err(err) => return report(&err, None, format),
+    };
     let answer = runtime.block_on(async {
         let client = reqwest::Client::builder()
             .no_proxy()
             .timeout(args.timeout)
             .build()
             .map_err(|e| e.to_string())?;
-        let response = client.get(url).send().await.map_err(|e| e.to_string())?;
+        let mut request = client.get(url);
+        if let Some(secret) = &secret {
+            request = request.header(IDENTITY_HEADER_NAME, secret.as_str());
+        }
+        let response = request.send().await.map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
         let body = response.text().await.unwrap_or_default();
         Ok::<_, String>((status, body))
@@ -226,10 +240,16 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
     }
 }
 
-fn is_loopback(host: url::Host<&str>) -> bool {
-    match host {
-        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
+/// The secret the probe presents, if it was given one (checked as the server checks
+/// it; never printed).
+fn probe_secret(args: &ProbeArgs) -> Result<Option<Zeroizing<String>>, ServeError> {
+    match (&args.secret_file, &args.secret_env) {
+        (Some(path), _) => read_presented_secret(path).map(Some),
+        (None, Some(name)) => {
+            // Checked as the server checks it; the value itself is what is sent.
+            IdentityHeaderSecret::from_env(name)?;
+            Ok(std::env::var(name).ok().map(Zeroizing::new))
+        }
+        (None, None) => Ok(None),
     }
 }

@@ -85,7 +85,8 @@ pub fn environment(
 ) -> Result<Environment, String> {
     let mut http = Environment::default()
         .allow_http_loopback(allow_http_loopback)
-        .with_request_timeout(timeout);
+        .with_request_timeout(timeout)
+        .map_err(|e| format!("--timeout: {}", e.kind()))?;
     if let Some(path) = ca_file {
         // The library's reader: a regular file of at most 1 MiB (a FIFO or `/dev/zero`
         // is refused, not read).

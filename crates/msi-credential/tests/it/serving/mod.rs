@@ -3,8 +3,9 @@
 //! sets every header itself, a foreign `Host` and duplicates included).
 #![allow(dead_code)]
 
-use std::io::{Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use msi_credential::serve::{IdentityHeaderSecret, ServeOptions, ServedIdentity, TokenServer};
@@ -59,11 +60,16 @@ impl Mounted {
         entra: &EntraServer,
         client: ClientCertificateCredentialOptions,
     ) -> ServedIdentity {
-        let mut client = client;
-        client.environment.http_client = Some(entra.client());
-        client.environment.retry_policy = RetryPolicy::default()
-            .with_max_attempts(2)
-            .with_initial_delay(Duration::from_millis(50));
+        let environment = client
+            .environment()
+            .clone()
+            .with_http_client(entra.client())
+            .with_retry_policy(
+                RetryPolicy::default()
+                    .with_max_attempts(2)
+                    .with_initial_delay(Duration::from_millis(50)),
+            );
+        let client = client.with_environment(environment);
         let reload = ReloadOptions::default().with_debounce(Duration::from_millis(50));
         ServedIdentity::load(self.mount.visible_path(), client, reload)
             .await
@@ -99,18 +105,21 @@ impl Raw {
 /// Send `head` (the request line and headers, without the final blank line) and a
 /// `Connection: close`, on a blocking thread; read the whole answer.
 pub async fn raw(addr: SocketAddr, head: String) -> Raw {
-    tokio::task::spawn_blocking(move || {
-        let mut stream = TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        write!(stream, "{head}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut bytes = Vec::new();
-        stream.read_to_end(&mut bytes).unwrap();
-        parse(&bytes)
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || raw_blocking(addr, head))
+        .await
+        .unwrap()
+}
+
+/// [`raw`], on the calling thread.
+pub fn raw_blocking(addr: SocketAddr, head: String) -> Raw {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(stream, "{head}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    parse(&bytes)
 }
 
 fn parse(bytes: &[u8]) -> Raw {
@@ -174,4 +183,61 @@ pub fn posts(entra: &EntraServer, resource: &str) -> usize {
         .iter()
         .filter(|r| r.scope.as_deref() == Some(scope.as_str()))
         .count()
+}
+
+/// The command line.
+pub const BIN: &str = env!("CARGO_BIN_EXE_msi-credential");
+
+/// SIGTERM, as Kubernetes stops a container; the exit code.
+pub fn stop(mut child: std::process::Child) -> Option<i32> {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    child.wait().unwrap().code()
+}
+
+/// `msi-credential --json serve FILE --secret-env ... --listen 127.0.0.1:0 --ca-file CA
+/// EXTRA...` for `mounted`, and its `serving` line.
+pub fn spawn_serve(
+    mounted: &Mounted,
+    ca: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, serde_json::Value) {
+    spawn_serve_in(Command::new(BIN), mounted, ca, extra)
+}
+
+/// [`spawn_serve`] with the process started by `command` (the binary, or a shell that
+/// sets limits and execs it).
+pub fn spawn_serve_in(
+    mut command: Command,
+    mounted: &Mounted,
+    ca: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, serde_json::Value) {
+    let mut child = command
+        .arg("--json")
+        .arg("serve")
+        .arg(mounted.mount.visible_path())
+        .args([
+            "--secret-env",
+            "MY_IDENTITY_HEADER",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .arg("--ca-file")
+        .arg(ca)
+        .env("MY_IDENTITY_HEADER", SECRET)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let serving = serde_json::from_str(&line).unwrap();
+    (child, serving)
 }

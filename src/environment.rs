@@ -1,22 +1,30 @@
-//! `Environment`: what every client the crate builds shares (the HTTP client or extra
-//! roots, the loopback flag, the request timeout, the application id in the
-//! `User-Agent`, the clock and its sleeps, the retry policy), and the one decision of which
-//! HTTP client they use.
+//! `Environment`: the dependencies every client the crate builds is given (the HTTP
+//! client or extra roots, the loopback flag, the request timeout, the application id in
+//! the `User-Agent`, the clock and its sleeps, the retry policy), and the one decision of
+//! which HTTP client they use.
 
 use std::fmt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::http::client::{build_http_client, client_with_extra_roots, default_http_client};
 use crate::http::retry::RetryPolicy;
 use crate::http::user_agent;
 
 /// How messages name a file of extra root CAs.
 const CA_FILE: &str = "CA file";
+
+/// The default of [`Environment::request_timeout`].
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest request timeout accepted: a request still unanswered after 10 minutes is
+/// lost, and a longer timeout only holds the caller (and its retries) back.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// What every client the crate builds shares, set once: the HTTP client (or extra roots
 /// for the crate-built one), `http://` loopback, the request timeout, the application id
@@ -29,7 +37,8 @@ const CA_FILE: &str = "CA file";
 /// the Key Vault store (feature `keyvault`: `keyvault::store::StoreOptions`) and the
 /// `msi-credential` crate's token server. Cloning it is cheap (the HTTP client and the
 /// clock are shared handles), so one value made at start-up serves them all; no
-/// options struct has setters of its own for what is here.
+/// options struct has setters of its own for what is here. Its settings are made with
+/// the `with_…` setters, which check them, and read back with the getters.
 ///
 /// ```
 /// use std::time::Duration;
@@ -37,14 +46,15 @@ const CA_FILE: &str = "CA file";
 /// use msi_dataplane::dataplane::ClientOptions;
 ///
 /// let env = Environment::default()
-///     .with_request_timeout(Duration::from_secs(10))
+///     .with_request_timeout(Duration::from_secs(10))?
 ///     .with_retry_policy(RetryPolicy::default().with_max_attempts(2));
 /// let credential = ClientCertificateCredentialOptions::default().with_environment(env.clone());
 /// let data_plane = ClientOptions::default().with_environment(env);
 /// assert_eq!(
-///     credential.environment.request_timeout,
-///     data_plane.environment.request_timeout
+///     credential.environment().request_timeout(),
+///     data_plane.environment().request_timeout()
 /// );
+/// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 ///
 /// # User-Agent
@@ -62,36 +72,19 @@ const CA_FILE: &str = "CA file";
 /// followed by the SDK's own (`... azsdk-rust-security_keyvault_secrets/<version>
 /// (...)`). [`user_agent`](Self::user_agent) gives the value.
 #[derive(Clone)]
-#[non_exhaustive]
 pub struct Environment {
-    /// The HTTP client. `None` uses a shared client built by the crate (rustls, system
-    /// roots, no redirects, proxies from the environment but never for a loopback
-    /// authority, pooled connections: see SECURITY.md and [`guide::token_cache`](crate::guide::token_cache)).
-    /// Supply your own for explicit proxies; disable redirects on it
-    /// (`reqwest::redirect::Policy::none()`): token requests must not follow them. Every
-    /// exchange, with either client, runs on the caller's task when it is on a
-    /// multi-threaded runtime and on the crate's own I/O thread otherwise, so pooled
-    /// connections work whatever runtime the caller uses ([`guide::background`](crate::guide::background)).
-    pub http_client: Option<reqwest::Client>,
-    /// Extra trusted root CAs for the crate-built HTTP client (in addition to the system
-    /// roots), for hosts behind a private CA. Setting both this and `http_client` is
-    /// refused ([`ConfigError::ConflictingOptions`]) when the credential, client factory or
-    /// store is built.
-    pub extra_root_certificates: Vec<reqwest::Certificate>,
-    /// Accept an `http://` URL when its host is loopback (`127.0.0.0/8`, `::1`,
-    /// `localhost`): for local test servers and emulators only. Default `false`. (Key
-    /// Vault needs `https` whatever this says: its SDK authenticates only over https.)
-    pub allow_http_loopback: bool,
-    /// Total time allowed for one HTTP request (connect, send, receive). Default 30 s.
-    pub request_timeout: Duration,
-    /// The clock: assertion times, token expiry, validity checks, the reload backstop, and
-    /// every sleep (retry delays, debounce). Default [`SystemClock`]; a
-    /// [`ManualClock`](crate::ManualClock) moves time in tests.
-    pub clock: Arc<dyn Clock>,
-    /// How failed requests are retried (token requests, the data plane, Key Vault).
-    pub retry_policy: RetryPolicy,
-    /// The application id put first in the `User-Agent` (checked when set, so private:
-    /// see [`with_application_id`](Self::with_application_id)).
+    /// The caller's HTTP client; `None`: the crate's (see
+    /// [`with_http_client`](Self::with_http_client)).
+    http_client: Option<reqwest::Client>,
+    /// Extra trusted roots for the crate-built client.
+    extra_root_certificates: Vec<reqwest::Certificate>,
+    /// Accept `http://` on a loopback host.
+    allow_http_loopback: bool,
+    /// More than zero, at most [`MAX_REQUEST_TIMEOUT`].
+    request_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    retry_policy: RetryPolicy,
+    /// Checked when set (see [`with_application_id`](Self::with_application_id)).
     application_id: Option<String>,
     /// The `User-Agent` value, made when the application id is set.
     user_agent: HeaderValue,
@@ -103,7 +96,7 @@ impl Default for Environment {
             http_client: None,
             extra_root_certificates: Vec::new(),
             allow_http_loopback: false,
-            request_timeout: Duration::from_secs(30),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             clock: Arc::new(SystemClock),
             retry_policy: RetryPolicy::default(),
             application_id: None,
@@ -113,14 +106,27 @@ impl Default for Environment {
 }
 
 impl Environment {
-    /// Use this HTTP client.
+    /// Use this HTTP client instead of the crate's: for explicit proxies, say. Disable
+    /// redirects on it (`reqwest::redirect::Policy::none()`): token requests must not
+    /// follow them. The crate's own client (the default) uses rustls with the system
+    /// roots, follows no redirect, takes proxies from the environment but never for a
+    /// loopback authority, and pools connections (see SECURITY.md and
+    /// [`guide::token_cache`](crate::guide::token_cache)). Every exchange, with either
+    /// client, runs on the caller's task when it is on a multi-threaded runtime and on the
+    /// crate's own I/O thread otherwise, so pooled connections work whatever runtime the
+    /// caller uses ([`guide::background`](crate::guide::background)).
+    ///
+    /// Setting both a client and extra root CAs is refused
+    /// ([`ConfigError::ConflictingOptions`]) when the credential, client factory or store
+    /// is built: the roots apply only to the crate's client.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
         self.http_client = Some(client);
         self
     }
 
-    /// Trust these root CAs too (PEM, one or more certificates), in a client the crate
-    /// builds (TLS validation on, no redirects).
+    /// Trust these root CAs too (PEM, one or more certificates), in addition to the system
+    /// roots, in the client the crate builds (TLS validation on, no redirects): for hosts
+    /// behind a private CA.
     ///
     /// # Errors
     ///
@@ -153,26 +159,45 @@ impl Environment {
             .map_err(|e| e.with_file(path, CA_FILE))
     }
 
-    /// Accept `http://` loopback URLs (tests and local emulators only).
+    /// Accept an `http://` URL when its host is loopback (`127.0.0.0/8`, `::1`,
+    /// `localhost`): for local test servers and emulators only. Default `false`. (Key
+    /// Vault needs `https` whatever this says: its SDK authenticates only over https.)
     pub fn allow_http_loopback(mut self, allow: bool) -> Self {
         self.allow_http_loopback = allow;
         self
     }
 
-    /// Set the total time allowed for one HTTP request.
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+    /// Set the total time allowed for one HTTP request (connect, send, receive). Default
+    /// 30 s.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidOption`] naming `request_timeout` when `timeout` is zero
+    /// (every request would fail) or over 10 minutes.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self> {
+        if timeout.is_zero() || timeout > MAX_REQUEST_TIMEOUT {
+            return Err(ErrorKind::Config(ConfigError::InvalidOption {
+                option: "request_timeout",
+                reason: format!(
+                    "{timeout:?} is not between zero (excluded) and {MAX_REQUEST_TIMEOUT:?}"
+                ),
+            })
+            .into());
+        }
         self.request_timeout = timeout;
-        self
+        Ok(self)
     }
 
-    /// Use this clock for times and sleeps (a [`ManualClock`](crate::ManualClock) in
-    /// tests).
+    /// Use this clock for times and sleeps: assertion times, token expiry, validity checks,
+    /// the reload backstop, and every sleep (retry delays, debounce). Default
+    /// [`SystemClock`]; a [`ManualClock`](crate::ManualClock) moves time in tests.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Retry failed requests with this policy.
+    /// Retry failed requests with this policy (token requests, the data plane, Key
+    /// Vault). Default [`RetryPolicy::default`].
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.retry_policy = policy;
         self
@@ -216,6 +241,27 @@ impl Environment {
     /// The `User-Agent` every request carries (see [the User-Agent](Self#user-agent)).
     pub fn user_agent(&self) -> &str {
         self.user_agent.to_str().unwrap_or(user_agent::base())
+    }
+
+    /// The total time allowed for one HTTP request (see
+    /// [`with_request_timeout`](Self::with_request_timeout)).
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The clock (see [`with_clock`](Self::with_clock)).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// How failed requests are retried.
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry_policy
+    }
+
+    /// Whether `http://` loopback URLs are accepted.
+    pub(crate) fn allows_http_loopback(&self) -> bool {
+        self.allow_http_loopback
     }
 
     /// The `User-Agent` as a header value, for the layers that send.
@@ -263,61 +309,13 @@ impl fmt::Debug for Environment {
     }
 }
 
-/// One HTTP client shared by every credential that was not given one (one more, without
-/// proxies, for loopback authorities): building a client loads the system roots, which is
-/// worth doing once per process.
-pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
-    static PROXIED: OnceLock<reqwest::Client> = OnceLock::new();
-    static DIRECT: OnceLock<reqwest::Client> = OnceLock::new();
-    let cell = if direct { &DIRECT } else { &PROXIED };
-    if let Some(client) = cell.get() {
-        return Ok(client.clone());
-    }
-    let client = build_http_client(Vec::new(), direct)?;
-    Ok(cell.get_or_init(|| client).clone())
-}
-
-/// Both an HTTP client of the caller's and extra roots (which only the crate-built client
-/// would use): refused rather than silently dropping the roots.
-pub(crate) fn client_with_extra_roots() -> Error {
-    ErrorKind::Config(ConfigError::ConflictingOptions {
-        first: "http_client",
-        second: "extra_root_certificates",
-        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
-               client with `reqwest::ClientBuilder::add_root_certificate`",
-    })
-    .into()
-}
-
-/// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
-/// certificate validation on, no redirects (a token request is never re-sent elsewhere),
-/// proxies from the environment unless `direct`.
-///
-/// It pools connections: an exchange runs on a multi-threaded caller's runtime or on the
-/// crate's own I/O runtime ([`exchange`](crate::http::exchange)), so a pooled connection
-/// never belongs to a runtime that stops being driven while it lives.
-pub(crate) fn build_http_client(
-    extra_roots: Vec<reqwest::Certificate>,
-    direct: bool,
-) -> Result<reqwest::Client> {
-    let builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .tls_certs_merge(extra_roots.into_iter().chain(crate::http::roots::bundled()));
-    let builder = if direct { builder.no_proxy() } else { builder };
-    builder.build().map_err(|e| {
-        Error::from(ErrorKind::Config(ConfigError::HttpClient {
-            reason: e.to_string(),
-        }))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_client_and_extra_roots_conflict_each_alone_is_fine() {
-        let pem = include_str!("../../fixtures/tls/ca.pem");
+        let pem = include_str!("../fixtures/tls/ca.pem");
         let roots = Environment::default()
             .with_extra_root_certificates_pem(pem.as_bytes())
             .unwrap();
@@ -339,6 +337,33 @@ mod tests {
                 })
             ),
             "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_timeout_of_zero_or_over_ten_minutes_is_refused_by_name() {
+        for bad in [Duration::ZERO, Duration::from_secs(601)] {
+            let err = Environment::default()
+                .with_request_timeout(bad)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err.kind(),
+                    ErrorKind::Config(ConfigError::InvalidOption {
+                        option: "request_timeout",
+                        ..
+                    })
+                ),
+                "{err:?}"
+            );
+        }
+        let at_most = Environment::default()
+            .with_request_timeout(MAX_REQUEST_TIMEOUT)
+            .unwrap();
+        assert_eq!(at_most.request_timeout(), MAX_REQUEST_TIMEOUT);
+        assert_eq!(
+            Environment::default().request_timeout(),
+            DEFAULT_REQUEST_TIMEOUT
         );
     }
 

@@ -1,0 +1,577 @@
+//! The token server and the metrics listener under the floods a container in the pod can
+//! send, each bounded on both sides: clients that pipeline and never read (the server
+//! process's socket memory and RSS, measured from outside, within the documented bound,
+//! every such connection closed by the write timeout), a `/healthz` flood without the
+//! secret (held to its budget; the probe with the secret always answered in full), a
+//! 404 flood and a fast scraper on the metrics port (held to the budget; every other
+//! scraper gets 200s from one rendering a second), an Entra outage with a short
+//! `Retry-After` (a client retrying exactly at the server's `Retry-After` gets a token), a
+//! request joining one in flight (no budget taken), and a refusal flood at `debug` (a
+//! bounded log). Outcomes, not timings: every deadline is one that only a failure reaches.
+#![cfg(target_os = "linux")]
+
+use crate::serving;
+
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use msi_credential::serve::{
+    MetricsServer, MetricsServerOptions, SOCKET_BUFFER_BYTES, ServeOptions,
+};
+use msi_dataplane_testing::{EntraServer, Scripted, TempDir};
+use serving::{ARM, BIN, Mounted, SECRET, raw, spawn_serve, spawn_serve_in, start, stop};
+
+/// What one connection of the server may hold in the kernel: its send and receive
+/// buffers, each twice what it asks for (Linux's bookkeeping), as the docs say.
+const KERNEL_BYTES_PER_CONNECTION: u64 = 4 * SOCKET_BUFFER_BYTES as u64;
+
+/// What one connection may hold in the server process (hyper's read and write buffers,
+/// the task, the registry entry), as the docs say.
+const PROCESS_BYTES_PER_CONNECTION: u64 = 96 * 1024;
+
+/// The bytes queued in the kernel for the sockets whose local port is `port` (the
+/// server's side), from `/proc/net/tcp`: each row's `tx_queue:rx_queue`.
+fn queued_bytes(port: u16) -> u64 {
+    let mut total = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let local_port = fields[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port != Some(port) || fields[3] == "0A" {
+                continue; // another socket, or the listening one
+            }
+            let (tx, rx) = fields[4].split_once(':').unwrap();
+            total += u64::from_str_radix(tx, 16).unwrap() + u64::from_str_radix(rx, 16).unwrap();
+        }
+    }
+    total
+}
+
+/// A process's resident memory, from `/proc/<pid>/status`.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Open a connection and write `request` over and over without reading, until the
+/// kernel takes no more (or `most` bytes): a client that pipelines and never reads.
+fn pipeline_without_reading(addr: SocketAddr, request: &[u8], most: usize) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_nonblocking(true).unwrap();
+    let mut written = 0;
+    while written < most {
+        match stream.write(request) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    stream
+}
+
+/// The server's connections on `port` that hold buffers (every state but the listening
+/// one, `TIME-WAIT` and `CLOSE`), from `/proc/net/tcp`.
+fn server_connections(port: u16) -> usize {
+    let mut count = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for row in text.lines().skip(1) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let local_port = fields[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && !matches!(fields[3], "0A" | "06" | "07") {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_pin_bounded_memory_and_are_closed_by_the_write_timeout() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("serve-never-read");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    // Only the write timeout can close the flood's connections within the test: the
+    // first-byte and idle timeouts are far longer.
+    let (child, serving) = spawn_serve(
+        &a,
+        &ca,
+        &[
+            "--write-timeout",
+            "2s",
+            "--idle-timeout",
+            "300s",
+            "--first-byte-timeout",
+            "300s",
+        ],
+    );
+    let pid = child.id();
+    let endpoint = serving["endpoint"].as_str().unwrap().to_owned();
+    let addr: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let token = format!(
+        "GET /msi/token?api-version=2019-08-01&resource={ARM} HTTP/1.1\r\nHost: {addr}\r\n\
+         X-IDENTITY-HEADER: {SECRET}\r\n\r\n"
+    );
+    let health = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let legitimate = move || {
+        let answer = serving::raw_blocking(addr, token.trim_end().to_owned());
+        answer.status
+    };
+    assert_eq!(legitimate(), 200, "the token is cached before the flood");
+    let before = rss_bytes(pid);
+
+    // 512 connections, the server's cap: half pipeline cached-token requests with the
+    // secret (answers of 2 KiB each, never budgeted), half the health check without it.
+    let flood: Vec<TcpStream> = tokio::task::spawn_blocking({
+        let (token, health) = (
+            format!(
+                "GET /msi/token?api-version=2019-08-01&resource={ARM} HTTP/1.1\r\nHost: {addr}\r\n\
+                 X-IDENTITY-HEADER: {SECRET}\r\n\r\n"
+            ),
+            health.clone(),
+        );
+        move || {
+            (0..512)
+                .map(|i| {
+                    let request = if i % 2 == 0 { &token } else { &health };
+                    pipeline_without_reading(addr, request.as_bytes(), 1 << 20)
+                })
+                .collect()
+        }
+    })
+    .await
+    .unwrap();
+    // While the server writes what it can: its sockets and its memory, at their fullest.
+    let (mut most_queued, mut most_rss) = (0, 0);
+    let mut answered = Vec::new();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most_queued = most_queued.max(queued_bytes(addr.port()));
+        most_rss = most_rss.max(rss_bytes(pid));
+        answered.push(
+            tokio::task::spawn_blocking(legitimate.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    let connections = flood.len() as u64 + 1;
+    assert!(
+        most_queued <= connections * KERNEL_BYTES_PER_CONNECTION,
+        "the server's sockets queued {most_queued} bytes for {connections} connections"
+    );
+    let grown = most_rss.saturating_sub(before);
+    assert!(
+        grown <= connections * PROCESS_BYTES_PER_CONNECTION,
+        "the server grew by {grown} bytes for {connections} connections"
+    );
+    assert!(
+        answered.iter().all(|s| *s == 200),
+        "every legitimate request answered with a token: {answered:?}"
+    );
+    // Every flood connection closed, none of them read: by the write timeout (or, for
+    // the health checks past their budget, after the held-back answer), long before the
+    // first-byte and idle timeouts could.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server_connections(addr.port()) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        server_connections(addr.port()),
+        0,
+        "the server still holds connections of clients that never read"
+    );
+    assert_eq!(queued_bytes(addr.port()), 0, "and nothing queued for them");
+    drop(flood);
+    assert_eq!(
+        tokio::task::spawn_blocking(legitimate).await.unwrap(),
+        200,
+        "the server still answers"
+    );
+    eprintln!(
+        "never-reading flood: {most_queued} bytes queued in the server's sockets, RSS {before} -> \
+         {most_rss} bytes"
+    );
+    assert_eq!(stop(child), Some(0));
+}
+
+/// How many HTTP answers `bytes` hold.
+fn answers_in(bytes: &[u8]) -> usize {
+    bytes.windows(9).filter(|w| w == b"HTTP/1.1 ").count()
+}
+
+/// Until `stop`: on each of `connections` connections, pipeline `request` 64 times and
+/// read what comes back, reconnecting when the server closes; the answers received.
+fn pipelined_flood(
+    addr: SocketAddr,
+    request: String,
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> Arc<AtomicUsize> {
+    let answers = Arc::new(AtomicUsize::new(0));
+    for _ in 0..connections {
+        let (request, stop, answers) = (request.repeat(64), stop.clone(), answers.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(addr) else {
+                    continue;
+                };
+                stream
+                    .set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                'connection: while !stop.load(Ordering::Relaxed) {
+                    if stream.write_all(request.as_bytes()).is_err() {
+                        break;
+                    }
+                    loop {
+                        match stream.read(&mut buf) {
+                            Ok(0) => break 'connection,
+                            Ok(n) => {
+                                answers.fetch_add(answers_in(&buf[..n]), Ordering::Relaxed);
+                            }
+                            Err(e)
+                                if e.kind() == ErrorKind::WouldBlock
+                                    || e.kind() == ErrorKind::TimedOut =>
+                            {
+                                break;
+                            }
+                            Err(_) => break 'connection,
+                        }
+                    }
+                }
+            }
+        });
+    }
+    answers
+}
+
+/// One keep-alive connection: send `request`, read one answer (status and body); `None`
+/// when the server closed the connection.
+fn keep_alive_exchange(stream: &mut TcpStream, request: &str) -> Option<(u16, String)> {
+    stream.write_all(request.as_bytes()).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        answer.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).ok()?;
+    if head.contains("connection: close") {
+        return None;
+    }
+    Some((
+        head[9..12].parse().unwrap(),
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
+}
+
+/// At most this many answers reach a flood without the secret in `seconds`: the budget's
+/// burst (100) and rate (50 a second), and one held-back answer a second per connection.
+fn budget_bound(seconds: usize, connections: usize) -> usize {
+    100 + 50 * seconds + connections * seconds + 50
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_flood_without_the_secret_is_held_to_its_budget_and_the_probe_never_is() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let server = start(
+        vec![a.serve(&entra, Default::default()).await],
+        ServeOptions::default(),
+    )
+    .await;
+    let addr = server.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let health = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let flood = pipelined_flood(addr, health, 16, stop.clone());
+    let started = Instant::now();
+    // The probe, as `msi-credential probe --secret-file` sends it, on one keep-alive
+    // connection: every answer the full report, and the connection never closed (an
+    // answer past the budget would close it).
+    let probe =
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nX-IDENTITY-HEADER: {SECRET}\r\n\r\n");
+    let client_id = a.identity.client_id.clone();
+    let probes = tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let mut answers = Vec::new();
+        while started.elapsed() < Duration::from_secs(3) {
+            answers.push(keep_alive_exchange(&mut stream, &probe));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        answers
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let seconds = started.elapsed().as_secs() as usize + 1;
+    let flooded = flood.load(Ordering::Relaxed);
+    assert!(probes.len() > 10, "{} probes", probes.len());
+    for answer in &probes {
+        let (status, body) = answer
+            .as_ref()
+            .expect("the probe's connection is never closed");
+        assert_eq!(*status, 200, "{body}");
+        assert!(body.contains(&client_id), "the full report: {body}");
+    }
+    assert!(
+        flooded > 100,
+        "the flood got its budget's answers: {flooded}"
+    );
+    assert!(
+        flooded <= budget_bound(seconds, 16),
+        "the flood got {flooded} answers in {seconds} s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_port_holds_a_404_flood_to_its_budget_and_renders_once_a_second_for_every_scraper()
+ {
+    let renders = Arc::new(AtomicUsize::new(0));
+    let counted = renders.clone();
+    let render = move || {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("# a rendering\nmsi_test_renders_total {n}\n")
+    };
+    let metrics = MetricsServer::start(
+        MetricsServerOptions::new("127.0.0.1:0".parse().unwrap()),
+        render,
+    )
+    .await
+    .unwrap();
+    let addr = metrics.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let not_found = format!("GET /nothing-here HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let flood = pipelined_flood(addr, not_found, 4, stop.clone());
+    let started = Instant::now();
+    let scrape = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    // A scraper 40 times a second, and another at Prometheus's pace (faster here).
+    let scraper = |every: Duration| {
+        let scrape = scrape.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            let mut answers = Vec::new();
+            while started.elapsed() < Duration::from_secs(3) {
+                answers.push(keep_alive_exchange(&mut stream, &scrape));
+                std::thread::sleep(every);
+            }
+            answers
+        })
+    };
+    let (fast, other) = (
+        scraper(Duration::from_millis(25)),
+        scraper(Duration::from_millis(300)),
+    );
+    let (fast, other) = (fast.await.unwrap(), other.await.unwrap());
+    stop.store(true, Ordering::Relaxed);
+    let seconds = started.elapsed().as_secs() as usize + 1;
+    let flooded = flood.load(Ordering::Relaxed);
+    assert!(
+        fast.len() > 40 && other.len() > 5,
+        "{} and {} scrapes",
+        fast.len(),
+        other.len()
+    );
+    for answer in fast.iter().chain(&other) {
+        let (status, body) = answer.as_ref().expect("a scraper's connection stays open");
+        assert_eq!(*status, 200, "{body}");
+        assert!(body.contains("msi_test_renders_total"), "{body}");
+    }
+    let renders = renders.load(Ordering::SeqCst);
+    assert!(
+        renders <= seconds + 1,
+        "{renders} renderings in {seconds} s for {} scrapes",
+        fast.len() + other.len()
+    );
+    assert!(
+        flooded > 100,
+        "the flood got its budget's answers: {flooded}"
+    );
+    assert!(
+        flooded <= budget_bound(seconds, 4),
+        "the 404 flood got {flooded} answers in {seconds} s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retrying_at_retry_after_gets_a_token_once_entra_recovers() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let server = start(
+        vec![a.serve(&entra, Default::default()).await],
+        ServeOptions::default(),
+    )
+    .await;
+    // A short outage: Entra asks for a second twice (the server's own two attempts),
+    // then answers.
+    entra.enqueue(Scripted::status(503).retry_after("1"));
+    entra.enqueue(Scripted::status(503).retry_after("1"));
+    // A client as Go's azidentity and JavaScript's @azure/identity: retry exactly at
+    // Retry-After, three times.
+    let request = serving::token_request(&server, ARM, "", SECRET);
+    let mut waits = Vec::new();
+    let mut status = 0;
+    for _ in 0..4 {
+        let answer = raw(server.local_addr(), request.clone()).await;
+        status = answer.status;
+        if status != 503 {
+            break;
+        }
+        let wait: u64 = answer.header("retry-after").unwrap().parse().unwrap();
+        waits.push(wait);
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+    }
+    assert_eq!(status, 200, "after waiting {waits:?} s as told");
+    assert_eq!(waits.len(), 1, "one wait was enough: {waits:?}");
+    assert!(
+        waits[0] <= 6,
+        "no longer than the failure memory: {waits:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_a_token_request_in_flight_takes_no_budget() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    // One new token request a second, bursts of two.
+    let options = ServeOptions::default().with_max_token_requests_per_second(Some(1));
+    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    let addr = server.local_addr();
+    let slow = "api://slow";
+    entra.set_scope_delay(&format!("{slow}/.default"), Duration::from_secs(3));
+    let first = tokio::spawn(raw(addr, serving::token_request(&server, slow, "", SECRET)));
+    entra
+        .wait_for_token_requests(1, Duration::from_secs(20))
+        .await;
+    let other = raw(
+        addr,
+        serving::token_request(&server, "api://other", "", SECRET),
+    )
+    .await;
+    assert_eq!(other.status, 200, "the burst's second request");
+    let third = raw(
+        addr,
+        serving::token_request(&server, "api://third", "", SECRET),
+    )
+    .await;
+    assert_eq!(third.status, 429, "the budget is spent: {third:?}");
+    // Another client asks for the resource whose request is in flight: it joins it.
+    let joined = raw(addr, serving::token_request(&server, slow, "", SECRET)).await;
+    assert_eq!(joined.status, 200, "joining takes no budget: {joined:?}");
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(serving::posts(&entra, slow), 1, "one request for both");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_flood_at_debug_writes_a_few_lines_and_a_count() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("serve-log-flood");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let log_path = dir.join("stderr.log");
+    let mut command = Command::new(BIN);
+    command
+        .env("RUST_LOG", "debug")
+        .env_remove("MSI_CREDENTIAL_LOG")
+        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()));
+    let (child, serving) = spawn_serve_in(command, &a, &ca, &[]);
+    let endpoint = serving["endpoint"].as_str().unwrap();
+    let addr: SocketAddr = endpoint["http://".len()..]
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Refusals without the secret, pipelined and connect-send-close, for two seconds.
+    let done = Arc::new(AtomicBool::new(false));
+    let refused = format!(
+        "GET /msi/token?api-version=2019-08-01&resource={ARM} HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    );
+    let pipelined = pipelined_flood(addr, refused.clone(), 4, done.clone());
+    let one_shot = {
+        let done = done.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut sent = 0;
+            while !done.load(Ordering::Relaxed) {
+                if let Ok(mut stream) = TcpStream::connect(addr) {
+                    let _ = stream.write_all(refused.as_bytes());
+                    sent += 1;
+                }
+            }
+            sent
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    done.store(true, Ordering::Relaxed);
+    let sent = one_shot.await.unwrap();
+    let answered = pipelined.load(Ordering::Relaxed);
+    // The count comes with the next interval's summary (every 10 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("refused more requests than it logs") || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(stop(child), Some(0));
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("token server refused a request"))
+        .count();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("refused more requests than it logs"))
+        .unwrap_or_else(|| panic!("no summary line: {log}"));
+    let left_out: usize = summary
+        .split("left_out=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        answered + sent > 500,
+        "the flood: {answered} answered, {sent} sent"
+    );
+    assert!(
+        lines <= 2 * 5,
+        "{lines} refusal lines for a flood of {} refusals",
+        answered + sent
+    );
+    assert!(left_out > 100, "the summary counts the rest: {summary}");
+    assert!(log.len() < 64 * 1024, "{} bytes of log", log.len());
+}
