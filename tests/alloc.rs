@@ -101,7 +101,7 @@ fn cached_get_token_allocates_nothing_and_the_heap_does_not_grow() {
     let rt = client_runtime();
     let cred = hit_path_credential(&server, &rt);
     let first = rt.block_on(cred.get_token(&[ARM])).unwrap();
-    // Warm the thread's first use of the lock-free structures.
+    // Warm the thread's first use of what the hit path touches.
     for _ in 0..10 {
         drop(hit(&cred, ARM));
     }
@@ -139,10 +139,11 @@ fn hits_on_ten_scopes_from_two_threads_allocate_nothing() {
     }
     assert_eq!(server.token_requests(), 10);
 
-    // The cache reads through `arc-swap`, which keeps one small record per thread that
-    // has read (made on a thread's first read, handed to a later thread when its thread
-    // ends, never freed). Two threads reading at once first, so that the measured pair
-    // reuses their records: what remains is what the cache itself keeps.
+    // Whatever keeps a record per thread on a first read (thread-locals, `arc-swap`'s
+    // records in the statics of the HTTP stack: made on a thread's first read, handed to
+    // a later thread when its thread ends, never freed): two threads reading at once
+    // first, so that the measured pair reuses them: what remains is what the cache
+    // itself keeps.
     let first_read = Barrier::new(2);
     std::thread::scope(|s| {
         for _ in 0..2 {

@@ -220,7 +220,7 @@ impl ClientCertificateCredential {
     /// scope, e.g. `https://management.azure.com/.default`), from the cache when it holds
     /// a usable one.
     ///
-    /// - A cached token is returned at once, without locks or allocation.
+    /// - A cached token is returned at once, under a shared read lock, without allocation.
     /// - Concurrent callers on a missing or expired token share one request.
     /// - Inside the refresh window (5 minutes before expiry, half-life for tokens over 2
     ///   hours, or the server's `refresh_in`) the cached token is returned at once and one
