@@ -87,6 +87,34 @@ fn undocumented(before: &BTreeSet<u64>, during: &BTreeMap<u64, String>) -> Vec<S
         .collect()
 }
 
+/// A reloading credential on `path`, built and used for one token on `rt`.
+fn credential_on(
+    rt: &tokio::runtime::Runtime,
+    path: &std::path::Path,
+    reload: ReloadOptions,
+) -> UserAssignedIdentityCredential {
+    let cred = rt.block_on(async {
+        let cred = UserAssignedIdentityCredential::new(path, options(), reload)
+            .await
+            .expect("new");
+        cred.get_token(&[ARM]).await.expect("get_token");
+        cred
+    });
+    assert!(cred.status().watching, "{:#?}", cred.status());
+    cred
+}
+
+/// Every thread started since `before` is named in the chapter (the testing kit's server
+/// threads are in its last section), or is this test's own.
+fn assert_documented(before: &BTreeSet<u64>, during: &BTreeMap<u64, String>) {
+    let undocumented = undocumented(before, during);
+    assert!(
+        undocumented.is_empty(),
+        "threads not in src/guide/background.md: {undocumented:?} (documented: {:?})",
+        named_in_chapter()
+    );
+}
+
 #[test]
 fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
     let before: BTreeSet<u64> = threads().into_keys().collect();
@@ -107,20 +135,9 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
         .to_json()
         .expect("to_json");
     std::fs::write(&path, json).expect("write");
-    let cred = mt.block_on(async {
-        let cred = UserAssignedIdentityCredential::new(&path, options(), ReloadOptions::default())
-            .await
-            .expect("new");
-        cred.get_token(&[ARM]).await.expect("get_token");
-        cred
-    });
-    assert!(cred.status().watching, "{:#?}", cred.status());
+    let cred = credential_on(&mt, &path, ReloadOptions::default());
     let during = threads();
-    let undocumented_mt = undocumented(&before, &during);
-    assert!(
-        undocumented_mt.is_empty(),
-        "threads not in src/guide/background.md: {undocumented_mt:?}"
-    );
+    assert_documented(&before, &during);
     assert_eq!(
         count(&during, "msi-dataplane-io"),
         0,
@@ -142,28 +159,13 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
         .thread_name(TEST_THREADS)
         .build()
         .expect("runtime");
-    let cred = rt.block_on(async {
-        let cred = UserAssignedIdentityCredential::new(
-            &path,
-            options(),
-            ReloadOptions::default().with_dedicated_thread(true),
-        )
-        .await
-        .expect("new");
-        cred.get_token(&[ARM]).await.expect("get_token");
-        cred
-    });
-    assert!(cred.status().watching, "{:#?}", cred.status());
-
-    // Every new thread is named in the chapter (the testing kit's server threads are in
-    // its last section), or is this test's own.
-    let during = threads();
-    let undocumented = undocumented(&before, &during);
-    assert!(
-        undocumented.is_empty(),
-        "threads not in src/guide/background.md: {undocumented:?} (documented: {:?})",
-        named_in_chapter()
+    let cred = credential_on(
+        &rt,
+        &path,
+        ReloadOptions::default().with_dedicated_thread(true),
     );
+    let during = threads();
+    assert_documented(&before, &during);
     // The threads this setup must start, each under the name the chapter gives it.
     // `msi-dataplane-reload` and `msi-dataplane-rearm` look alike in `comm`: two of them.
     assert!(count(&during, "msi-dataplane-io") >= 1, "{during:?}");
