@@ -11,8 +11,8 @@
 //!
 //! - `no_secret`: token requests without the secret, `CONNECTIONS` connections, each
 //!   request sent when the last answer is read;
-//! - `never_reading`: 256 connections pipelining requests (cached tokens with the secret
-//!   on half, the health check without it on the other half) and never reading;
+//! - `never_reading`: 512 connections (the server's cap) pipelining the health check
+//!   without the secret and never reading;
 //! - `healthz_pipelined`: the health check without the secret, 64 requests pipelined at
 //!   a time on each of `CONNECTIONS` connections;
 //! - `metrics_404`: the same on the metrics listener, for a path it does not serve.
@@ -207,37 +207,40 @@ async fn flood_pipelined(
     answered
 }
 
-/// Clients that never read: `connections` connections, each pipelining `requests[i % 2]`
-/// until the kernel takes no more, then writing more whenever it does, never reading,
-/// until `stop`; reconnecting whenever the server closes one. The connections the server
-/// closed.
+/// Clients that never read: `connections` connections, each pipelining `request` once,
+/// up to 64 KiB (what the server's receive window takes), and never reading; when the
+/// server closes one (a write to it fails), another takes its place, until `stop`. The
+/// connections the server closed.
 async fn flood_never_reading(
     addr: SocketAddr,
-    requests: [String; 2],
+    request: String,
     connections: usize,
     stop: Arc<AtomicBool>,
 ) -> usize {
+    let pipeline = request.repeat(64 * 1024 / request.len());
     let mut tasks = Vec::new();
-    for i in 0..connections {
-        let (burst, stop) = (requests[i % 2].repeat(64), stop.clone());
+    for _ in 0..connections {
+        let (pipeline, stop) = (pipeline.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut closed = 0;
             while !stop.load(Ordering::Relaxed) {
                 let Ok(mut stream) = TcpStream::connect(addr).await else {
                     continue;
                 };
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(100),
+                    stream.write_all(pipeline.as_bytes()),
+                )
+                .await;
+                // Held open, never read, until the server closes it: a write then fails.
                 while !stop.load(Ordering::Relaxed) {
-                    let write = tokio::time::timeout(
-                        Duration::from_millis(50),
-                        stream.write_all(burst.as_bytes()),
-                    );
-                    match write.await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    match stream.try_write(b"\r\n") {
+                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
                             closed += 1;
                             break;
                         }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        _ => {}
                     }
                 }
             }
@@ -249,6 +252,33 @@ async fn flood_never_reading(
         closed += task.await.unwrap_or(0);
     }
     closed
+}
+
+/// The CPU time (clock ticks, 100 a second) of this process's threads, summed by thread
+/// name (Linux; empty elsewhere).
+fn thread_cpu() -> Vec<(String, u64)> {
+    let mut by_name: Vec<(String, u64)> = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let ticks: u64 =
+            fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+        match by_name.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, total)) => *total += ticks,
+            None => by_name.push((name, ticks)),
+        }
+    }
+    by_name.sort();
+    by_name
 }
 
 /// The baseline: hyper answering every request with the same fixed bytes.
@@ -284,15 +314,24 @@ async fn fixed_body_server(body: Bytes) -> SocketAddr {
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let (seconds, rounds) = if bench { (10, 5) } else { (0, 1) };
+    // For a quick look at one flood: MSI_BENCH_ROUNDS, MSI_BENCH_SECONDS, MSI_BENCH_FLOODS
+    // (comma-separated names).
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let (seconds, rounds) = (
+        env("MSI_BENCH_SECONDS").unwrap_or(seconds),
+        env("MSI_BENCH_ROUNDS").unwrap_or(rounds),
+    );
     let duration = Duration::from_secs(seconds).max(Duration::from_millis(200));
     // Servers on a runtime of two workers, the load generator on another.
     let servers = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-server")
         .enable_all()
         .build()
         .unwrap();
     let clients = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-client")
         .enable_all()
         .build()
         .unwrap();
@@ -358,13 +397,12 @@ fn main() {
     // process in the pod would.
     let flooder = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .thread_name("bench-flood")
         .enable_all()
         .build()
         .unwrap();
     let addr = token_server.local_addr();
     let health = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-    let token =
-        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\nX-IDENTITY-HEADER: {SECRET}\r\n\r\n");
     let not_found = format!(
         "GET /nothing HTTP/1.1\r\nHost: {}\r\n\r\n",
         metrics.local_addr()
@@ -384,17 +422,20 @@ fn main() {
         show("serve/cached_token", &served);
         ratios.push(served.per_second() / fixed.per_second());
         for (kind, p99s) in floods.iter().zip(&mut p99_ratios) {
+            if let Ok(only) = std::env::var("MSI_BENCH_FLOODS")
+                && !only.split(',').any(|k| k == *kind)
+            {
+                continue;
+            }
+            let cpu_before = thread_cpu();
             let stop = Arc::new(AtomicBool::new(false));
             let flooding = match *kind {
                 "no_secret" => {
                     flooder.spawn(flood(addr, target.to_owned(), CONNECTIONS, stop.clone()))
                 }
-                "never_reading" => flooder.spawn(flood_never_reading(
-                    addr,
-                    [token.clone(), health.clone()],
-                    256,
-                    stop.clone(),
-                )),
+                "never_reading" => {
+                    flooder.spawn(flood_never_reading(addr, health.clone(), 512, stop.clone()))
+                }
                 "healthz_pipelined" => flooder.spawn(flood_pipelined(
                     addr,
                     health.clone(),
@@ -413,6 +454,25 @@ fn main() {
             stop.store(true, Ordering::Relaxed);
             let count = flooder.block_on(flooding).unwrap();
             show(&format!("serve/flooded_{kind}"), &flooded);
+            let cpu_after = thread_cpu();
+            let used: Vec<String> = cpu_after
+                .iter()
+                .map(|(name, ticks)| {
+                    let before = cpu_before
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map_or(0, |(_, t)| *t);
+                    format!(
+                        "{name} {:.0}%",
+                        (ticks - before) as f64 / duration.as_secs_f64()
+                    )
+                })
+                .collect();
+            println!(
+                "{:<28} CPU: {}",
+                format!("serve/{kind}_cpu"),
+                used.join(", ")
+            );
             let what = match *kind {
                 "never_reading" => "connections closed by the server",
                 _ => "flood answers",

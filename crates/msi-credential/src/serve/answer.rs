@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 use msi_dataplane::unstable::bounded;
 use msi_dataplane::{Error, ErrorKind, TokenEndpointError, TokenError};
 
-/// How long clients are asked to wait after a transient failure without a `Retry-After`
-/// of the token endpoint's own (seconds).
+/// How long clients are asked to wait after a transient failure (seconds) when neither the
+/// token endpoint's `Retry-After` nor the credential's failure memory says how long.
 pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
 
 /// A request the server does not answer with a token: its status and what to say.

@@ -76,13 +76,15 @@ fn take(bucket: Bucket, now: Instant, rate: f64, burst: f64) -> (bool, Bucket) {
 /// they are held back and their connections closed after them.
 pub(crate) const REFUSALS_PER_SECOND: u32 = 50;
 
-/// How long an answer past its budget is held back before it is written (and its
-/// connection closed).
+/// How long an answer past its budget is held back, on average, before it is written (and
+/// its connection closed): each between half and one and a half times this ([`spread`]),
+/// so that a flood's held-back answers do not all come due, and its connections close,
+/// at the same moment.
 pub(crate) const REFUSAL_HOLD_BACK: Duration = Duration::from_secs(1);
 
 /// `response`, an answer to a caller without the secret: as is within `budget`; past it
-/// held back [`REFUSAL_HOLD_BACK`] and its connection closed after it, so that a flood
-/// waits instead of costing the server.
+/// held back about [`REFUSAL_HOLD_BACK`] and its connection closed after it, so that a
+/// flood waits instead of costing the server.
 pub(crate) fn budgeted(
     budget: &RateLimiter,
     mut response: Response<Full<Bytes>>,
@@ -93,9 +95,27 @@ pub(crate) fn budgeted(
             .insert(CONNECTION, HeaderValue::from_static("close"));
         response
             .extensions_mut()
-            .insert(HoldBack(REFUSAL_HOLD_BACK));
+            .insert(HoldBack(spread(REFUSAL_HOLD_BACK, jitter())));
     }
     response
+}
+
+/// Pure: `mean` moved by `jitter` (in `[0, 1)`) to between half and one and a half times it.
+fn spread(mean: Duration, jitter: f64) -> Duration {
+    mean.mul_f64(0.5 + jitter.clamp(0.0, 1.0))
+}
+
+/// A number in `[0, 1)` that differs from call to call (std's randomly seeded hasher over a
+/// counter: enough to spread timers, not for anything secret).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher as _, RandomState};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: OnceLock<RandomState> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let bits = STATE.get_or_init(RandomState::new).hash_one(n) >> 11;
+    bits as f64 / (1u64 << 53) as f64
 }
 
 /// How long a refused client is asked to wait.
@@ -104,6 +124,18 @@ pub(crate) const RATE_LIMITED_RETRY_AFTER: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_back_answers_are_spread_around_the_mean() {
+        let second = Duration::from_secs(1);
+        assert_eq!(spread(second, 0.0), Duration::from_millis(500));
+        assert_eq!(spread(second, 0.5), second);
+        assert!(spread(second, 0.999_999) < Duration::from_millis(1500));
+        let draws: Vec<f64> = (0..1000).map(|_| jitter()).collect();
+        assert!(draws.iter().all(|j| (0.0..1.0).contains(j)));
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        assert!((0.4..0.6).contains(&mean), "{mean}");
+    }
 
     #[test]
     fn bursts_then_the_rate() {

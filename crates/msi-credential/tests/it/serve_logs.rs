@@ -68,3 +68,47 @@ async fn no_token_and_no_secret_reaches_the_log() {
         assert!(!log.contains(token.as_str()), "a token in the log");
     }
 }
+
+/// A resource with invisible characters (a Hangul filler, a variation selector, a
+/// combining grapheme joiner) that Entra refuses: the warning in the log and the answer
+/// show them escaped, so neither can look like another resource's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_characters_reach_the_log_and_the_answer_escaped() {
+    crate::support::log_capture::captured();
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let server = start(
+        vec![a.serve(&entra, Default::default()).await],
+        ServeOptions::default(),
+    )
+    .await;
+    let resource = "api://lookalike\u{3164}\u{fe0f}\u{34f}";
+    let _refusal = serving::refuse(&entra, resource);
+    let encoded: String = url::form_urlencoded::byte_serialize(resource.as_bytes()).collect();
+    let answer = raw(
+        server.local_addr(),
+        token_request(&server, &encoded, "", SECRET),
+    )
+    .await;
+    assert_eq!(answer.status, 403, "{answer:?}");
+    let message = answer.body["message"].as_str().unwrap();
+    assert!(
+        message.contains("api://lookalike\\u{3164}\\u{fe0f}\\u{34f}"),
+        "{message}"
+    );
+    let log = crate::support::log_capture::text();
+    let warned = log
+        .lines()
+        .find(|l| l.contains("token request failed") && l.contains("api://lookalike"))
+        .unwrap_or_else(|| panic!("no warning for the refused resource: {log}"));
+    assert!(
+        warned.contains("api://lookalike\\u{3164}\\u{fe0f}\\u{34f}"),
+        "{warned}"
+    );
+    for invisible in ['\u{3164}', '\u{fe0f}', '\u{34f}'] {
+        assert!(
+            !log.contains(invisible),
+            "{invisible:?} reached the log raw"
+        );
+    }
+}
