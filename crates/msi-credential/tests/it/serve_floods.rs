@@ -580,4 +580,10 @@ async fn a_refusal_flood_at_debug_writes_a_few_lines_and_a_count() {
     );
     assert!(left_out > 100, "the summary counts the rest: {summary}");
     assert!(log.len() < 64 * 1024, "{} bytes of log", log.len());
+    eprintln!(
+        "refusal flood at debug: {} refusals answered or sent in 2 s, {lines} refusal lines, \
+         {left_out} left out, {} bytes of log in all",
+        answered + sent,
+        log.len()
+    );
 }
