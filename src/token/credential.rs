@@ -72,9 +72,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     /// Tokens in the own tenant and in others, keyed by tenant and scopes.
     pub(crate) cache: TokenCache,
-    /// For other tenants' token URLs.
-    pub(crate) authority: String,
-    pub(crate) allow_http_loopback: bool,
+    /// The checked authority: other tenants' token URLs start with it.
+    pub(crate) authority: Url,
     pub(crate) tenants: Tenants,
     /// Whether the credential still writes its client id's credential gauges: until a
     /// reloading credential retires it for the next file's. Held while writing, so that a
@@ -179,8 +178,8 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let environment = &options.environment;
-        let loopback = environment.allows_http_loopback();
-        let token_url = endpoint::token_url(authority, tenant_id.trim(), loopback)?;
+        let authority = endpoint::authority(authority, environment.allows_http_loopback())?;
+        let token_url = endpoint::token_url(&authority, tenant_id.trim());
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
@@ -206,8 +205,7 @@ impl ClientCertificateCredential {
             retry: environment.retry_policy().clone(),
             cache: TokenCache::new(environment.clock().clone(), limits),
             clock: environment.clock().clone(),
-            authority: authority.trim().to_owned(),
-            allow_http_loopback: loopback,
+            authority,
             tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
             writes_gauges: Mutex::new(true),
         };

@@ -30,11 +30,11 @@ impl Fetch for Inner {
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
         async move {
-            let Some(tenant) = tenant else {
-                return this.fetch_with_retries(&scope, &this.token_url).await;
+            let url = match tenant {
+                Some(tenant) => &endpoint::token_url(&this.authority, &tenant),
+                None => &this.token_url,
             };
-            let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
-            this.fetch_with_retries(&scope, &url).await
+            this.fetch_with_retries(&scope, url).await
         }
     }
 }
