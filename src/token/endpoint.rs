@@ -13,11 +13,10 @@ use crate::error::{
     cause_chain, redact_quoted,
 };
 use crate::http::base_url::base_url;
-use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason};
+use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason, zeroizing_form};
 use crate::http::exchange;
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
-use zeroize::Zeroizing;
 
 const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 const SKU: &str = env!("CARGO_PKG_NAME");
@@ -94,7 +93,7 @@ pub(crate) async fn send(
             reqwest::header::CONTENT_TYPE,
             "application/x-www-form-urlencoded",
         )
-        .body(form_body(&form));
+        .body(zeroizing_form(&form));
     let (status, retry_after, body) = exchange::run(async move {
         let mut response = request.send().await?;
         let status = response.status().as_u16();
@@ -117,30 +116,6 @@ pub(crate) async fn send(
         retry_after,
         body,
     })
-}
-
-/// The url-encoded form, in a buffer this crate owns and zeroizes when the HTTP stack
-/// drops its last reference (the form carries the client assertion). Sized up front
-/// (percent-encoding turns a byte into at most 3) so that no reallocation frees a copy.
-fn form_body(fields: &[(&str, &str)]) -> bytes::Bytes {
-    let capacity = fields
-        .iter()
-        .map(|(k, v)| 3 * (k.len() + v.len()) + 2)
-        .sum();
-    let mut body = String::with_capacity(capacity);
-    url::form_urlencoded::Serializer::new(&mut body)
-        .extend_pairs(fields)
-        .finish();
-    bytes::Bytes::from_owner(ZeroizingBody(Zeroizing::new(body.into_bytes())))
-}
-
-/// Owner of a request body: zeroized on drop.
-struct ZeroizingBody(Zeroizing<Vec<u8>>);
-
-impl AsRef<[u8]> for ZeroizingBody {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 fn too_large(status: u16) -> Error {
@@ -376,20 +351,5 @@ mod tests {
         assert_eq!(e.trace_id.as_deref(), Some("t"));
         assert_eq!(e.correlation_id.as_deref(), Some("c"));
         assert_eq!(e.timestamp.as_deref(), Some("ts"));
-    }
-
-    #[test]
-    fn retry_after_seconds_and_http_date() {
-        let now = datetime!(2026-11-22 10:00:00 UTC);
-        assert_eq!(parse_retry_after("2", now), Some(Duration::from_secs(2)));
-        assert_eq!(
-            parse_retry_after("Sun, 22 Nov 2026 10:00:30 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 22 Nov 2026 09:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now), None);
     }
 }
