@@ -150,24 +150,17 @@ impl Seconds {
 struct SuccessBody {
     access_token: String,
     expires_in: Seconds,
-    #[serde(default)]
     refresh_in: Option<Seconds>,
     // `token_type` and `ext_expires_in` are optional and unused; unknown keys are ignored.
 }
 
 #[derive(Deserialize, Default)]
 struct ErrorBody {
-    #[serde(default)]
     error: Option<String>,
-    #[serde(default)]
     error_description: Option<String>,
-    #[serde(default)]
     error_codes: Option<Vec<i64>>,
-    #[serde(default)]
     trace_id: Option<String>,
-    #[serde(default)]
     correlation_id: Option<String>,
-    #[serde(default)]
     timestamp: Option<String>,
 }
 
@@ -216,17 +209,11 @@ fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Resu
     let expires_on = requested_at
         .checked_add(time::Duration::seconds(expires_in))
         .ok_or_else(|| invalid(format!("`expires_in` ({expires_in} s) is out of range")))?;
-    let refresh_on = match &parsed.refresh_in {
-        Some(r) => {
-            let secs = r.get("refresh_in").map_err(invalid)?;
-            if secs > 0 && secs < expires_in {
-                requested_at.checked_add(time::Duration::seconds(secs))
-            } else {
-                None
-            }
-        }
-        None => None,
-    };
+    let refresh_in = parsed.refresh_in.map(|r| r.get("refresh_in"));
+    let refresh_in = refresh_in.transpose().map_err(invalid)?;
+    let refresh_on = refresh_in
+        .filter(|secs| (1..expires_in).contains(secs))
+        .and_then(|secs| requested_at.checked_add(time::Duration::seconds(secs)));
     Ok(AccessToken::new(parsed.access_token, expires_on).with_refresh_on(refresh_on))
 }
 
@@ -294,15 +281,6 @@ mod tests {
     }
 
     #[test]
-    fn success_with_string_numbers_and_refresh_in() {
-        let at = datetime!(2026-01-01 00:00 UTC);
-        let body = br#"{"token_type":"Bearer","access_token":"abc","expires_in":"7200","ext_expires_in":"7200","refresh_in":3600}"#;
-        let t = parse_success(200, body, at).unwrap();
-        assert_eq!(t.expires_on(), at + time::Duration::hours(2));
-        assert_eq!(t.refresh_on(), Some(at + time::Duration::hours(1)));
-    }
-
-    #[test]
     fn success_missing_token_is_typed_and_does_not_echo_body() {
         let at = datetime!(2026-01-01 00:00 UTC);
         let err = parse_success(200, br#"{"expires_in":1,"foo":"SECRETVALUE"}"#, at).unwrap_err();
@@ -333,23 +311,5 @@ mod tests {
         assert!(parse_success(200, body, at).is_err());
         let body = br#"{"access_token":"ec","expires_in":3600,"refresh_in":"-5"}"#;
         assert_eq!(parse_success(200, body, at).unwrap().refresh_on(), None);
-    }
-
-    #[test]
-    fn error_body_fields_all_optional() {
-        let e = parse_error(503, b"<html>Service Unavailable</html>", None, "rid");
-        assert_eq!(e.status, 503);
-        assert_eq!(e.error, None);
-        let e = parse_error(
-            401,
-            br#"{"error":"invalid_client","error_description":"AADSTS700027: bad","error_codes":[700027],"trace_id":"t","correlation_id":"c","timestamp":"ts"}"#,
-            None,
-            "rid",
-        );
-        assert_eq!(e.error.as_deref(), Some("invalid_client"));
-        assert_eq!(e.aadsts_code(), Some(700027));
-        assert_eq!(e.trace_id.as_deref(), Some("t"));
-        assert_eq!(e.correlation_id.as_deref(), Some("c"));
-        assert_eq!(e.timestamp.as_deref(), Some("ts"));
     }
 }
