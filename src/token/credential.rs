@@ -11,7 +11,7 @@ use reqwest::Url;
 use time::OffsetDateTime;
 
 use crate::clock::{Clock, to_time};
-use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
+use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::is_url_safe_tenant;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
@@ -24,7 +24,6 @@ use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::TokenCache;
 use crate::token::endpoint;
 use crate::token::options::ClientCertificateCredentialOptions;
-use crate::token::refresh::Limits;
 use crate::token::tenant::{TENANT_RULE, Tenants};
 
 /// A credential that authenticates as a user-assigned managed identity with its
@@ -184,11 +183,6 @@ impl ClientCertificateCredential {
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
         let http = environment.client(crate::http::loopback::is_loopback(&token_url))?;
-        let limits = Limits {
-            window: options.refresh_window,
-            max_entries: options.max_cached_scopes,
-            failure_memory: options.failure_memory,
-        };
         let inner = Inner {
             client_id: client_id.trim().to_owned(),
             token_url,
@@ -203,7 +197,7 @@ impl ClientCertificateCredential {
             user_agent: environment.user_agent_header(),
             timeout: environment.request_timeout(),
             retry: environment.retry_policy().clone(),
-            cache: TokenCache::new(environment.clock().clone(), limits),
+            cache: TokenCache::new(environment.clock().clone(), &options),
             clock: environment.clock().clone(),
             authority,
             tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
@@ -233,12 +227,11 @@ impl ClientCertificateCredential {
     /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) keys
     /// (1,000) are cached, the least recently used leaving first.
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
+        // The hit before any nested future, which would cost it 1.3x (BENCHMARKS.md).
         if let Some(token) = self.cached_token(scopes) {
             return Ok(token);
         }
-        check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner.cache.get(None, scopes, inner).await
+        admitted(self.token(None, scopes, None, || true).await?)
     }
 
     /// As [`get_token`](Self::get_token), but a new token request starts only if
@@ -249,12 +242,27 @@ impl ClientCertificateCredential {
         scopes: &[&str],
         admit: impl FnOnce() -> bool,
     ) -> Result<Option<AccessToken>> {
-        if let Some(token) = self.cached_token(scopes) {
+        self.token(None, scopes, None, admit).await
+    }
+
+    /// The one path of the token methods: the cached token for `scopes` in `tenant` (a
+    /// cache key: `None` for the own) unless it is `rejected`, else, the scopes checked,
+    /// the cache's answer ([`TokenCache::get`]).
+    async fn token(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        rejected: Option<&AccessToken>,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        let (inner, cache) = (&self.inner, &self.inner.cache);
+        if rejected.is_none()
+            && let Some(token) = cache.get_cached(tenant, scopes, inner)
+        {
             return Ok(Some(token));
         }
         check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner.cache.get_admitted(None, scopes, inner, admit).await
+        cache.get(tenant, scopes, inner, rejected, admit).await
     }
 
     /// The cached token for `scopes` if one can be handed out now (the hit path of
@@ -286,12 +294,8 @@ impl ClientCertificateCredential {
     /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
-        let inner = &self.inner;
-        let Some(key) = inner.tenants.key(tenant)? else {
-            return self.get_token(scopes).await;
-        };
-        check_scopes(scopes)?;
-        inner.cache.get(Some(&key), scopes, inner).await
+        let key = self.inner.tenants.key(tenant)?;
+        admitted(self.token(key.as_deref(), scopes, None, || true).await?)
     }
 
     /// A token to replace `rejected`, a token for `scopes` that a service refused: fetched
@@ -314,16 +318,17 @@ impl ClientCertificateCredential {
         scopes: &[&str],
         tenant: Option<&str>,
     ) -> Result<AccessToken> {
-        let inner = &self.inner;
         let key = match tenant {
-            Some(tenant) => inner.tenants.key(tenant)?,
+            Some(tenant) => self.inner.tenants.key(tenant)?,
             None => None,
         };
-        check_scopes(scopes)?;
-        inner
-            .cache
-            .get_replacing(key.as_deref(), scopes, inner, rejected)
-            .await
+        let replace = || self.token(key.as_deref(), scopes, Some(rejected), || true);
+        let token = admitted(replace().await?)?;
+        // A request joined may have started before the refusal and brought it again.
+        match token.token() == rejected.token() {
+            true => admitted(replace().await?),
+            false => Ok(token),
+        }
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
@@ -430,6 +435,12 @@ fn file_authority(e: Error) -> Error {
         }
         _ => e,
     }
+}
+
+/// The token of a request that `|| true` admitted.
+fn admitted(token: Option<AccessToken>) -> Result<AccessToken> {
+    let reason = "not admitted";
+    token.ok_or_else(|| ErrorKind::Token(TokenError::RequestAbandoned { reason }).into())
 }
 
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
