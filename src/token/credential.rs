@@ -13,7 +13,6 @@ use time::OffsetDateTime;
 use crate::clock::{Clock, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
-use crate::file::model::is_url_safe_tenant;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
 use crate::file::validity::Window;
 use crate::http::retry::RetryPolicy;
@@ -24,7 +23,7 @@ use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::TokenCache;
 use crate::token::endpoint;
 use crate::token::options::ClientCertificateCredentialOptions;
-use crate::token::tenant::{TENANT_RULE, Tenants};
+use crate::token::tenant::Tenants;
 
 /// A credential that authenticates as a user-assigned managed identity with its
 /// certificate: the Rust counterpart of what Go's `GetCredential` returns
@@ -145,15 +144,11 @@ impl ClientCertificateCredential {
         certificate: ClientCertificate,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        let invalid = |argument: &'static str, reason: &str| -> Error {
-            let reason = reason.to_owned();
-            ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into()
-        };
         if client_id.trim().is_empty() {
-            return Err(invalid("client_id", "is empty"));
-        }
-        if !is_url_safe_tenant(tenant_id.trim()) {
-            return Err(invalid("tenant_id", TENANT_RULE));
+            let (argument, reason) = ("client_id", "is empty".into());
+            return Err(
+                ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into(),
+            );
         }
         let no_file = FileTimes::default();
         Self::assemble(
@@ -176,9 +171,10 @@ impl ClientCertificateCredential {
         times: &FileTimes,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
+        let tenants = Tenants::new(tenant_id, &options.additionally_allowed_tenants)?;
         let environment = &options.environment;
         let authority = endpoint::authority(authority, environment.allows_http_loopback())?;
-        let token_url = endpoint::token_url(&authority, tenant_id.trim());
+        let token_url = endpoint::token_url(&authority, tenants.own());
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id.trim());
         // A loopback authority is never reached through a proxy from the environment.
@@ -200,7 +196,7 @@ impl ClientCertificateCredential {
             cache: TokenCache::new(environment.clock().clone(), &options),
             clock: environment.clock().clone(),
             authority,
-            tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
+            tenants,
             writes_gauges: Mutex::new(true),
         };
         Ok(ClientCertificateCredential {
@@ -268,18 +264,14 @@ impl ClientCertificateCredential {
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
-        let inner = &self.inner;
-        inner.cache.get_cached(None, scopes, inner)
+        self.inner.cache.get_cached(None, scopes, &self.inner)
     }
 
     /// Request a new token from the endpoint, bypassing the cache (and not storing the
     /// result in it): sign a fresh assertion and POST it, with retries.
     pub async fn request_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner
-            .fetch_with_retries(&scopes.join(" "), &inner.token_url)
-            .await
+        self.inner.fetch_with_retries(&scopes.join(" "), None).await
     }
 
     /// Get an access token for `scopes` in `tenant`: [`get_token`](Self::get_token) when
@@ -350,8 +342,7 @@ impl ClientCertificateCredential {
     /// The scope sets this credential holds an unexpired token for (its own tenant), at
     /// most `max`: what a reloading credential fetches ahead with its successor.
     pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
-        let inner = &self.inner;
-        inner.cache.live_scopes(None, max)
+        self.inner.cache.live_scopes(None, max)
     }
 
     /// The application (client) id.
@@ -445,20 +436,18 @@ fn admitted(token: Option<AccessToken>) -> Result<AccessToken> {
 
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
 fn check_scopes(scopes: &[&str]) -> Result<()> {
-    if scopes.is_empty() {
-        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
-            reason: "no scope given".into(),
-        })
-        .into());
-    }
-    if scopes
-        .iter()
-        .any(|s| s.trim().is_empty() || s.contains(char::is_whitespace))
-    {
-        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
-            reason: "a scope is empty or contains whitespace".into(),
-        })
-        .into());
-    }
-    Ok(())
+    let reason = match scopes {
+        [] => "no scope given",
+        _ if scopes
+            .iter()
+            .any(|s| s.is_empty() || s.contains(char::is_whitespace)) =>
+        {
+            "a scope is empty or contains whitespace"
+        }
+        _ => return Ok(()),
+    };
+    Err(ErrorKind::Config(ConfigError::InvalidScopes {
+        reason: reason.into(),
+    })
+    .into())
 }

@@ -29,30 +29,30 @@ impl Fetch for Inner {
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
-        async move {
-            let url = match tenant {
-                Some(tenant) => &endpoint::token_url(&this.authority, &tenant),
-                None => &this.token_url,
-            };
-            this.fetch_with_retries(&scope, url).await
-        }
+        async move { this.fetch_with_retries(&scope, tenant.as_deref()).await }
     }
 }
 
 impl Inner {
-    /// One token fetch: requests until one succeeds or the retry policy gives up.
+    /// One token fetch in `tenant` (`None`: its own): requests until one succeeds or the
+    /// retry policy gives up.
     pub(crate) async fn fetch_with_retries(
-        self: &Arc<Self>,
+        &self,
         scope: &str,
-        token_url: &Url,
+        tenant: Option<&str>,
     ) -> Result<AccessToken> {
+        let url = match tenant {
+            Some(tenant) => &endpoint::token_url(&self.authority, tenant),
+            None => &self.token_url,
+        };
+        let tenant = tenant.unwrap_or(self.tenants.own());
         let mut attempt = 0u32;
         retry::run(
             &self.retry,
             self.clock.as_ref(),
             || {
                 attempt += 1;
-                self.observed_request(scope, token_url, attempt)
+                self.observed_request(scope, tenant, url, attempt)
             },
             |attempt, delay, error| {
                 tracing::info!(
@@ -71,15 +71,12 @@ impl Inner {
     /// One token request in its `token_request` span, counted by outcome with its
     /// duration; a token obtained updates the credential's gauges.
     async fn observed_request(
-        self: &Arc<Self>,
+        &self,
         scope: &str,
+        tenant: &str,
         token_url: &Url,
         attempt: u32,
     ) -> Result<AccessToken> {
-        let tenant = token_url
-            .path_segments()
-            .and_then(|mut s| s.find(|s| !s.is_empty()))
-            .unwrap_or_default();
         let span = tracing::info_span!(
             "token_request",
             client_id = %self.client_id,
@@ -107,7 +104,7 @@ impl Inner {
     }
 
     /// One token request: check validity, sign, POST, parse.
-    async fn request_once(self: &Arc<Self>, scope: &str, token_url: &Url) -> Result<AccessToken> {
+    async fn request_once(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
         let now = self.clock.now();
         self.window.check(now)?;
         self.warn_if_expiring(now);
