@@ -90,21 +90,16 @@ impl AssertionSigner {
             .iter()
             .map(|der| STANDARD.encode(der))
             .collect();
-        let header = match algorithm {
-            AssertionAlgorithm::Ps256 => Header {
-                alg: algorithm.name(),
-                typ: "JWT",
-                x5t: None,
-                x5t_s256: Some(URL_SAFE_NO_PAD.encode(cert.thumbprint_sha256())),
-                x5c: &x5c,
-            },
-            AssertionAlgorithm::Rs256 => Header {
-                alg: algorithm.name(),
-                typ: "JWT",
-                x5t: Some(URL_SAFE_NO_PAD.encode(cert.thumbprint_sha1())),
-                x5t_s256: None,
-                x5c: &x5c,
-            },
+        let (x5t, x5t_s256) = match algorithm {
+            AssertionAlgorithm::Ps256 => (None, Some(cert.thumbprint_sha256().as_slice())),
+            AssertionAlgorithm::Rs256 => (Some(cert.thumbprint_sha1().as_slice()), None),
+        };
+        let header = Header {
+            alg: algorithm.name(),
+            typ: "JWT",
+            x5t: x5t.map(|t| URL_SAFE_NO_PAD.encode(t)),
+            x5t_s256: x5t_s256.map(|t| URL_SAFE_NO_PAD.encode(t)),
+            x5c: &x5c,
         };
         let json =
             serde_json::to_vec(&header).map_err(|_| ErrorKind::Token(TokenError::Signing))?;

@@ -440,26 +440,23 @@ impl Flight {
         };
         let failed = result.as_ref().err().map(reached);
         let next = settled(now, slot.failures, failed, shared.failure_memory, jitter());
-        let result = match result {
-            Ok(token) => {
-                let (expires, asked) = (token.expires_on(), token.refresh_on());
-                let at = refresh_at(started, expires, asked, shared.window, jitter());
-                slot.token = Some(Cached {
-                    token: token.clone(),
-                    refresh_at: unix_millis(at),
-                    expires_on: unix_millis(expires),
-                });
-                Ok(token)
-            }
-            Err(error) => Err(match next.error_until {
-                Some(until) => error.with_retry_at(from_unix_millis(until)),
-                None => error,
-            }),
-        };
-        slot.failed = match (&result, next.error_until) {
-            (Err(error), Some(until)) => Some((error.clone(), until)),
-            _ => None,
-        };
+        let result = result.map_err(|error| match next.error_until {
+            Some(until) => error.with_retry_at(from_unix_millis(until)),
+            None => error,
+        });
+        if let Ok(token) = &result {
+            let (expires, asked) = (token.expires_on(), token.refresh_on());
+            let at = refresh_at(started, expires, asked, shared.window, jitter());
+            let (refresh_at, expires_on) = (unix_millis(at), unix_millis(expires));
+            let token = token.clone();
+            slot.token = Some(Cached {
+                token,
+                refresh_at,
+                expires_on,
+            });
+        }
+        let failed = result.as_ref().err().zip(next.error_until);
+        slot.failed = failed.map(|(error, until)| (error.clone(), until));
         (slot.failures, slot.quiet_until, slot.settled_at) = (next.failures, next.quiet_until, now);
         slot.inflight = None;
         let serving_cached = matches!(step(slot, now, None), Some(Step::Hit(_)));

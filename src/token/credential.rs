@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reqwest::Url;
-use time::OffsetDateTime;
 
 use crate::clock::{Clock, to_time};
 use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
@@ -57,9 +56,8 @@ pub(crate) struct Inner {
     pub(crate) signer: AssertionSigner,
     /// When it may be used (computed once, from the file's times and the leaf).
     pub(crate) window: Window,
-    pub(crate) renew_after: Option<OffsetDateTime>,
-    /// The file's `cannot_renew_after`, for the metrics.
-    pub(crate) cannot_renew_after: Option<OffsetDateTime>,
+    /// The file's times: `renew_after` warns, and the gauges show them.
+    pub(crate) times: FileTimes,
     pub(crate) expiry_warning_margin: time::Duration,
     pub(crate) expiry_warned: AtomicBool,
     pub(crate) http: reqwest::Client,
@@ -98,7 +96,7 @@ impl ClientCertificateCredential {
     ) -> Result<Self> {
         let certificate = ClientCertificate::from_base64(file.client_secret)?;
         let (authority, tenant, client) = (file.authority, file.tenant_id, file.client_id);
-        let built = Self::assemble(authority, tenant, client, certificate, &file.times, options);
+        let built = Self::build(authority, tenant, client, certificate, file.times, options);
         built.map_err(file_authority)
     }
 
@@ -144,49 +142,42 @@ impl ClientCertificateCredential {
         certificate: ClientCertificate,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        if client_id.trim().is_empty() {
+        let times = FileTimes::default();
+        Self::build(authority, tenant_id, client_id, certificate, times, options)
+    }
+
+    /// [`new`](Self::new) and [`from_parts`](Self::from_parts), with the credential
+    /// file's times (none for `from_parts`).
+    fn build(
+        authority: &str,
+        tenant_id: &str,
+        client_id: &str,
+        certificate: ClientCertificate,
+        times: FileTimes,
+        options: ClientCertificateCredentialOptions,
+    ) -> Result<Self> {
+        let client_id = client_id.trim();
+        if client_id.is_empty() {
             let (argument, reason) = ("client_id", "is empty".into());
             return Err(
                 ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into(),
             );
         }
-        let no_file = FileTimes::default();
-        Self::assemble(
-            authority,
-            tenant_id,
-            client_id,
-            certificate,
-            &no_file,
-            options,
-        )
-    }
-
-    /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts), with
-    /// the credential file's times (none for `from_parts`).
-    fn assemble(
-        authority: &str,
-        tenant_id: &str,
-        client_id: &str,
-        certificate: ClientCertificate,
-        times: &FileTimes,
-        options: ClientCertificateCredentialOptions,
-    ) -> Result<Self> {
         let tenants = Tenants::new(tenant_id, &options.additionally_allowed_tenants)?;
         let environment = &options.environment;
         let authority = endpoint::authority(authority, environment.allows_http_loopback())?;
         let token_url = endpoint::token_url(&authority, tenants.own());
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
-        telemetry::token_client(client_id.trim());
+        telemetry::token_client(client_id);
         // A loopback authority is never reached through a proxy from the environment.
         let http = environment.client(crate::http::loopback::is_loopback(&token_url))?;
         let inner = Inner {
-            client_id: client_id.trim().to_owned(),
+            client_id: client_id.to_owned(),
             token_url,
-            window: Window::new(times, certificate.not_before(), certificate.not_after()),
+            window: Window::new(&times, certificate.not_before(), certificate.not_after()),
             certificate,
             signer,
-            renew_after: times.renew_after,
-            cannot_renew_after: times.cannot_renew_after,
+            times,
             expiry_warning_margin: to_time(options.expiry_warning_margin),
             expiry_warned: AtomicBool::new(false),
             http,
@@ -205,23 +196,15 @@ impl ClientCertificateCredential {
     }
 
     /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
-    /// scope, e.g. `https://management.azure.com/.default`), from the cache when it holds
-    /// a usable one.
-    ///
-    /// - A cached token is returned at once, under a shared read lock, without allocation.
-    /// - Concurrent callers on a missing or expired token share one request.
-    /// - Inside the refresh window (5 minutes before expiry, half-life for tokens over 2
-    ///   hours, or the server's `refresh_in`) the cached token is returned at once and one
-    ///   background request replaces it; if that fails, the cached token keeps being
-    ///   served and the next attempt waits at least 30 s.
-    /// - Failed requests are retried per [`RetryPolicy`]; an error reaches callers only
-    ///   when no usable token is cached, and for
-    ///   [`failure_memory`](ClientCertificateCredentialOptions::failure_memory) (5 s) after
-    ///   a failed request its callers get that error again rather than a new request.
-    ///
-    /// The cache key is the scope list as given (same scopes, same order); at most
-    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) keys
-    /// (1,000) are cached, the least recently used leaving first.
+    /// scope, e.g. `https://management.azure.com/.default`): a usable cached token at once
+    /// (a shared read lock, no allocation), else one request shared by every concurrent
+    /// caller. Inside the refresh window the cached token is returned while one
+    /// background request replaces it; failed requests are retried per [`RetryPolicy`],
+    /// an error reaches callers only when no usable token is cached, and it is their
+    /// answer for [`failure_memory`](ClientCertificateCredentialOptions::failure_memory).
+    /// The cache key is the scope list as given (same scopes, same order), at most
+    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) of
+    /// them. The rules and their numbers: [`guide::token_cache`](crate::guide::token_cache).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         // The hit before any nested future, which would cost it 1.3x (BENCHMARKS.md).
         if let Some(token) = self.cached_token(scopes) {

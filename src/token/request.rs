@@ -149,19 +149,15 @@ impl Inner {
 
     /// Log, once per credential, that it should have been renewed or ends soon.
     fn warn_if_expiring(&self, now: OffsetDateTime) {
-        if self.expiry_warned.load(Ordering::Relaxed) {
-            return;
-        }
-        let end = self.window.end;
-        let margin = self.expiry_warning_margin;
-        let Some(reason) = expiry_warning(now, self.renew_after, end, margin) else {
-            return;
-        };
-        if !self.expiry_warned.swap(true, Ordering::Relaxed) {
+        let (end, renew_after) = (self.window.end, self.times.renew_after);
+        let warning = expiry_warning(now, renew_after, end, self.expiry_warning_margin);
+        if let Some(reason) = warning
+            && !self.expiry_warned.swap(true, Ordering::Relaxed)
+        {
             tracing::warn!(
                 client_id = %self.client_id,
                 not_after = %Rfc3339(end),
-                renew_after = ?self.renew_after.map(Rfc3339),
+                renew_after = ?renew_after.map(Rfc3339),
                 thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
                 "{reason}; the credential file should be rotated"
             );
@@ -176,8 +172,8 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if *writes {
-            let (end, renew, cannot) = (self.window.end, self.renew_after, self.cannot_renew_after);
-            telemetry::credential_times(&self.client_id, end, renew, cannot);
+            let (renew, cannot) = (self.times.renew_after, self.times.cannot_renew_after);
+            telemetry::credential_times(&self.client_id, self.window.end, renew, cannot);
         }
     }
 }
