@@ -523,16 +523,14 @@ impl Client {
                 .header("content-type", "application/json")
                 .body(body.to_vec());
         }
-        let (status, headers, body) = exchange::run(async move {
-            let mut response = request.send().await?;
-            let status = response.status().as_u16();
-            let headers = std::mem::take(response.headers_mut());
-            let body = body::read_limited_body(&mut response).await?;
-            Ok((status, headers, body))
-        })
-        .await
-        .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
-        .map_err(transport)?;
+        let exchange::Answer {
+            status,
+            headers,
+            body,
+        } = exchange::send(request)
+            .await
+            .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
+            .map_err(transport)?;
         let header = |name: &str| {
             headers
                 .get(name)

@@ -1,6 +1,6 @@
 //! The token endpoint: its URL, the HTTP exchange, and parsing its answers.
 //!
-//! URL building and response parsing are pure functions; [`send`] is the only I/O.
+//! URL building and answer parsing are pure functions; [`send`] is the only I/O.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::error::{
     cause_chain, redact_quoted,
 };
 use crate::http::base_url::base_url;
-use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason, zeroizing_form};
+use crate::http::body::{parse_retry_after, too_large_reason, zeroizing_form};
 use crate::http::exchange;
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
@@ -54,20 +54,14 @@ pub(crate) struct TokenRequest<'a> {
     pub user_agent: &'a reqwest::header::HeaderValue,
 }
 
-/// A raw answer: status, `Retry-After`, body.
-pub(crate) struct RawResponse {
-    pub status: u16,
-    pub retry_after: Option<String>,
-    pub body: Vec<u8>,
-}
-
-/// POST the token request; return the raw answer. Transport failures and over-long bodies
-/// are errors here; HTTP error statuses are not (see [`parse_response`]).
+/// POST the token request, and parse the answer ([`parse_response`]) given at
+/// `requested_at`: a token, or a typed error for a transport failure or a refusal.
 pub(crate) async fn send(
     client: &reqwest::Client,
     req: &TokenRequest<'_>,
     timeout: Duration,
-) -> Result<RawResponse> {
+    requested_at: OffsetDateTime,
+) -> Result<AccessToken> {
     let transport = |e: reqwest::Error| -> Error {
         TransportError::from_reqwest("token", req.url.as_str(), cause_chain(&e), e).into()
     };
@@ -94,36 +88,20 @@ pub(crate) async fn send(
             "application/x-www-form-urlencoded",
         )
         .body(zeroizing_form(&form));
-    let (status, retry_after, body) = exchange::run(async move {
-        let mut response = request.send().await?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = read_limited_body(&mut response).await?;
-        Ok((status, retry_after, body))
-    })
-    .await
-    .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
-    .map_err(transport)?;
-    let Some(body) = body else {
-        return Err(too_large(status));
-    };
-    Ok(RawResponse {
-        status,
+    let answer = exchange::send(request)
+        .await
+        .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
+        .map_err(transport)?;
+    let retry_after = answer.headers.get(reqwest::header::RETRY_AFTER);
+    let retry_after = retry_after.and_then(|v| v.to_str().ok());
+    let body = answer.body.as_deref();
+    parse_response(
+        answer.status,
         retry_after,
         body,
-    })
-}
-
-fn too_large(status: u16) -> Error {
-    ErrorKind::Token(TokenError::InvalidResponse {
-        status,
-        reason: too_large_reason(),
-    })
-    .into()
+        requested_at,
+        req.client_request_id,
+    )
 }
 
 /// A number that some servers send as a string (`"expires_in": "3599"`).
@@ -164,26 +142,33 @@ struct ErrorBody {
     timestamp: Option<String>,
 }
 
-/// Turn a raw answer into a token or a typed error. `requested_at` is when the request was
-/// sent: expiry is counted from then, so it is never later than the server meant.
+/// Turn an answer (`body`: `None` when over the limit) into a token or a typed error.
+/// `requested_at` is when the request was sent: expiry is counted from then, so it is
+/// never later than the server meant.
 pub(crate) fn parse_response(
-    raw: &RawResponse,
+    status: u16,
+    retry_after: Option<&str>,
+    body: Option<&[u8]>,
     requested_at: OffsetDateTime,
     client_request_id: &str,
 ) -> Result<AccessToken> {
-    if (200..300).contains(&raw.status) {
-        return parse_success(raw.status, &raw.body, requested_at);
+    let Some(body) = body else {
+        return Err(invalid_response(status, too_large_reason()));
+    };
+    if (200..300).contains(&status) {
+        return parse_success(status, body, requested_at);
     }
-    let retry_after = raw.retry_after.as_deref();
     let retry_after = retry_after.and_then(|v| parse_retry_after(v, requested_at));
-    let error = parse_error(raw.status, &raw.body, retry_after, client_request_id);
+    let error = parse_error(status, body, retry_after, client_request_id);
     Err(ErrorKind::Token(TokenError::Endpoint(Box::new(error))).into())
 }
 
+fn invalid_response(status: u16, reason: String) -> Error {
+    ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
+}
+
 fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Result<AccessToken> {
-    let invalid = |reason: String| -> Error {
-        ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
-    };
+    let invalid = |reason| invalid_response(status, reason);
     let parsed: SuccessBody = serde_json::from_slice(body).map_err(|e| {
         invalid(format!(
             "not a token response ({})",

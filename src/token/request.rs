@@ -118,8 +118,7 @@ impl Inner {
             client_request_id: &client_request_id,
             user_agent: &self.user_agent,
         };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
-        let result = endpoint::parse_response(&raw, now, &client_request_id);
+        let result = endpoint::send(&self.http, &request, self.timeout, now).await;
         match &result {
             Ok(token) => tracing::debug!(
                 client_id = %self.client_id,
