@@ -42,11 +42,8 @@ use crate::token::refresh::{
 };
 use crate::untrusted_text::service_text;
 
-/// The cache (see the module docs).
-pub(crate) struct TokenCache(Arc<Shared>);
-
-/// What the cache and its requests in flight share.
-struct Shared {
+/// The cache (see the module docs), shared with its requests in flight.
+pub(crate) struct TokenCache {
     table: RwLock<Table>,
     clock: Arc<dyn Clock>,
     /// Refresh tokens at least this long before they expire ([`refresh_at`]).
@@ -94,7 +91,10 @@ impl Equivalent<Arc<Key>> for Query<'_> {
 /// A key's token and requests (times in Unix ms).
 #[derive(Default)]
 struct Slot {
-    token: Option<Cached>,
+    token: Option<AccessToken>,
+    /// The token's times: when its refresh is due ([`refresh_at`]), when it expires.
+    refresh_at: i64,
+    expires_on: i64,
     /// When a caller last asked for it (written by hits, under the read lock): the least
     /// recently used leave first.
     used_at: AtomicI64,
@@ -108,13 +108,6 @@ struct Slot {
     failures: u32,
     /// The last request's error and until when it is the answer.
     failed: Option<(Error, i64)>,
-}
-
-/// A token and its times (Unix ms).
-struct Cached {
-    token: AccessToken,
-    refresh_at: i64,
-    expires_on: i64,
 }
 
 /// What the callers waiting on a request await: its result, once it has one. Closed
@@ -140,12 +133,15 @@ enum Step {
 
 impl TokenCache {
     /// An empty cache whose times come from `clock`, bounded as `options` say.
-    pub(crate) fn new(clock: Arc<dyn Clock>, options: &ClientCertificateCredentialOptions) -> Self {
+    pub(crate) fn new(
+        clock: Arc<dyn Clock>,
+        options: &ClientCertificateCredentialOptions,
+    ) -> Arc<Self> {
         let table = Table {
             map: HashMap::new(),
             next_sweep: clock.now_unix_millis().saturating_add(IDLE_GRACE),
         };
-        TokenCache(Arc::new(Shared {
+        Arc::new(TokenCache {
             table: RwLock::new(table),
             clock,
             window: options.refresh_window,
@@ -153,25 +149,24 @@ impl TokenCache {
             failure_memory: options.failure_memory,
             failure_log: LogBudget::new(),
             remembered_log: LogBudget::new(),
-        }))
+        })
     }
 
     /// The cached token for `scopes` in `tenant` if it can be handed out now: the hit
     /// path. Inside the refresh window it also starts the background refresh.
     pub(crate) fn get_cached<F: Fetch>(
-        &self,
+        self: &Arc<Self>,
         tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
-        let shared = &self.0;
-        let table = shared.read();
+        let table = self.read();
         let slot = table.map.get(&Query { tenant, scopes })?;
-        let cached = slot.token.as_ref()?;
+        let token = slot.token.as_ref()?;
         // Read once the slot is found: before the lock it made a hit on two threads
         // contend longer (BENCHMARKS.md).
-        let now = shared.clock.now_unix_millis();
-        let freshness = freshness(now, cached.refresh_at, cached.expires_on);
+        let now = self.clock.now_unix_millis();
+        let freshness = freshness(now, slot.refresh_at, slot.expires_on);
         if freshness == Freshness::Expired {
             return None;
         }
@@ -179,13 +174,13 @@ impl TokenCache {
         if slot.used_at.load(Ordering::Relaxed) < now {
             slot.used_at.store(now, Ordering::Relaxed);
         }
-        let token = cached.token.clone();
+        let token = token.clone();
         if freshness == Freshness::RefreshAhead
             && slot.in_flight().is_none()
             && now >= slot.quiet_until
         {
             drop(table);
-            shared.refresh_ahead(&Query { tenant, scopes }, fetcher);
+            self.refresh_ahead(&Query { tenant, scopes }, fetcher);
         }
         Some(token)
     }
@@ -195,41 +190,32 @@ impl TokenCache {
     /// the failure memory, or that of a new request, which starts only if `admit()` says
     /// so (`None` when it does not).
     pub(crate) async fn get<F: Fetch>(
-        &self,
+        self: &Arc<Self>,
         tenant: Option<&str>,
         scopes: &[&str],
         fetcher: &Arc<F>,
         rejected: Option<&AccessToken>,
         admit: impl FnOnce() -> bool,
     ) -> Result<Option<AccessToken>> {
-        let (shared, query) = (&self.0, Query { tenant, scopes });
-        let now = shared.clock.now_unix_millis();
-        // Joining a request and a remembered failure need only the read lock.
-        let seen = shared
-            .read()
-            .map
-            .get(&query)
-            .and_then(|s| step(s, now, rejected));
-        let step = match seen {
-            Some(step) => step,
-            None => {
-                let mut table = shared.write();
-                let (key, step) = match table.map.get_key_value(&query) {
-                    Some((key, slot)) => (key.clone(), step(slot, now, rejected)),
-                    None => (shared.add(&mut table, &query, now), None),
-                };
-                match step {
-                    Some(step) => step,
-                    None if !admit() => return Ok(None),
-                    None => Step::Join(shared.start(table, key, fetcher)?),
-                }
+        let query = Query { tenant, scopes };
+        let now = self.clock.now_unix_millis();
+        let step = {
+            let mut table = self.write();
+            let (key, step) = match table.map.get_key_value(&query) {
+                Some((key, slot)) => (key.clone(), step(slot, now, rejected)),
+                None => (self.add(&mut table, &query, now), None),
+            };
+            match step {
+                Some(step) => step,
+                None if !admit() => return Ok(None),
+                None => Step::Join(self.start(table, key, fetcher)?),
             }
         };
         match step {
             Step::Hit(token) => Ok(Some(token)),
             Step::Join(answer) => wait(answer).await.map(Some),
             Step::Failed(error) => {
-                if let Some(left_out) = shared.remembered_log.admit(now) {
+                if let Some(left_out) = self.remembered_log.admit(now) {
                     tracing::debug!(
                         scope = %service_text(&scopes.join(" ")),
                         left_out,
@@ -241,65 +227,31 @@ impl TokenCache {
         }
     }
 
-    /// Up to `max` scope sets holding an unexpired token in `tenant`: recently served.
-    pub(crate) fn live_scopes(&self, tenant: Option<&str>, max: usize) -> Vec<Vec<String>> {
-        let now = self.0.clock.now_unix_millis();
-        let table = self.0.read();
-        let ours = table
+    /// Up to `max` scope sets holding an unexpired token in the fetcher's own tenant.
+    pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
+        let now = self.clock.now_unix_millis();
+        let table = self.read();
+        let live = |(k, s): &(&Arc<Key>, &Slot)| {
+            k.tenant.is_none() && s.token.is_some() && now < s.expires_on
+        };
+        let scopes = |(k, _): (&Arc<Key>, _)| k.scopes.iter().map(|s| s.to_string()).collect();
+        table
             .map
             .iter()
-            .filter(|(k, _)| k.tenant.as_deref() == tenant);
-        let live = ours.filter(|(_, s)| s.token.as_ref().is_some_and(|c| now < c.expires_on));
-        let scopes = |(k, _): (&Arc<Key>, _)| k.scopes.iter().map(|s| s.to_string()).collect();
-        live.take(max).map(scopes).collect()
+            .filter(live)
+            .take(max)
+            .map(scopes)
+            .collect()
     }
 
     /// Drop every cached token and remembered failure (keys stay). Requests in flight
     /// complete and are cached.
     pub(crate) fn clear(&self) {
-        for slot in self.0.write().map.values_mut() {
+        for slot in self.write().map.values_mut() {
             (slot.token, slot.failed) = (None, None);
         }
     }
-}
 
-/// What a miss does with `slot` at `now`: hand out its usable token (unless it is
-/// `rejected`), join its request in flight, or answer its remembered failure; `None`:
-/// start a request.
-fn step(slot: &Slot, now: i64, rejected: Option<&AccessToken>) -> Option<Step> {
-    if let Some(c) = &slot.token
-        && freshness(now, c.refresh_at, c.expires_on) != Freshness::Expired
-        && rejected.is_none_or(|r| r.token() != c.token.token())
-    {
-        return Some(Step::Hit(c.token.clone()));
-    }
-    match (slot.in_flight(), &slot.failed) {
-        (Some(answer), _) => Some(Step::Join(answer.clone())),
-        (None, Some((error, until))) if now < *until => Some(Step::Failed(error.clone())),
-        _ => None,
-    }
-}
-
-impl Slot {
-    /// A slot without token or request, added (and last used) at `now`.
-    fn new(now: i64) -> Self {
-        let used_at = AtomicI64::new(now);
-        Slot {
-            used_at,
-            settled_at: now,
-            ..Slot::default()
-        }
-    }
-
-    /// Its request in flight, if one is: a task that ends without answering (a panic,
-    /// its runtime shutting down) drops the sender, which ends the request for its
-    /// callers (`RequestAbandoned`) and for the next one (a new request).
-    fn in_flight(&self) -> Option<&Answer> {
-        self.inflight.as_ref().filter(|a| a.has_changed().is_ok())
-    }
-}
-
-impl Shared {
     fn read(&self) -> RwLockReadGuard<'_, Table> {
         self.table.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -316,7 +268,7 @@ impl Shared {
         if table.map.len() >= max || now >= table.next_sweep {
             table.next_sweep = now.saturating_add(IDLE_GRACE);
             table.map.retain(|_, s| {
-                let expires_on = s.token.as_ref().map(|c| c.expires_on);
+                let expires_on = s.token.as_ref().map(|_| s.expires_on);
                 !evictable(now, s.settled_at, expires_on, s.in_flight().is_some())
             });
             let len = table.map.len();
@@ -383,9 +335,9 @@ impl Shared {
         drop(table);
         let scope: Arc<str> = Arc::from(key.scopes.join(" "));
         let request = fetcher.fetch(key.tenant.clone(), scope.clone());
-        let (shared, started) = (self.clone(), self.clock.now());
+        let (cache, started) = (self.clone(), self.clock.now());
         let flight = Flight {
-            shared,
+            cache,
             key,
             scope,
             tx,
@@ -396,6 +348,42 @@ impl Shared {
             flight.land(result, started);
         }));
         Ok(answer)
+    }
+}
+
+/// What a miss does with `slot` at `now`: hand out its usable token (unless it is
+/// `rejected`), join its request in flight, or answer its remembered failure; `None`:
+/// start a request.
+fn step(slot: &Slot, now: i64, rejected: Option<&AccessToken>) -> Option<Step> {
+    if let Some(token) = &slot.token
+        && freshness(now, slot.refresh_at, slot.expires_on) != Freshness::Expired
+        && rejected.is_none_or(|r| r.token() != token.token())
+    {
+        return Some(Step::Hit(token.clone()));
+    }
+    match (slot.in_flight(), &slot.failed) {
+        (Some(answer), _) => Some(Step::Join(answer.clone())),
+        (None, Some((error, until))) if now < *until => Some(Step::Failed(error.clone())),
+        _ => None,
+    }
+}
+
+impl Slot {
+    /// A slot without token or request, added (and last used) at `now`.
+    fn new(now: i64) -> Self {
+        let used_at = AtomicI64::new(now);
+        Slot {
+            used_at,
+            settled_at: now,
+            ..Slot::default()
+        }
+    }
+
+    /// Its request in flight, if one is: a task that ends without answering (a panic,
+    /// its runtime shutting down) drops the sender, which ends the request for its
+    /// callers (`RequestAbandoned`) and for the next one (a new request).
+    fn in_flight(&self) -> Option<&Answer> {
+        self.inflight.as_ref().filter(|a| a.has_changed().is_ok())
     }
 }
 
@@ -417,7 +405,7 @@ fn abandoned(reason: &'static str) -> Error {
 /// remembers a failure and answers the waiters; dropped without landing (a panic, or the
 /// task dropped at runtime shutdown), its sender ends the request ([`Slot::in_flight`]).
 struct Flight {
-    shared: Arc<Shared>,
+    cache: Arc<TokenCache>,
     key: Arc<Key>,
     /// The scopes space-joined: what the request asks for.
     scope: Arc<str>,
@@ -426,11 +414,11 @@ struct Flight {
 
 impl Flight {
     fn land(self, result: Result<AccessToken>, started: OffsetDateTime) {
-        let shared = &self.shared;
-        let now = shared.clock.now_unix_millis();
+        let cache = &self.cache;
+        let now = cache.clock.now_unix_millis();
         // An answer or a transport failure; not a refusal made here (validity).
         let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
-        let mut table = shared.write();
+        let mut table = cache.write();
         // A slot in flight never leaves the map; were it gone, its waiters still get the
         // result.
         let mut gone = None;
@@ -439,21 +427,16 @@ impl Flight {
             None => gone.insert(Slot::new(now)),
         };
         let failed = result.as_ref().err().map(reached);
-        let next = settled(now, slot.failures, failed, shared.failure_memory, jitter());
+        let next = settled(now, slot.failures, failed, cache.failure_memory, jitter());
         let result = result.map_err(|error| match next.error_until {
             Some(until) => error.with_retry_at(from_unix_millis(until)),
             None => error,
         });
         if let Ok(token) = &result {
             let (expires, asked) = (token.expires_on(), token.refresh_on());
-            let at = refresh_at(started, expires, asked, shared.window, jitter());
-            let (refresh_at, expires_on) = (unix_millis(at), unix_millis(expires));
-            let token = token.clone();
-            slot.token = Some(Cached {
-                token,
-                refresh_at,
-                expires_on,
-            });
+            let at = refresh_at(started, expires, asked, cache.window, jitter());
+            (slot.refresh_at, slot.expires_on) = (unix_millis(at), unix_millis(expires));
+            slot.token = Some(token.clone());
         }
         let failed = result.as_ref().err().zip(next.error_until);
         slot.failed = failed.map(|(error, until)| (error.clone(), until));
@@ -462,7 +445,7 @@ impl Flight {
         let serving_cached = matches!(step(slot, now, None), Some(Step::Hit(_)));
         drop(table);
         if let Err(error) = &result
-            && let Some(left_out) = shared.failure_log.admit(now)
+            && let Some(left_out) = cache.failure_log.admit(now)
         {
             tracing::warn!(
                 scope = %service_text(&self.scope),

@@ -67,7 +67,7 @@ pub(crate) struct Inner {
     pub(crate) retry: RetryPolicy,
     pub(crate) clock: Arc<dyn Clock>,
     /// Tokens in the own tenant and in others, keyed by tenant and scopes.
-    pub(crate) cache: TokenCache,
+    pub(crate) cache: Arc<TokenCache>,
     /// The checked authority: other tenants' token URLs start with it.
     pub(crate) authority: Url,
     pub(crate) tenants: Tenants,
@@ -325,7 +325,7 @@ impl ClientCertificateCredential {
     /// The scope sets this credential holds an unexpired token for (its own tenant), at
     /// most `max`: what a reloading credential fetches ahead with its successor.
     pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
-        self.inner.cache.live_scopes(None, max)
+        self.inner.cache.live_scopes(max)
     }
 
     /// The application (client) id.
