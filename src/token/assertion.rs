@@ -19,7 +19,6 @@ use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s`.
 pub const ASSERTION_LIFETIME: Duration = Duration::from_secs(600);
-pub(crate) const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
 
 /// The client-assertion signature algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -134,7 +133,7 @@ impl AssertionSigner {
             jti,
             nbf: now,
             iat: now,
-            exp: now + ASSERTION_LIFETIME_SECS,
+            exp: now + ASSERTION_LIFETIME.as_secs() as i64,
         };
         // The claims and the signature are parts of the assertion: zeroized when dropped,
         // and sized up front (JSON escapes a byte into at most 6) so that no reallocation

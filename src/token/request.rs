@@ -68,8 +68,8 @@ impl Inner {
         .await
     }
 
-    /// One token request in its `token_request` span, counted by outcome with its
-    /// duration; a token obtained updates the credential's gauges.
+    /// One token request in its `token_request` span: check validity, sign, POST, parse.
+    /// Counted by outcome with its duration; a token obtained updates the gauges.
     async fn observed_request(
         &self,
         scope: &str,
@@ -87,45 +87,39 @@ impl Inner {
             error_code = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
-        let started = Instant::now();
-        let result = self
-            .request_once(scope, token_url)
-            .instrument(span.clone())
-            .await;
+        let (started, now) = (Instant::now(), self.clock.now());
+        let request = async {
+            self.window.check(now)?;
+            self.warn_if_expiring(now);
+            let assertion = self.assertion(now, token_url)?;
+            let client_request_id = uuid::Uuid::new_v4().to_string();
+            let request = TokenRequest {
+                url: token_url,
+                client_id: &self.client_id,
+                scope,
+                assertion: assertion.expose_secret(),
+                client_request_id: &client_request_id,
+                user_agent: &self.user_agent,
+            };
+            endpoint::send(&self.http, &request, self.timeout, now).await
+        };
+        let result = request.instrument(span.clone()).await;
         let elapsed = started.elapsed();
         let error = result.as_ref().err();
         telemetry::end_span(&span, error, elapsed);
         telemetry::token_request(&self.client_id, error, elapsed);
-        if let Ok(token) = &result {
-            self.record_times();
-            telemetry::token_expiry(&self.client_id, token.expires_on());
-        }
-        result
-    }
-
-    /// One token request: check validity, sign, POST, parse.
-    async fn request_once(&self, scope: &str, token_url: &Url) -> Result<AccessToken> {
-        let now = self.clock.now();
-        self.window.check(now)?;
-        self.warn_if_expiring(now);
-        let assertion = self.assertion(now, token_url)?;
-        let client_request_id = uuid::Uuid::new_v4().to_string();
-        let request = TokenRequest {
-            url: token_url,
-            client_id: &self.client_id,
-            scope,
-            assertion: assertion.expose_secret(),
-            client_request_id: &client_request_id,
-            user_agent: &self.user_agent,
-        };
-        let result = endpoint::send(&self.http, &request, self.timeout, now).await;
+        let _in_span = span.enter();
         match &result {
-            Ok(token) => tracing::debug!(
-                client_id = %self.client_id,
-                scope = %service_text(scope),
-                expires_on = %Rfc3339(token.expires_on()),
-                "acquired access token"
-            ),
+            Ok(token) => {
+                self.record_times();
+                telemetry::token_expiry(&self.client_id, token.expires_on());
+                tracing::debug!(
+                    client_id = %self.client_id,
+                    scope = %service_text(scope),
+                    expires_on = %Rfc3339(token.expires_on()),
+                    "acquired access token"
+                );
+            }
             Err(e) => tracing::debug!(
                 client_id = %self.client_id,
                 scope = %service_text(scope),
@@ -138,11 +132,10 @@ impl Inner {
 
     /// A client assertion for `token_url`, dated `now`, with a fresh `jti`.
     pub(crate) fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
-        let jti = uuid::Uuid::new_v4().to_string();
-        let (url, client_id) = (token_url.as_str(), &self.client_id);
+        let (url, jti) = (token_url.as_str(), uuid::Uuid::new_v4().to_string());
         let signed = self
             .signer
-            .sign(&self.certificate, url, client_id, now, &jti);
+            .sign(&self.certificate, url, &self.client_id, now, &jti);
         signed.map(SecretString::from)
     }
 
