@@ -1,25 +1,24 @@
 //! The token cache: the one cache of a credential's tokens (its own tenant, its other
 //! tenants, the data plane client, the token server), keyed by tenant (`None`: the
 //! fetcher's own; others lower-cased by the callers) and the scope list **as given**.
+//! Its rules are pure functions ([`super::refresh`]); here is how they are kept.
 //!
-//! - **The map**: a `HashMap` from a key to its [`Slot`] (the token and the key's
-//!   requests) behind one `RwLock`. A hit takes the read lock, looks the borrowed key up,
-//!   checks the token's times and clones it: no allocation. Adding a key, starting or
-//!   ending a request and eviction take the write lock briefly; no lock is held across an
-//!   `.await`.
-//! - **Single flight**: a miss joins the key's one request or starts it as a task of its
-//!   own ([`exchange::runtime`]: the caller's multi-threaded runtime, else the crate's I/O
-//!   runtime); its callers await its answer on a `watch` channel, so a caller that stops
-//!   waiting cancels no one. A task that ends without answering (a panic, its runtime
-//!   shutting down) drops its sender: its callers get `RequestAbandoned`, and the next
-//!   caller starts afresh ([`Slot::in_flight`]).
-//! - **Failure memory**: after a failed request, callers without a usable token get its
-//!   error until [`settled`] says (the error carries that time: `Error::retry_at`).
-//! - **Refresh ahead**: inside the window ([`refresh_at`]) callers get the cached token
-//!   and one background request replaces it, [`settled`]'s backoff apart after failures.
-//! - **Bound**: at most `max_cached_scopes` keys (besides those in flight); past it the
-//!   least recently used eighth leaves ([`evict_count`]); keys idle for a minute
-//!   ([`evictable`]) leave at the next sweep (at most one a minute).
+//! - **One map** from a key to its [`Slot`] (the token and the key's requests) behind
+//!   one `RwLock`. A hit takes the read lock, looks the borrowed key up, checks the
+//!   token's times and clones it: no allocation. A miss takes the write lock to decide
+//!   ([`step`]) and to add a key or mark its request in flight; a request takes it to
+//!   land. No lock is held across an `.await`.
+//! - **Single flight**: a key's request is a task of its own ([`exchange::runtime`]: the
+//!   caller's multi-threaded runtime, else the crate's I/O runtime) whose callers await
+//!   its answer on a `watch` channel, so a caller that stops waiting cancels no one. A
+//!   task that ends without answering (a panic, its runtime shutting down) drops the
+//!   sender: its callers get `RequestAbandoned`, the next caller starts afresh.
+//! - **Failure memory**: a failed request's error, carrying its end (`Error::retry_at`),
+//!   answers callers without a usable token until [`settled`] says.
+//! - **Refresh ahead**: a hit inside the window starts the background request, unless
+//!   one is in flight or the backoff after failures holds.
+//! - **Bound**: keys are added after a sweep when the cache is full (or a minute after
+//!   the last): the idle leave, then the least recently used.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -95,8 +94,7 @@ struct Slot {
     /// The token's times: when its refresh is due ([`refresh_at`]), when it expires.
     refresh_at: i64,
     expires_on: i64,
-    /// When a caller last asked for it (written by hits, under the read lock): the least
-    /// recently used leave first.
+    /// When a caller last asked for it (written by hits, under the read lock).
     used_at: AtomicI64,
     /// When it was added or its last request ended.
     settled_at: i64,
@@ -110,8 +108,7 @@ struct Slot {
     failed: Option<(Error, i64)>,
 }
 
-/// What the callers waiting on a request await: its result, once it has one. Closed
-/// without one when the request's task ended without answering.
+/// What the callers of a request await: its result, once it has one.
 type Answer = watch::Receiver<Option<Result<AccessToken>>>;
 
 /// What the caller supplies: a fetch of a new token, run as a task of its own.
@@ -124,7 +121,7 @@ pub(crate) trait Fetch: Send + Sync + 'static {
     ) -> impl Future<Output = Result<AccessToken>> + Send + 'static;
 }
 
-/// What a miss does, decided from a slot at a time ([`step`]).
+/// What a miss does, decided from a slot ([`step`]).
 enum Step {
     Hit(AccessToken),
     Join(Answer),
@@ -175,12 +172,20 @@ impl TokenCache {
             slot.used_at.store(now, Ordering::Relaxed);
         }
         let token = token.clone();
-        if freshness == Freshness::RefreshAhead
-            && slot.in_flight().is_none()
-            && now >= slot.quiet_until
-        {
+        let due = |s: &Slot| s.in_flight().is_none() && now >= s.quiet_until;
+        if freshness == Freshness::RefreshAhead && due(slot) {
             drop(table);
-            self.refresh_ahead(&Query { tenant, scopes }, fetcher);
+            // Again under the write lock: another hit may have started it meanwhile.
+            let table = self.write();
+            if let Some((key, slot)) = table.map.get_key_value(&Query { tenant, scopes })
+                && due(slot)
+            {
+                let key = key.clone();
+                tracing::debug!(scope = %service_text(&key.scopes.join(" ")), "refreshing token ahead of expiry");
+                if let Err(e) = self.start(table, key, fetcher) {
+                    tracing::debug!(error = %e, "cannot start the token refresh");
+                }
+            }
         }
         Some(token)
     }
@@ -235,13 +240,8 @@ impl TokenCache {
             k.tenant.is_none() && s.token.is_some() && now < s.expires_on
         };
         let scopes = |(k, _): (&Arc<Key>, _)| k.scopes.iter().map(|s| s.to_string()).collect();
-        table
-            .map
-            .iter()
-            .filter(live)
-            .take(max)
-            .map(scopes)
-            .collect()
+        let live = table.map.iter().filter(live);
+        live.take(max).map(scopes).collect()
     }
 
     /// Drop every cached token and remembered failure (keys stay). Requests in flight
@@ -262,7 +262,7 @@ impl TokenCache {
 
     /// Add a slot for `query` (not in the map), after a sweep when the cache is full or
     /// one is due: drop the slots [`evictable`] at `now`, then, if still full, the least
-    /// recently used eighth (none with a request in flight).
+    /// recently used ([`evict_count`]), none with a request in flight.
     fn add(&self, table: &mut Table, query: &Query<'_>, now: i64) -> Arc<Key> {
         let max = self.max_entries;
         if table.map.len() >= max || now >= table.next_sweep {
@@ -295,24 +295,6 @@ impl TokenCache {
         });
         table.map.insert(key.clone(), Slot::new(now));
         key
-    }
-
-    /// Start one background request for the key unless one is in flight or its backoff
-    /// holds.
-    fn refresh_ahead<F: Fetch>(self: &Arc<Self>, query: &Query<'_>, fetcher: &Arc<F>) {
-        let table = self.write();
-        let now = self.clock.now_unix_millis();
-        let Some((key, slot)) = table.map.get_key_value(query) else {
-            return;
-        };
-        if slot.in_flight().is_some() || now < slot.quiet_until {
-            return;
-        }
-        let key = key.clone();
-        tracing::debug!(scope = %service_text(&key.scopes.join(" ")), "refreshing token ahead of expiry");
-        if let Err(e) = self.start(table, key, fetcher) {
-            tracing::debug!(error = %e, "cannot start the token refresh");
-        }
     }
 
     /// Start `key`'s request (the caller saw none in flight): marked in flight under
@@ -379,9 +361,8 @@ impl Slot {
         }
     }
 
-    /// Its request in flight, if one is: a task that ends without answering (a panic,
-    /// its runtime shutting down) drops the sender, which ends the request for its
-    /// callers (`RequestAbandoned`) and for the next one (a new request).
+    /// Its request in flight, if one is: one whose task ended without answering closed
+    /// the channel, which ends it for its callers and for the next one.
     fn in_flight(&self) -> Option<&Answer> {
         self.inflight.as_ref().filter(|a| a.has_changed().is_ok())
     }
@@ -402,8 +383,7 @@ fn abandoned(reason: &'static str) -> Error {
 }
 
 /// One request of a key, run in its task: [`land`](Flight::land) caches its result,
-/// remembers a failure and answers the waiters; dropped without landing (a panic, or the
-/// task dropped at runtime shutdown), its sender ends the request ([`Slot::in_flight`]).
+/// remembers a failure and answers the waiters.
 struct Flight {
     cache: Arc<TokenCache>,
     key: Arc<Key>,
