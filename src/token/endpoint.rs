@@ -1,6 +1,5 @@
-//! The token endpoint: its URL, the HTTP exchange, and parsing its answers.
-//!
-//! URL building and answer parsing are pure functions; [`send`] is the only I/O.
+//! The token endpoint: its URL, and its answers parsed into a token or a typed error.
+//! Pure functions; the request is [`super::request`]'s.
 
 use std::time::Duration;
 
@@ -9,18 +8,12 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::error::{
-    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, TransportError,
-    cause_chain, redact_quoted,
+    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, redact_quoted,
 };
 use crate::http::base_url::base_url;
-use crate::http::body::{parse_retry_after, too_large_reason, zeroizing_form};
-use crate::http::exchange;
+use crate::http::body::{parse_retry_after, too_large_reason};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
-
-const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-const SKU: &str = env!("CARGO_PKG_NAME");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The authority (the Entra host, any path it has kept), checked by the rule for a
 /// service's base URL ([`base_url`]): `https`, or `http` for a loopback host when
@@ -40,68 +33,6 @@ pub(crate) fn token_url(authority: &Url, tenant: &str) -> Url {
     let mut url = authority.clone();
     url.set_path(&format!("{path}/{tenant}/oauth2/v2.0/token"));
     url
-}
-
-/// What one token request sends.
-pub(crate) struct TokenRequest<'a> {
-    pub url: &'a Url,
-    pub client_id: &'a str,
-    /// Scopes joined by spaces.
-    pub scope: &'a str,
-    pub assertion: &'a str,
-    pub client_request_id: &'a str,
-    /// The `User-Agent` ([`Environment::user_agent`](crate::Environment::user_agent)).
-    pub user_agent: &'a reqwest::header::HeaderValue,
-}
-
-/// POST the token request, and parse the answer ([`parse_response`]) given at
-/// `requested_at`: a token, or a typed error for a transport failure or a refusal.
-pub(crate) async fn send(
-    client: &reqwest::Client,
-    req: &TokenRequest<'_>,
-    timeout: Duration,
-    requested_at: OffsetDateTime,
-) -> Result<AccessToken> {
-    let transport = |e: reqwest::Error| -> Error {
-        TransportError::from_reqwest("token", req.url.as_str(), cause_chain(&e), e).into()
-    };
-    let form = [
-        ("grant_type", "client_credentials"),
-        ("client_id", req.client_id),
-        ("scope", req.scope),
-        ("client_assertion_type", JWT_BEARER),
-        ("client_assertion", req.assertion),
-    ];
-    let request = client
-        .post(req.url.clone())
-        .timeout(timeout)
-        .header("accept", "application/json")
-        // Per request, so that a caller's own client sends it too.
-        .header(reqwest::header::USER_AGENT, req.user_agent.clone())
-        .header("client-request-id", req.client_request_id)
-        .header("return-client-request-id", "true")
-        .header("x-client-sku", SKU)
-        .header("x-client-ver", VERSION)
-        .header("x-ms-lib-capability", "retry-after, h429")
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(zeroizing_form(&form));
-    let answer = exchange::send(request)
-        .await
-        .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
-        .map_err(transport)?;
-    let retry_after = answer.headers.get(reqwest::header::RETRY_AFTER);
-    let retry_after = retry_after.and_then(|v| v.to_str().ok());
-    let body = answer.body.as_deref();
-    parse_response(
-        answer.status,
-        retry_after,
-        body,
-        requested_at,
-        req.client_request_id,
-    )
 }
 
 /// A number that some servers send as a string (`"expires_in": "3599"`).

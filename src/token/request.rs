@@ -1,26 +1,32 @@
 //! One token fetch, as the cache runs it: attempts until one succeeds or the retry policy
 //! gives up, each in its span and counted; each checks the credential's validity, signs
-//! a fresh assertion, POSTs it and parses the answer.
+//! a fresh assertion, POSTs it with the form and headers MSAL sends, and parses the
+//! answer ([`endpoint::parse_response`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
-use reqwest::Url;
+use reqwest::{Url, header};
 use time::OffsetDateTime;
 use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
-use crate::error::Result;
+use crate::error::{Error, Result, TokenError, TransportError, cause_chain};
 use crate::file::validity::expiry_warning;
-use crate::http::retry;
+use crate::http::body::zeroizing_form;
+use crate::http::{exchange, retry};
 use crate::secret::SecretString;
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::cache::Fetch;
 use crate::token::credential::Inner;
-use crate::token::endpoint::{self, TokenRequest};
+use crate::token::endpoint;
 use crate::untrusted_text::service_text;
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+const SKU: &str = env!("CARGO_PKG_NAME");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 impl Fetch for Inner {
     fn fetch(
@@ -68,8 +74,8 @@ impl Inner {
         .await
     }
 
-    /// One token request in its `token_request` span: check validity, sign, POST, parse.
-    /// Counted by outcome with its duration; a token obtained updates the gauges.
+    /// One token request in its `token_request` span, counted by outcome with its
+    /// duration; a token obtained updates the credential's gauges.
     async fn observed_request(
         &self,
         scope: &str,
@@ -88,22 +94,8 @@ impl Inner {
             duration_ms = tracing::field::Empty,
         );
         let (started, now) = (Instant::now(), self.clock.now());
-        let request = async {
-            self.window.check(now)?;
-            self.warn_if_expiring(now);
-            let assertion = self.assertion(now, token_url)?;
-            let client_request_id = uuid::Uuid::new_v4().to_string();
-            let request = TokenRequest {
-                url: token_url,
-                client_id: &self.client_id,
-                scope,
-                assertion: assertion.expose_secret(),
-                client_request_id: &client_request_id,
-                user_agent: &self.user_agent,
-            };
-            endpoint::send(&self.http, &request, self.timeout, now).await
-        };
-        let result = request.instrument(span.clone()).await;
+        let result = self.request_once(scope, token_url, now);
+        let result = result.instrument(span.clone()).await;
         let elapsed = started.elapsed();
         let error = result.as_ref().err();
         telemetry::end_span(&span, error, elapsed);
@@ -128,6 +120,51 @@ impl Inner {
             ),
         }
         result
+    }
+
+    /// One token request at `now`: check validity, sign, POST the form MSAL sends, parse.
+    async fn request_once(
+        &self,
+        scope: &str,
+        token_url: &Url,
+        now: OffsetDateTime,
+    ) -> Result<AccessToken> {
+        self.window.check(now)?;
+        self.warn_if_expiring(now);
+        let assertion = self.assertion(now, token_url)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let form = [
+            ("grant_type", "client_credentials"),
+            ("client_id", &self.client_id),
+            ("scope", scope),
+            ("client_assertion_type", JWT_BEARER),
+            ("client_assertion", assertion.expose_secret()),
+        ];
+        let request = self
+            .http
+            .post(token_url.clone())
+            .timeout(self.timeout)
+            .header("accept", "application/json")
+            // Per request, so that a caller's own client sends it too.
+            .header(header::USER_AGENT, self.user_agent.clone())
+            .header("client-request-id", &id)
+            .header("return-client-request-id", "true")
+            .header("x-client-sku", SKU)
+            .header("x-client-ver", VERSION)
+            .header("x-ms-lib-capability", "retry-after, h429")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(zeroizing_form(&form));
+        let transport = |e: reqwest::Error| -> Error {
+            TransportError::from_reqwest("token", token_url.as_str(), cause_chain(&e), e).into()
+        };
+        let answer = exchange::send(request)
+            .await
+            .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
+            .map_err(transport)?;
+        let retry_after = answer.headers.get(header::RETRY_AFTER);
+        let retry_after = retry_after.and_then(|v| v.to_str().ok());
+        let body = answer.body.as_deref();
+        endpoint::parse_response(answer.status, retry_after, body, now, &id)
     }
 
     /// A client assertion for `token_url`, dated `now`, with a fresh `jti`.
