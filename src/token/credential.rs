@@ -10,10 +10,11 @@ use std::time::Duration;
 use reqwest::Url;
 
 use crate::clock::{Clock, to_time};
-use crate::error::{ConfigError, Error, ErrorKind, FileError, Result, TokenError};
+use crate::error::{ConfigError, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
 use crate::file::validity::Window;
+use crate::http::base_url::base_url;
 use crate::http::retry::RetryPolicy;
 use crate::secret::SecretString;
 use crate::telemetry;
@@ -95,9 +96,17 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let certificate = ClientCertificate::from_base64(file.client_secret)?;
-        let (authority, tenant, client) = (file.authority, file.tenant_id, file.client_id);
-        let built = Self::build(authority, tenant, client, certificate, file.times, options);
-        built.map_err(file_authority)
+        // The file's `authentication_endpoint`: the file is what to fix.
+        let loopback = options.environment.allows_http_loopback();
+        let authority = base_url(file.authority, loopback, false).map_err(|reason| {
+            let reason = format!("`{}` is not usable: {reason}", file.authority);
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                reason,
+            })
+        })?;
+        let (tenant, client) = (file.tenant_id, file.client_id);
+        Self::build(authority, tenant, client, certificate, file.times, options)
     }
 
     /// Build a credential from its parts: an application (a service, often multi-tenant)
@@ -142,6 +151,7 @@ impl ClientCertificateCredential {
         certificate: ClientCertificate,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
+        let authority = endpoint::authority(authority, options.environment.allows_http_loopback())?;
         let times = FileTimes::default();
         Self::build(authority, tenant_id, client_id, certificate, times, options)
     }
@@ -149,7 +159,7 @@ impl ClientCertificateCredential {
     /// [`new`](Self::new) and [`from_parts`](Self::from_parts), with the credential
     /// file's times (none for `from_parts`).
     fn build(
-        authority: &str,
+        authority: Url,
         tenant_id: &str,
         client_id: &str,
         certificate: ClientCertificate,
@@ -165,7 +175,6 @@ impl ClientCertificateCredential {
         }
         let tenants = Tenants::new(tenant_id, &options.additionally_allowed_tenants)?;
         let environment = &options.environment;
-        let authority = endpoint::authority(authority, environment.allows_http_loopback())?;
         let token_url = endpoint::token_url(&authority, tenants.own());
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
         telemetry::token_client(client_id);
@@ -392,22 +401,6 @@ impl fmt::Debug for ClientCertificateCredential {
             .field("algorithm", &self.inner.signer.algorithm())
             .field("certificate", &self.inner.certificate)
             .finish_non_exhaustive()
-    }
-}
-
-/// The authority of a credential file is the file's `authentication_endpoint`: an
-/// unusable one is the file's error, naming that key (the same check on a caller's
-/// authority, in [`ClientCertificateCredential::from_parts`], stays the caller's).
-fn file_authority(e: Error) -> Error {
-    match e.kind() {
-        ErrorKind::Config(ConfigError::InvalidAuthority { authority, reason }) => {
-            ErrorKind::File(FileError::InvalidField {
-                field: "authentication_endpoint",
-                reason: format!("`{authority}` is not usable: {reason}"),
-            })
-            .into()
-        }
-        _ => e,
     }
 }
 
