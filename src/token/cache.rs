@@ -399,13 +399,11 @@ impl Flight {
         // An answer or a transport failure; not a refusal made here (validity).
         let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
         let mut table = cache.write();
-        // A slot in flight never leaves the map; were it gone, its waiters still get the
-        // result.
-        let mut gone = None;
-        let slot = match table.map.get_mut(&self.key) {
-            Some(slot) => slot,
-            None => gone.insert(Slot::new(now)),
-        };
+        // A slot in flight never leaves the map (were it gone, it would come back).
+        let slot = table
+            .map
+            .entry(self.key.clone())
+            .or_insert_with(|| Slot::new(now));
         let failed = result.as_ref().err().map(reached);
         let next = settled(now, slot.failures, failed, cache.failure_memory, jitter());
         let result = result.map_err(|error| match next.error_until {
