@@ -266,11 +266,12 @@ impl CredentialReport {
 
 /// The token URL, or the problem with the authority.
 fn check_authority(authority: &str, tenant: &str) -> (Option<String>, Option<Problem>) {
-    match endpoint::token_url(authority, tenant, false) {
-        Ok(url) => (Some(url.to_string()), None),
-        Err(strict) => match endpoint::token_url(authority, tenant, true) {
-            Ok(url) => (
-                Some(url.to_string()),
+    let url = |authority| Some(endpoint::token_url(&authority, tenant).to_string());
+    match endpoint::authority(authority, false) {
+        Ok(authority) => (url(authority), None),
+        Err(strict) => match endpoint::authority(authority, true) {
+            Ok(authority) => (
+                url(authority),
                 Some(problem(
                     Severity::Warning,
                     ProblemKind::Authority,

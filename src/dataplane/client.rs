@@ -24,6 +24,7 @@ use crate::error::{
     cause_chain, redact_quoted,
 };
 use crate::http::azure_error_body::parse_error_body;
+use crate::http::base_url::base_url;
 use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange, loopback};
 use crate::telemetry::{self, Service};
@@ -522,16 +523,14 @@ impl Client {
                 .header("content-type", "application/json")
                 .body(body.to_vec());
         }
-        let (status, headers, body) = exchange::run(async move {
-            let mut response = request.send().await?;
-            let status = response.status().as_u16();
-            let headers = std::mem::take(response.headers_mut());
-            let body = body::read_limited_body(&mut response).await?;
-            Ok((status, headers, body))
-        })
-        .await
-        .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
-        .map_err(transport)?;
+        let exchange::Answer {
+            status,
+            headers,
+            body,
+        } = exchange::send(request)
+            .await
+            .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
+            .map_err(transport)?;
         let header = |name: &str| {
             headers
                 .get(name)
@@ -648,30 +647,9 @@ pub(crate) fn parse_identity_url(
         .next()
         .unwrap_or_default()
         .to_owned();
-    let refuse = |reason: &str| -> Error {
-        ErrorKind::Config(ConfigError::InvalidIdentityUrl {
-            url: shown.clone(),
-            reason: reason.to_owned(),
-        })
-        .into()
-    };
-    let url = Url::parse(identity_url.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
-    match url.scheme() {
-        "https" => {}
-        "http" if allow_http_loopback && loopback::is_loopback(&url) => {}
-        "http" => {
-            return Err(refuse(
-                "plain http is refused; the data plane is https only",
-            ));
-        }
-        other => return Err(refuse(&format!("scheme `{other}` is not https"))),
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(refuse("no host"));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(refuse("an identity URL carries no user information"));
-    }
+    let url = base_url(identity_url, allow_http_loopback, true).map_err(|reason| {
+        ErrorKind::Config(ConfigError::InvalidIdentityUrl { url: shown, reason })
+    })?;
     let query = url
         .query_pairs()
         .filter(|(k, _)| k != "api-version")

@@ -270,10 +270,7 @@ impl<'a> CredentialFile<'a> {
             return Err(invalid(field, "is empty"));
         }
         if !is_url_safe_tenant(tenant_id) {
-            return Err(invalid(
-                "tenant_id",
-                "may hold only letters, digits, '-', '.' and '_'",
-            ));
+            return Err(invalid("tenant_id", TENANT_RULE));
         }
         check_guid("client_id", client_id)?;
         if let Some(object_id) = &creds.object_id {
@@ -317,6 +314,10 @@ pub struct FileTimes {
     #[serde(with = "time::serde::rfc3339::option")]
     pub cannot_renew_after: Option<OffsetDateTime>,
 }
+
+/// Why a tenant cannot be used in a URL path ([`is_url_safe_tenant`]).
+pub(crate) const TENANT_RULE: &str =
+    "must be non-empty and hold only letters, digits, '-', '.' and '_'";
 
 /// Pure: a tenant id usable as a URL path segment: non-empty, letters, digits, `-`, `.`
 /// and `_` only. The crate's one tenant rule (credential files, `from_parts`, other
@@ -531,6 +532,13 @@ impl std::io::Write for ZeroizingBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenants_usable_in_a_url_path() {
+        assert!(is_url_safe_tenant("72f988bf-86f1-41af-91ab-2d7cd011db47"));
+        assert!(!is_url_safe_tenant("a/b"));
+        assert!(!is_url_safe_tenant(""));
+    }
 
     #[test]
     fn secret_json_is_serde_json_s_output_whatever_the_size_hint() {

@@ -18,7 +18,8 @@
 //! handshake.
 //!
 //! A caller that stops waiting for an exchange drops or aborts it (the request's own
-//! timeout bounds it in any case); a spawned request runs to its end.
+//! timeout bounds it in any case); a spawned request runs to its end. [`send`] is an
+//! exchange that reads its answer whole, bounded.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -99,6 +100,33 @@ where
     AbortOnDrop(io.spawn(exchange))
         .await
         .map_err(|_| Abandoned("the HTTP exchange task ended without an answer"))
+}
+
+/// An answer read whole: its status, its headers and its body (`None` when longer than
+/// [`MAX_RESPONSE_BYTES`](super::body::MAX_RESPONSE_BYTES)).
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) body: Option<Vec<u8>>,
+}
+
+/// Send `request` where exchanges run ([`run`]) and read its answer, its body bounded
+/// ([`read_limited_body`](super::body::read_limited_body)).
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+) -> Result<reqwest::Result<Answer>, Abandoned> {
+    run(async move {
+        let mut response = request.send().await?;
+        let status = response.status().as_u16();
+        let headers = std::mem::take(response.headers_mut());
+        let body = super::body::read_limited_body(&mut response).await?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    })
+    .await
 }
 
 /// A spawned exchange, aborted when the caller stops waiting for it.

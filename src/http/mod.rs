@@ -1,12 +1,14 @@
 //! HTTP plumbing shared by the token, data plane and Key Vault layers: the crate's own
 //! client ([`client`]; which client a request uses is the `Environment`'s choice), where
-//! exchanges run ([`exchange`]), bounded answers and `Retry-After`
-//! ([`body`]), which hosts are loopback ([`loopback`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
+//! exchanges run ([`exchange`]), bounded answers, `Retry-After` and the zeroizing form
+//! body ([`body`]), which hosts are loopback ([`loopback`]), the rule for a configured
+//! service URL ([`base_url`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
 //! a service hands back ([`service_link`]), the bundled roots ([`roots`]) and the
 //! `User-Agent` every request carries ([`user_agent`]). Uses only
 //! the basics (errors, bounded file reading, untrusted text).
 
 pub(crate) mod azure_error_body;
+pub(crate) mod base_url;
 pub(crate) mod body;
 pub(crate) mod client;
 pub(crate) mod exchange;

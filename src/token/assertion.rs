@@ -19,7 +19,6 @@ use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s`.
 pub const ASSERTION_LIFETIME: Duration = Duration::from_secs(600);
-pub(crate) const ASSERTION_LIFETIME_SECS: i64 = ASSERTION_LIFETIME.as_secs() as i64;
 
 /// The client-assertion signature algorithm.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -90,21 +89,16 @@ impl AssertionSigner {
             .iter()
             .map(|der| STANDARD.encode(der))
             .collect();
-        let header = match algorithm {
-            AssertionAlgorithm::Ps256 => Header {
-                alg: algorithm.name(),
-                typ: "JWT",
-                x5t: None,
-                x5t_s256: Some(URL_SAFE_NO_PAD.encode(cert.thumbprint_sha256())),
-                x5c: &x5c,
-            },
-            AssertionAlgorithm::Rs256 => Header {
-                alg: algorithm.name(),
-                typ: "JWT",
-                x5t: Some(URL_SAFE_NO_PAD.encode(cert.thumbprint_sha1())),
-                x5t_s256: None,
-                x5c: &x5c,
-            },
+        let (x5t, x5t_s256) = match algorithm {
+            AssertionAlgorithm::Ps256 => (None, Some(cert.thumbprint_sha256().as_slice())),
+            AssertionAlgorithm::Rs256 => (Some(cert.thumbprint_sha1().as_slice()), None),
+        };
+        let header = Header {
+            alg: algorithm.name(),
+            typ: "JWT",
+            x5t: x5t.map(|t| URL_SAFE_NO_PAD.encode(t)),
+            x5t_s256: x5t_s256.map(|t| URL_SAFE_NO_PAD.encode(t)),
+            x5c: &x5c,
         };
         let json =
             serde_json::to_vec(&header).map_err(|_| ErrorKind::Token(TokenError::Signing))?;
@@ -139,7 +133,7 @@ impl AssertionSigner {
             jti,
             nbf: now,
             iat: now,
-            exp: now + ASSERTION_LIFETIME_SECS,
+            exp: now + ASSERTION_LIFETIME.as_secs() as i64,
         };
         // The claims and the signature are parts of the assertion: zeroized when dropped,
         // and sized up front (JSON escapes a byte into at most 6) so that no reallocation

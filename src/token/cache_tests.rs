@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use time::OffsetDateTime;
 
@@ -10,7 +9,7 @@ use super::{Fetch, TokenCache};
 use crate::clock::SystemClock;
 use crate::error::{ErrorKind, Result, TokenError};
 use crate::token::access_token::AccessToken;
-use crate::token::refresh::Limits;
+use crate::token::options::ClientCertificateCredentialOptions;
 
 /// Panics on its first request, answers the next ones.
 struct PanicsOnce(AtomicUsize);
@@ -33,18 +32,12 @@ impl Fetch for PanicsOnce {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_panics_ends_for_its_callers_and_the_next_one_starts_afresh() {
-    let limits = Limits {
-        window: Duration::from_secs(300),
-        max_entries: 16,
-        failure_memory: Duration::from_secs(5),
-    };
-    let cache = TokenCache::new(Arc::new(SystemClock), limits);
+    let options = ClientCertificateCredentialOptions::default();
+    let cache = TokenCache::new(Arc::new(SystemClock), &options);
     let fetcher = Arc::new(PanicsOnce(AtomicUsize::new(0)));
     let scopes = ["https://management.azure.com/.default"];
-    let (first, joined) = tokio::join!(
-        cache.get(None, &scopes, &fetcher),
-        cache.get(None, &scopes, &fetcher)
-    );
+    let get = || cache.get(None, &scopes, &fetcher, None, || true);
+    let (first, joined) = tokio::join!(get(), get());
     for (who, got) in [("starter", first), ("joined", joined)] {
         let err = got.expect_err("a panicked request has no token");
         assert!(
@@ -57,6 +50,6 @@ async fn a_request_that_panics_ends_for_its_callers_and_the_next_one_starts_afre
     }
     assert_eq!(fetcher.0.load(Ordering::SeqCst), 1, "one request for both");
     // The entry is not left in flight: the next caller makes a new request.
-    let token = cache.get(None, &scopes, &fetcher).await.expect("token");
+    let token = get().await.expect("token").expect("admitted");
     assert_eq!(token.token(), "token-1");
 }

@@ -8,14 +8,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use reqwest::Url;
-use time::OffsetDateTime;
 
 use crate::clock::{Clock, to_time};
-use crate::error::{ConfigError, Error, ErrorKind, FileError, Result};
+use crate::error::{ConfigError, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
-use crate::file::model::is_url_safe_tenant;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
 use crate::file::validity::Window;
+use crate::http::base_url::base_url;
 use crate::http::retry::RetryPolicy;
 use crate::secret::SecretString;
 use crate::telemetry;
@@ -24,8 +23,7 @@ use crate::token::assertion::{AssertionAlgorithm, AssertionSigner};
 use crate::token::cache::TokenCache;
 use crate::token::endpoint;
 use crate::token::options::ClientCertificateCredentialOptions;
-use crate::token::refresh::Limits;
-use crate::token::tenant::{TENANT_RULE, Tenants};
+use crate::token::tenant::Tenants;
 
 /// A credential that authenticates as a user-assigned managed identity with its
 /// certificate: the Rust counterpart of what Go's `GetCredential` returns
@@ -59,9 +57,8 @@ pub(crate) struct Inner {
     pub(crate) signer: AssertionSigner,
     /// When it may be used (computed once, from the file's times and the leaf).
     pub(crate) window: Window,
-    pub(crate) renew_after: Option<OffsetDateTime>,
-    /// The file's `cannot_renew_after`, for the metrics.
-    pub(crate) cannot_renew_after: Option<OffsetDateTime>,
+    /// The file's times: `renew_after` warns, and the gauges show them.
+    pub(crate) times: FileTimes,
     pub(crate) expiry_warning_margin: time::Duration,
     pub(crate) expiry_warned: AtomicBool,
     pub(crate) http: reqwest::Client,
@@ -71,10 +68,9 @@ pub(crate) struct Inner {
     pub(crate) retry: RetryPolicy,
     pub(crate) clock: Arc<dyn Clock>,
     /// Tokens in the own tenant and in others, keyed by tenant and scopes.
-    pub(crate) cache: TokenCache,
-    /// For other tenants' token URLs.
-    pub(crate) authority: String,
-    pub(crate) allow_http_loopback: bool,
+    pub(crate) cache: Arc<TokenCache>,
+    /// The checked authority: other tenants' token URLs start with it.
+    pub(crate) authority: Url,
     pub(crate) tenants: Tenants,
     /// Whether the credential still writes its client id's credential gauges: until a
     /// reloading credential retires it for the next file's. Held while writing, so that a
@@ -100,9 +96,17 @@ impl ClientCertificateCredential {
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
         let certificate = ClientCertificate::from_base64(file.client_secret)?;
-        let (authority, tenant, client) = (file.authority, file.tenant_id, file.client_id);
-        let built = Self::assemble(authority, tenant, client, certificate, &file.times, options);
-        built.map_err(file_authority)
+        // The file's `authentication_endpoint`: the file is what to fix.
+        let loopback = options.environment.allows_http_loopback();
+        let authority = base_url(file.authority, loopback, false).map_err(|reason| {
+            let reason = format!("`{}` is not usable: {reason}", file.authority);
+            ErrorKind::File(FileError::InvalidField {
+                field: "authentication_endpoint",
+                reason,
+            })
+        })?;
+        let (tenant, client) = (file.tenant_id, file.client_id);
+        Self::build(authority, tenant, client, certificate, file.times, options)
     }
 
     /// Build a credential from its parts: an application (a service, often multi-tenant)
@@ -147,68 +151,52 @@ impl ClientCertificateCredential {
         certificate: ClientCertificate,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
-        let invalid = |argument: &'static str, reason: &str| -> Error {
-            let reason = reason.to_owned();
-            ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into()
-        };
-        if client_id.trim().is_empty() {
-            return Err(invalid("client_id", "is empty"));
-        }
-        if !is_url_safe_tenant(tenant_id.trim()) {
-            return Err(invalid("tenant_id", TENANT_RULE));
-        }
-        let no_file = FileTimes::default();
-        Self::assemble(
-            authority,
-            tenant_id,
-            client_id,
-            certificate,
-            &no_file,
-            options,
-        )
+        let authority = endpoint::authority(authority, options.environment.allows_http_loopback())?;
+        let times = FileTimes::default();
+        Self::build(authority, tenant_id, client_id, certificate, times, options)
     }
 
-    /// The shared end of [`new`](Self::new) and [`from_parts`](Self::from_parts), with
-    /// the credential file's times (none for `from_parts`).
-    fn assemble(
-        authority: &str,
+    /// [`new`](Self::new) and [`from_parts`](Self::from_parts), with the credential
+    /// file's times (none for `from_parts`).
+    fn build(
+        authority: Url,
         tenant_id: &str,
         client_id: &str,
         certificate: ClientCertificate,
-        times: &FileTimes,
+        times: FileTimes,
         options: ClientCertificateCredentialOptions,
     ) -> Result<Self> {
+        let client_id = client_id.trim();
+        if client_id.is_empty() {
+            let (argument, reason) = ("client_id", "is empty".into());
+            return Err(
+                ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into(),
+            );
+        }
+        let tenants = Tenants::new(tenant_id, &options.additionally_allowed_tenants)?;
         let environment = &options.environment;
-        let loopback = environment.allows_http_loopback();
-        let token_url = endpoint::token_url(authority, tenant_id.trim(), loopback)?;
+        let token_url = endpoint::token_url(&authority, tenants.own());
         let signer = AssertionSigner::new(&certificate, options.assertion_algorithm)?;
-        telemetry::token_client(client_id.trim());
+        telemetry::token_client(client_id);
         // A loopback authority is never reached through a proxy from the environment.
         let http = environment.client(crate::http::loopback::is_loopback(&token_url))?;
-        let limits = Limits {
-            window: options.refresh_window,
-            max_entries: options.max_cached_scopes,
-            failure_memory: options.failure_memory,
-        };
         let inner = Inner {
-            client_id: client_id.trim().to_owned(),
+            client_id: client_id.to_owned(),
             token_url,
-            window: Window::new(times, certificate.not_before(), certificate.not_after()),
+            window: Window::new(&times, certificate.not_before(), certificate.not_after()),
             certificate,
             signer,
-            renew_after: times.renew_after,
-            cannot_renew_after: times.cannot_renew_after,
+            times,
             expiry_warning_margin: to_time(options.expiry_warning_margin),
             expiry_warned: AtomicBool::new(false),
             http,
             user_agent: environment.user_agent_header(),
             timeout: environment.request_timeout(),
             retry: environment.retry_policy().clone(),
-            cache: TokenCache::new(environment.clock().clone(), limits),
+            cache: TokenCache::new(environment.clock().clone(), &options),
             clock: environment.clock().clone(),
-            authority: authority.trim().to_owned(),
-            allow_http_loopback: loopback,
-            tenants: Tenants::new(tenant_id.trim(), &options.additionally_allowed_tenants),
+            authority,
+            tenants,
             writes_gauges: Mutex::new(true),
         };
         Ok(ClientCertificateCredential {
@@ -217,30 +205,21 @@ impl ClientCertificateCredential {
     }
 
     /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
-    /// scope, e.g. `https://management.azure.com/.default`), from the cache when it holds
-    /// a usable one.
-    ///
-    /// - A cached token is returned at once, under a shared read lock, without allocation.
-    /// - Concurrent callers on a missing or expired token share one request.
-    /// - Inside the refresh window (5 minutes before expiry, half-life for tokens over 2
-    ///   hours, or the server's `refresh_in`) the cached token is returned at once and one
-    ///   background request replaces it; if that fails, the cached token keeps being
-    ///   served and the next attempt waits at least 30 s.
-    /// - Failed requests are retried per [`RetryPolicy`]; an error reaches callers only
-    ///   when no usable token is cached, and for
-    ///   [`failure_memory`](ClientCertificateCredentialOptions::failure_memory) (5 s) after
-    ///   a failed request its callers get that error again rather than a new request.
-    ///
-    /// The cache key is the scope list as given (same scopes, same order); at most
-    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) keys
-    /// (1,000) are cached, the least recently used leaving first.
+    /// scope, e.g. `https://management.azure.com/.default`): a usable cached token at once
+    /// (a shared read lock, no allocation), else one request shared by every concurrent
+    /// caller. Inside the refresh window the cached token is returned while one
+    /// background request replaces it; failed requests are retried per [`RetryPolicy`],
+    /// an error reaches callers only when no usable token is cached, and it is their
+    /// answer for [`failure_memory`](ClientCertificateCredentialOptions::failure_memory).
+    /// The cache key is the scope list as given (same scopes, same order), at most
+    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) of
+    /// them. The rules and their numbers: [`guide::token_cache`](crate::guide::token_cache).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
+        // The hit before any nested future, which would cost it 1.3x (BENCHMARKS.md).
         if let Some(token) = self.cached_token(scopes) {
             return Ok(token);
         }
-        check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner.cache.get(None, scopes, inner).await
+        admitted(self.token(None, scopes, None, || true).await?)
     }
 
     /// As [`get_token`](Self::get_token), but a new token request starts only if
@@ -251,29 +230,40 @@ impl ClientCertificateCredential {
         scopes: &[&str],
         admit: impl FnOnce() -> bool,
     ) -> Result<Option<AccessToken>> {
-        if let Some(token) = self.cached_token(scopes) {
+        self.token(None, scopes, None, admit).await
+    }
+
+    /// The one path of the token methods: the cached token for `scopes` in `tenant` (a
+    /// cache key: `None` for the own) unless it is `rejected`, else, the scopes checked,
+    /// the cache's answer ([`TokenCache::get`]).
+    async fn token(
+        &self,
+        tenant: Option<&str>,
+        scopes: &[&str],
+        rejected: Option<&AccessToken>,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<Option<AccessToken>> {
+        let (inner, cache) = (&self.inner, &self.inner.cache);
+        if rejected.is_none()
+            && let Some(token) = cache.get_cached(tenant, scopes, inner)
+        {
             return Ok(Some(token));
         }
         check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner.cache.get_admitted(None, scopes, inner, admit).await
+        cache.get(tenant, scopes, inner, rejected, admit).await
     }
 
     /// The cached token for `scopes` if one can be handed out now (the hit path of
     /// [`get_token`](Self::get_token), which may also start a background refresh).
     pub(crate) fn cached_token(&self, scopes: &[&str]) -> Option<AccessToken> {
-        let inner = &self.inner;
-        inner.cache.get_cached(None, scopes, inner)
+        self.inner.cache.get_cached(None, scopes, &self.inner)
     }
 
     /// Request a new token from the endpoint, bypassing the cache (and not storing the
     /// result in it): sign a fresh assertion and POST it, with retries.
     pub async fn request_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         check_scopes(scopes)?;
-        let inner = &self.inner;
-        inner
-            .fetch_with_retries(&scopes.join(" "), &inner.token_url)
-            .await
+        self.inner.fetch_with_retries(&scopes.join(" "), None).await
     }
 
     /// Get an access token for `scopes` in `tenant`: [`get_token`](Self::get_token) when
@@ -288,12 +278,8 @@ impl ClientCertificateCredential {
     /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
-        let inner = &self.inner;
-        let Some(key) = inner.tenants.key(tenant)? else {
-            return self.get_token(scopes).await;
-        };
-        check_scopes(scopes)?;
-        inner.cache.get(Some(&key), scopes, inner).await
+        let key = self.inner.tenants.key(tenant)?;
+        admitted(self.token(key.as_deref(), scopes, None, || true).await?)
     }
 
     /// A token to replace `rejected`, a token for `scopes` that a service refused: fetched
@@ -316,16 +302,17 @@ impl ClientCertificateCredential {
         scopes: &[&str],
         tenant: Option<&str>,
     ) -> Result<AccessToken> {
-        let inner = &self.inner;
         let key = match tenant {
-            Some(tenant) => inner.tenants.key(tenant)?,
+            Some(tenant) => self.inner.tenants.key(tenant)?,
             None => None,
         };
-        check_scopes(scopes)?;
-        inner
-            .cache
-            .get_replacing(key.as_deref(), scopes, inner, rejected)
-            .await
+        let replace = || self.token(key.as_deref(), scopes, Some(rejected), || true);
+        let token = admitted(replace().await?)?;
+        // A request joined may have started before the refusal and brought it again.
+        match token.token() == rejected.token() {
+            true => admitted(replace().await?),
+            false => Ok(token),
+        }
     }
 
     /// Forget every cached token: the next `get_token` for each scope makes a request.
@@ -347,8 +334,7 @@ impl ClientCertificateCredential {
     /// The scope sets this credential holds an unexpired token for (its own tenant), at
     /// most `max`: what a reloading credential fetches ahead with its successor.
     pub(crate) fn live_scopes(&self, max: usize) -> Vec<Vec<String>> {
-        let inner = &self.inner;
-        inner.cache.live_scopes(None, max)
+        self.inner.cache.live_scopes(max)
     }
 
     /// The application (client) id.
@@ -418,38 +404,26 @@ impl fmt::Debug for ClientCertificateCredential {
     }
 }
 
-/// The authority of a credential file is the file's `authentication_endpoint`: an
-/// unusable one is the file's error, naming that key (the same check on a caller's
-/// authority, in [`ClientCertificateCredential::from_parts`], stays the caller's).
-fn file_authority(e: Error) -> Error {
-    match e.kind() {
-        ErrorKind::Config(ConfigError::InvalidAuthority { authority, reason }) => {
-            ErrorKind::File(FileError::InvalidField {
-                field: "authentication_endpoint",
-                reason: format!("`{authority}` is not usable: {reason}"),
-            })
-            .into()
-        }
-        _ => e,
-    }
+/// The token of a request that `|| true` admitted.
+fn admitted(token: Option<AccessToken>) -> Result<AccessToken> {
+    let reason = "not admitted";
+    token.ok_or_else(|| ErrorKind::Token(TokenError::RequestAbandoned { reason }).into())
 }
 
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
 fn check_scopes(scopes: &[&str]) -> Result<()> {
-    if scopes.is_empty() {
-        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
-            reason: "no scope given".into(),
-        })
-        .into());
-    }
-    if scopes
-        .iter()
-        .any(|s| s.trim().is_empty() || s.contains(char::is_whitespace))
-    {
-        return Err(ErrorKind::Config(ConfigError::InvalidScopes {
-            reason: "a scope is empty or contains whitespace".into(),
-        })
-        .into());
-    }
-    Ok(())
+    let reason = match scopes {
+        [] => "no scope given",
+        _ if scopes
+            .iter()
+            .any(|s| s.is_empty() || s.contains(char::is_whitespace)) =>
+        {
+            "a scope is empty or contains whitespace"
+        }
+        _ => return Ok(()),
+    };
+    Err(ErrorKind::Config(ConfigError::InvalidScopes {
+        reason: reason.into(),
+    })
+    .into())
 }

@@ -1,6 +1,5 @@
-//! The token endpoint: its URL, the HTTP exchange, and parsing its answers.
-//!
-//! URL building and response parsing are pure functions; [`send`] is the only I/O.
+//! The token endpoint: its URL, and its answers parsed into a token or a typed error.
+//! Pure functions; the request is [`super::request`]'s.
 
 use std::time::Duration;
 
@@ -9,170 +8,31 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use crate::error::{
-    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, TransportError,
-    cause_chain, redact_quoted,
+    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, redact_quoted,
 };
-use crate::http::body::{parse_retry_after, read_limited_body, too_large_reason};
-use crate::http::exchange;
-use crate::http::loopback::is_loopback;
+use crate::http::base_url::base_url;
+use crate::http::body::{parse_retry_after, too_large_reason};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::service_text_opt;
-use zeroize::Zeroizing;
 
-const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-const SKU: &str = env!("CARGO_PKG_NAME");
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The authority (the Entra host, any path it has kept), checked by the rule for a
+/// service's base URL ([`base_url`]): `https`, or `http` for a loopback host when
+/// `allow_http_loopback` is set; no query, fragment or user information.
+pub(crate) fn authority(text: &str, allow_http_loopback: bool) -> Result<Url> {
+    base_url(text, allow_http_loopback, false).map_err(|reason| {
+        let authority = text.to_owned();
+        ErrorKind::Config(ConfigError::InvalidAuthority { authority, reason }).into()
+    })
+}
 
 /// The token URL for an authority and tenant:
-/// `{authority without trailing '/'}/{tenant}/oauth2/v2.0/token`.
-///
-/// Any path the authority has is kept (`https://host/prefix/` gives
-/// `https://host/prefix/{tenant}/oauth2/v2.0/token`). The authority must be `https`;
-/// `http` is accepted only for a loopback host and only when `allow_http_loopback` is set.
-pub(crate) fn token_url(authority: &str, tenant: &str, allow_http_loopback: bool) -> Result<Url> {
-    let refuse = |reason: &str| -> Error {
-        ErrorKind::Config(ConfigError::InvalidAuthority {
-            authority: authority.to_owned(),
-            reason: reason.to_owned(),
-        })
-        .into()
-    };
-    let base = Url::parse(authority.trim()).map_err(|e| refuse(&format!("not a URL ({e})")))?;
-    match base.scheme() {
-        "https" => {}
-        "http" if allow_http_loopback && is_loopback(&base) => {}
-        "http" if allow_http_loopback => {
-            return Err(refuse("plain http is allowed only for a loopback host"));
-        }
-        "http" => {
-            return Err(refuse(
-                "plain http is refused (allow it for loopback test servers with \
-                 `allow_http_loopback`)",
-            ));
-        }
-        other => return Err(refuse(&format!("scheme `{other}` is not https"))),
-    }
-    if base.host_str().is_none_or(str::is_empty) {
-        return Err(refuse("no host"));
-    }
-    if base.query().is_some() || base.fragment().is_some() {
-        return Err(refuse("an authority has no query or fragment"));
-    }
-    if !base.username().is_empty() || base.password().is_some() {
-        return Err(refuse("an authority carries no user information"));
-    }
-    let path = base.path().trim_end_matches('/');
-    let mut url = base.clone();
+/// `{authority without trailing '/'}/{tenant}/oauth2/v2.0/token`
+/// (`https://host/prefix/` gives `https://host/prefix/{tenant}/oauth2/v2.0/token`).
+pub(crate) fn token_url(authority: &Url, tenant: &str) -> Url {
+    let path = authority.path().trim_end_matches('/');
+    let mut url = authority.clone();
     url.set_path(&format!("{path}/{tenant}/oauth2/v2.0/token"));
-    Ok(url)
-}
-
-/// What one token request sends.
-pub(crate) struct TokenRequest<'a> {
-    pub url: &'a Url,
-    pub client_id: &'a str,
-    /// Scopes joined by spaces.
-    pub scope: &'a str,
-    pub assertion: &'a str,
-    pub client_request_id: &'a str,
-    /// The `User-Agent` ([`Environment::user_agent`](crate::Environment::user_agent)).
-    pub user_agent: &'a reqwest::header::HeaderValue,
-}
-
-/// A raw answer: status, `Retry-After`, body.
-pub(crate) struct RawResponse {
-    pub status: u16,
-    pub retry_after: Option<String>,
-    pub body: Vec<u8>,
-}
-
-/// POST the token request; return the raw answer. Transport failures and over-long bodies
-/// are errors here; HTTP error statuses are not (see [`parse_response`]).
-pub(crate) async fn send(
-    client: &reqwest::Client,
-    req: &TokenRequest<'_>,
-    timeout: Duration,
-) -> Result<RawResponse> {
-    let transport = |e: reqwest::Error| -> Error {
-        TransportError::from_reqwest("token", req.url.as_str(), cause_chain(&e), e).into()
-    };
-    let form = [
-        ("grant_type", "client_credentials"),
-        ("client_id", req.client_id),
-        ("scope", req.scope),
-        ("client_assertion_type", JWT_BEARER),
-        ("client_assertion", req.assertion),
-    ];
-    let request = client
-        .post(req.url.clone())
-        .timeout(timeout)
-        .header("accept", "application/json")
-        // Per request, so that a caller's own client sends it too.
-        .header(reqwest::header::USER_AGENT, req.user_agent.clone())
-        .header("client-request-id", req.client_request_id)
-        .header("return-client-request-id", "true")
-        .header("x-client-sku", SKU)
-        .header("x-client-ver", VERSION)
-        .header("x-ms-lib-capability", "retry-after, h429")
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(form_body(&form));
-    let (status, retry_after, body) = exchange::run(async move {
-        let mut response = request.send().await?;
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = read_limited_body(&mut response).await?;
-        Ok((status, retry_after, body))
-    })
-    .await
-    .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
-    .map_err(transport)?;
-    let Some(body) = body else {
-        return Err(too_large(status));
-    };
-    Ok(RawResponse {
-        status,
-        retry_after,
-        body,
-    })
-}
-
-/// The url-encoded form, in a buffer this crate owns and zeroizes when the HTTP stack
-/// drops its last reference (the form carries the client assertion). Sized up front
-/// (percent-encoding turns a byte into at most 3) so that no reallocation frees a copy.
-fn form_body(fields: &[(&str, &str)]) -> bytes::Bytes {
-    let capacity = fields
-        .iter()
-        .map(|(k, v)| 3 * (k.len() + v.len()) + 2)
-        .sum();
-    let mut body = String::with_capacity(capacity);
-    url::form_urlencoded::Serializer::new(&mut body)
-        .extend_pairs(fields)
-        .finish();
-    bytes::Bytes::from_owner(ZeroizingBody(Zeroizing::new(body.into_bytes())))
-}
-
-/// Owner of a request body: zeroized on drop.
-struct ZeroizingBody(Zeroizing<Vec<u8>>);
-
-impl AsRef<[u8]> for ZeroizingBody {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-fn too_large(status: u16) -> Error {
-    ErrorKind::Token(TokenError::InvalidResponse {
-        status,
-        reason: too_large_reason(),
-    })
-    .into()
+    url
 }
 
 /// A number that some servers send as a string (`"expires_in": "3599"`).
@@ -199,55 +59,47 @@ impl Seconds {
 struct SuccessBody {
     access_token: String,
     expires_in: Seconds,
-    #[serde(default)]
     refresh_in: Option<Seconds>,
     // `token_type` and `ext_expires_in` are optional and unused; unknown keys are ignored.
 }
 
 #[derive(Deserialize, Default)]
 struct ErrorBody {
-    #[serde(default)]
     error: Option<String>,
-    #[serde(default)]
     error_description: Option<String>,
-    #[serde(default)]
     error_codes: Option<Vec<i64>>,
-    #[serde(default)]
     trace_id: Option<String>,
-    #[serde(default)]
     correlation_id: Option<String>,
-    #[serde(default)]
     timestamp: Option<String>,
 }
 
-/// Turn a raw answer into a token or a typed error. `requested_at` is when the request was
-/// sent: expiry is counted from then, so it is never later than the server meant.
+/// Turn an answer (`body`: `None` when over the limit) into a token or a typed error.
+/// `requested_at` is when the request was sent: expiry is counted from then, so it is
+/// never later than the server meant.
 pub(crate) fn parse_response(
-    raw: &RawResponse,
+    status: u16,
+    retry_after: Option<&str>,
+    body: Option<&[u8]>,
     requested_at: OffsetDateTime,
     client_request_id: &str,
 ) -> Result<AccessToken> {
-    if (200..300).contains(&raw.status) {
-        parse_success(raw.status, &raw.body, requested_at)
-    } else {
-        let retry_after = raw
-            .retry_after
-            .as_deref()
-            .and_then(|v| parse_retry_after(v, requested_at));
-        Err(ErrorKind::Token(TokenError::Endpoint(Box::new(parse_error(
-            raw.status,
-            &raw.body,
-            retry_after,
-            client_request_id,
-        ))))
-        .into())
+    let Some(body) = body else {
+        return Err(invalid_response(status, too_large_reason()));
+    };
+    if (200..300).contains(&status) {
+        return parse_success(status, body, requested_at);
     }
+    let retry_after = retry_after.and_then(|v| parse_retry_after(v, requested_at));
+    let error = parse_error(status, body, retry_after, client_request_id);
+    Err(ErrorKind::Token(TokenError::Endpoint(Box::new(error))).into())
+}
+
+fn invalid_response(status: u16, reason: String) -> Error {
+    ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
 }
 
 fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Result<AccessToken> {
-    let invalid = |reason: String| -> Error {
-        ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
-    };
+    let invalid = |reason| invalid_response(status, reason);
     let parsed: SuccessBody = serde_json::from_slice(body).map_err(|e| {
         invalid(format!(
             "not a token response ({})",
@@ -265,17 +117,11 @@ fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Resu
     let expires_on = requested_at
         .checked_add(time::Duration::seconds(expires_in))
         .ok_or_else(|| invalid(format!("`expires_in` ({expires_in} s) is out of range")))?;
-    let refresh_on = match &parsed.refresh_in {
-        Some(r) => {
-            let secs = r.get("refresh_in").map_err(invalid)?;
-            if secs > 0 && secs < expires_in {
-                requested_at.checked_add(time::Duration::seconds(secs))
-            } else {
-                None
-            }
-        }
-        None => None,
-    };
+    let refresh_in = parsed.refresh_in.map(|r| r.get("refresh_in"));
+    let refresh_in = refresh_in.transpose().map_err(invalid)?;
+    let refresh_on = refresh_in
+        .filter(|secs| (1..expires_in).contains(secs))
+        .and_then(|secs| requested_at.checked_add(time::Duration::seconds(secs)));
     Ok(AccessToken::new(parsed.access_token, expires_on).with_refresh_on(refresh_on))
 }
 
@@ -318,50 +164,19 @@ mod tests {
 
     #[test]
     fn token_url_keeps_path_and_trims_slash() {
-        let u = token_url("https://login.microsoftonline.com/", "t1", false).unwrap();
+        let url = |text| token_url(&authority(text, false).unwrap(), "t1");
         assert_eq!(
-            u.as_str(),
+            url("https://login.microsoftonline.com/").as_str(),
             "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
         );
-        let u = token_url("https://login.microsoftonline.com", "t1", false).unwrap();
         assert_eq!(
-            u.as_str(),
+            url("https://login.microsoftonline.com").as_str(),
             "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
         );
-        let u = token_url("https://host.example:8443/prefix/sub/", "t1", false).unwrap();
         assert_eq!(
-            u.as_str(),
+            url("https://host.example:8443/prefix/sub/").as_str(),
             "https://host.example:8443/prefix/sub/t1/oauth2/v2.0/token"
         );
-    }
-
-    #[test]
-    fn token_url_refuses_insecure_and_odd_authorities() {
-        for (authority, allow) in [
-            ("http://login.microsoftonline.com/", false),
-            ("http://login.microsoftonline.com/", true),
-            ("http://127.0.0.1:8080/", false),
-            ("ftp://host/", true),
-            ("https://host/?q=1", false),
-            ("https://user:pw@host/", false),
-            ("not a url", false),
-        ] {
-            let err = token_url(authority, "t", allow).unwrap_err();
-            assert!(
-                matches!(
-                    err.kind(),
-                    ErrorKind::Config(ConfigError::InvalidAuthority { .. })
-                ),
-                "{authority}: {err}"
-            );
-        }
-        for authority in [
-            "http://127.0.0.1:8080/",
-            "http://[::1]:80/",
-            "http://localhost:1/",
-        ] {
-            token_url(authority, "t", true).unwrap();
-        }
     }
 
     #[test]
@@ -371,34 +186,6 @@ mod tests {
         assert_eq!(t.token(), "abc");
         assert_eq!(t.expires_on(), at + time::Duration::seconds(3599));
         assert_eq!(t.refresh_on(), None);
-    }
-
-    #[test]
-    fn success_with_string_numbers_and_refresh_in() {
-        let at = datetime!(2026-01-01 00:00 UTC);
-        let body = br#"{"token_type":"Bearer","access_token":"abc","expires_in":"7200","ext_expires_in":"7200","refresh_in":3600}"#;
-        let t = parse_success(200, body, at).unwrap();
-        assert_eq!(t.expires_on(), at + time::Duration::hours(2));
-        assert_eq!(t.refresh_on(), Some(at + time::Duration::hours(1)));
-    }
-
-    #[test]
-    fn success_missing_token_is_typed_and_does_not_echo_body() {
-        let at = datetime!(2026-01-01 00:00 UTC);
-        let err = parse_success(200, br#"{"expires_in":1,"foo":"SECRETVALUE"}"#, at).unwrap_err();
-        assert!(matches!(
-            err.kind(),
-            ErrorKind::Token(TokenError::InvalidResponse { status: 200, .. })
-        ));
-        assert!(err.to_string().contains("access_token"));
-        assert!(!err.to_string().contains("SECRETVALUE"));
-        let err = parse_success(
-            200,
-            br#"{"access_token":"SECRETVALUE","expires_in":"soon"}"#,
-            at,
-        )
-        .unwrap_err();
-        assert!(!err.to_string().contains("SECRETVALUE"), "{err}");
     }
 
     #[test]
@@ -413,38 +200,5 @@ mod tests {
         assert!(parse_success(200, body, at).is_err());
         let body = br#"{"access_token":"ec","expires_in":3600,"refresh_in":"-5"}"#;
         assert_eq!(parse_success(200, body, at).unwrap().refresh_on(), None);
-    }
-
-    #[test]
-    fn error_body_fields_all_optional() {
-        let e = parse_error(503, b"<html>Service Unavailable</html>", None, "rid");
-        assert_eq!(e.status, 503);
-        assert_eq!(e.error, None);
-        let e = parse_error(
-            401,
-            br#"{"error":"invalid_client","error_description":"AADSTS700027: bad","error_codes":[700027],"trace_id":"t","correlation_id":"c","timestamp":"ts"}"#,
-            None,
-            "rid",
-        );
-        assert_eq!(e.error.as_deref(), Some("invalid_client"));
-        assert_eq!(e.aadsts_code(), Some(700027));
-        assert_eq!(e.trace_id.as_deref(), Some("t"));
-        assert_eq!(e.correlation_id.as_deref(), Some("c"));
-        assert_eq!(e.timestamp.as_deref(), Some("ts"));
-    }
-
-    #[test]
-    fn retry_after_seconds_and_http_date() {
-        let now = datetime!(2026-11-22 10:00:00 UTC);
-        assert_eq!(parse_retry_after("2", now), Some(Duration::from_secs(2)));
-        assert_eq!(
-            parse_retry_after("Sun, 22 Nov 2026 10:00:30 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 22 Nov 2026 09:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(parse_retry_after("soon", now), None);
     }
 }

@@ -38,17 +38,6 @@ const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(600);
 /// (milliseconds).
 pub(crate) const IDLE_GRACE: i64 = 60_000;
 
-/// How a token cache is bounded, and how long it remembers a failure.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
-    /// Refresh tokens at least this long before they expire ([`refresh_at`]).
-    pub(crate) window: Duration,
-    /// At most this many entries (≥ 1), besides those with a request in flight.
-    pub(crate) max_entries: usize,
-    /// After a failed request, callers without a usable token get its error for this long.
-    pub(crate) failure_memory: Duration,
-}
-
 /// How usable a cached token is at a given time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Freshness {
@@ -160,20 +149,6 @@ pub(crate) fn evict_count(len: usize, max: usize) -> usize {
         true => 0,
         false => len + 1 + max / 8 - max,
     }
-}
-
-/// Pure: the `count` least recently used of `idle` (by `used_at`, Unix ms): moved to its
-/// front, in no particular order, and returned (all of `idle` if it holds fewer).
-pub(crate) fn least_recently_used<T>(
-    idle: &mut [T],
-    count: usize,
-    used_at: impl FnMut(&T) -> i64,
-) -> &[T] {
-    let count = count.min(idle.len());
-    if count > 0 {
-        idle.select_nth_unstable_by_key(count - 1, used_at);
-    }
-    &idle[..count]
 }
 
 /// What the cache keeps of a request once it has ended.
@@ -316,16 +291,6 @@ mod tests {
         let unusable = expires - EXPIRY_MARGIN_MS;
         assert!(!evictable(unusable + grace - 1, t, Some(expires), false));
         assert!(evictable(unusable + grace, t, Some(expires), false));
-    }
-
-    #[test]
-    fn the_least_recently_used_come_first() {
-        let mut used = [50, 10, 40, 20, 30];
-        let mut oldest = least_recently_used(&mut used, 2, |t| *t).to_vec();
-        oldest.sort();
-        assert_eq!(oldest, [10, 20]);
-        assert_eq!(least_recently_used(&mut used, 0, |t| *t), [] as [i64; 0]);
-        assert_eq!(least_recently_used(&mut used, 9, |t| *t).len(), 5);
     }
 
     #[test]

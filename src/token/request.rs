@@ -1,26 +1,32 @@
 //! One token fetch, as the cache runs it: attempts until one succeeds or the retry policy
 //! gives up, each in its span and counted; each checks the credential's validity, signs
-//! a fresh assertion, POSTs it and parses the answer.
+//! a fresh assertion, POSTs it with the form and headers MSAL sends, and parses the
+//! answer ([`endpoint::parse_response`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
-use reqwest::Url;
+use reqwest::{Url, header};
 use time::OffsetDateTime;
 use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
-use crate::error::Result;
+use crate::error::{Error, Result, TokenError, TransportError, cause_chain};
 use crate::file::validity::expiry_warning;
-use crate::http::retry;
+use crate::http::body::zeroizing_form;
+use crate::http::{exchange, retry};
 use crate::secret::SecretString;
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::cache::Fetch;
 use crate::token::credential::Inner;
-use crate::token::endpoint::{self, TokenRequest};
+use crate::token::endpoint;
 use crate::untrusted_text::service_text;
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+const SKU: &str = env!("CARGO_PKG_NAME");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 impl Fetch for Inner {
     fn fetch(
@@ -29,30 +35,30 @@ impl Fetch for Inner {
         scope: Arc<str>,
     ) -> impl std::future::Future<Output = Result<AccessToken>> + Send + 'static {
         let this = self.clone();
-        async move {
-            let Some(tenant) = tenant else {
-                return this.fetch_with_retries(&scope, &this.token_url).await;
-            };
-            let url = endpoint::token_url(&this.authority, &tenant, this.allow_http_loopback)?;
-            this.fetch_with_retries(&scope, &url).await
-        }
+        async move { this.fetch_with_retries(&scope, tenant.as_deref()).await }
     }
 }
 
 impl Inner {
-    /// One token fetch: requests until one succeeds or the retry policy gives up.
+    /// One token fetch in `tenant` (`None`: its own): requests until one succeeds or the
+    /// retry policy gives up.
     pub(crate) async fn fetch_with_retries(
-        self: &Arc<Self>,
+        &self,
         scope: &str,
-        token_url: &Url,
+        tenant: Option<&str>,
     ) -> Result<AccessToken> {
+        let url = match tenant {
+            Some(tenant) => &endpoint::token_url(&self.authority, tenant),
+            None => &self.token_url,
+        };
+        let tenant = tenant.unwrap_or(self.tenants.own());
         let mut attempt = 0u32;
         retry::run(
             &self.retry,
             self.clock.as_ref(),
             || {
                 attempt += 1;
-                self.observed_request(scope, token_url, attempt)
+                self.observed_request(scope, tenant, url, attempt)
             },
             |attempt, delay, error| {
                 tracing::info!(
@@ -71,15 +77,12 @@ impl Inner {
     /// One token request in its `token_request` span, counted by outcome with its
     /// duration; a token obtained updates the credential's gauges.
     async fn observed_request(
-        self: &Arc<Self>,
+        &self,
         scope: &str,
+        tenant: &str,
         token_url: &Url,
         attempt: u32,
     ) -> Result<AccessToken> {
-        let tenant = token_url
-            .path_segments()
-            .and_then(|mut s| s.find(|s| !s.is_empty()))
-            .unwrap_or_default();
         let span = tracing::info_span!(
             "token_request",
             client_id = %self.client_id,
@@ -90,46 +93,25 @@ impl Inner {
             error_code = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
-        let started = Instant::now();
-        let result = self
-            .request_once(scope, token_url)
-            .instrument(span.clone())
-            .await;
+        let (started, now) = (Instant::now(), self.clock.now());
+        let result = self.request_once(scope, token_url, now);
+        let result = result.instrument(span.clone()).await;
         let elapsed = started.elapsed();
         let error = result.as_ref().err();
         telemetry::end_span(&span, error, elapsed);
         telemetry::token_request(&self.client_id, error, elapsed);
-        if let Ok(token) = &result {
-            self.record_times();
-            telemetry::token_expiry(&self.client_id, token.expires_on());
-        }
-        result
-    }
-
-    /// One token request: check validity, sign, POST, parse.
-    async fn request_once(self: &Arc<Self>, scope: &str, token_url: &Url) -> Result<AccessToken> {
-        let now = self.clock.now();
-        self.window.check(now)?;
-        self.warn_if_expiring(now);
-        let assertion = self.assertion(now, token_url)?;
-        let client_request_id = uuid::Uuid::new_v4().to_string();
-        let request = TokenRequest {
-            url: token_url,
-            client_id: &self.client_id,
-            scope,
-            assertion: assertion.expose_secret(),
-            client_request_id: &client_request_id,
-            user_agent: &self.user_agent,
-        };
-        let raw = endpoint::send(&self.http, &request, self.timeout).await?;
-        let result = endpoint::parse_response(&raw, now, &client_request_id);
+        let _in_span = span.enter();
         match &result {
-            Ok(token) => tracing::debug!(
-                client_id = %self.client_id,
-                scope = %service_text(scope),
-                expires_on = %Rfc3339(token.expires_on()),
-                "acquired access token"
-            ),
+            Ok(token) => {
+                self.record_times();
+                telemetry::token_expiry(&self.client_id, token.expires_on());
+                tracing::debug!(
+                    client_id = %self.client_id,
+                    scope = %service_text(scope),
+                    expires_on = %Rfc3339(token.expires_on()),
+                    "acquired access token"
+                );
+            }
             Err(e) => tracing::debug!(
                 client_id = %self.client_id,
                 scope = %service_text(scope),
@@ -140,31 +122,71 @@ impl Inner {
         result
     }
 
+    /// One token request at `now`: check validity, sign, POST the form MSAL sends, parse.
+    async fn request_once(
+        &self,
+        scope: &str,
+        token_url: &Url,
+        now: OffsetDateTime,
+    ) -> Result<AccessToken> {
+        self.window.check(now)?;
+        self.warn_if_expiring(now);
+        let assertion = self.assertion(now, token_url)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let form = [
+            ("grant_type", "client_credentials"),
+            ("client_id", &self.client_id),
+            ("scope", scope),
+            ("client_assertion_type", JWT_BEARER),
+            ("client_assertion", assertion.expose_secret()),
+        ];
+        let request = self
+            .http
+            .post(token_url.clone())
+            .timeout(self.timeout)
+            .header("accept", "application/json")
+            // Per request, so that a caller's own client sends it too.
+            .header(header::USER_AGENT, self.user_agent.clone())
+            .header("client-request-id", &id)
+            .header("return-client-request-id", "true")
+            .header("x-client-sku", SKU)
+            .header("x-client-ver", VERSION)
+            .header("x-ms-lib-capability", "retry-after, h429")
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(zeroizing_form(&form));
+        let transport = |e: reqwest::Error| -> Error {
+            TransportError::from_reqwest("token", token_url.as_str(), cause_chain(&e), e).into()
+        };
+        let answer = exchange::send(request)
+            .await
+            .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
+            .map_err(transport)?;
+        let retry_after = answer.headers.get(header::RETRY_AFTER);
+        let retry_after = retry_after.and_then(|v| v.to_str().ok());
+        let body = answer.body.as_deref();
+        endpoint::parse_response(answer.status, retry_after, body, now, &id)
+    }
+
     /// A client assertion for `token_url`, dated `now`, with a fresh `jti`.
     pub(crate) fn assertion(&self, now: OffsetDateTime, token_url: &Url) -> Result<SecretString> {
-        let jti = uuid::Uuid::new_v4().to_string();
-        let (url, client_id) = (token_url.as_str(), &self.client_id);
+        let (url, jti) = (token_url.as_str(), uuid::Uuid::new_v4().to_string());
         let signed = self
             .signer
-            .sign(&self.certificate, url, client_id, now, &jti);
+            .sign(&self.certificate, url, &self.client_id, now, &jti);
         signed.map(SecretString::from)
     }
 
     /// Log, once per credential, that it should have been renewed or ends soon.
     fn warn_if_expiring(&self, now: OffsetDateTime) {
-        if self.expiry_warned.load(Ordering::Relaxed) {
-            return;
-        }
-        let end = self.window.end;
-        let margin = self.expiry_warning_margin;
-        let Some(reason) = expiry_warning(now, self.renew_after, end, margin) else {
-            return;
-        };
-        if !self.expiry_warned.swap(true, Ordering::Relaxed) {
+        let (end, renew_after) = (self.window.end, self.times.renew_after);
+        let warning = expiry_warning(now, renew_after, end, self.expiry_warning_margin);
+        if let Some(reason) = warning
+            && !self.expiry_warned.swap(true, Ordering::Relaxed)
+        {
             tracing::warn!(
                 client_id = %self.client_id,
                 not_after = %Rfc3339(end),
-                renew_after = ?self.renew_after.map(Rfc3339),
+                renew_after = ?renew_after.map(Rfc3339),
                 thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
                 "{reason}; the credential file should be rotated"
             );
@@ -179,8 +201,8 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if *writes {
-            let (end, renew, cannot) = (self.window.end, self.renew_after, self.cannot_renew_after);
-            telemetry::credential_times(&self.client_id, end, renew, cannot);
+            let (renew, cannot) = (self.times.renew_after, self.times.cannot_renew_after);
+            telemetry::credential_times(&self.client_id, self.window.end, renew, cannot);
         }
     }
 }

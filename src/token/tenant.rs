@@ -3,11 +3,7 @@
 use std::borrow::Cow;
 
 use crate::error::{ConfigError, ErrorKind, Result};
-use crate::file::model::is_url_safe_tenant;
-
-/// Why a tenant cannot be used in a URL path.
-pub(crate) const TENANT_RULE: &str =
-    "must be non-empty and hold only letters, digits, '-', '.' and '_'";
+use crate::file::model::{TENANT_RULE, is_url_safe_tenant};
 
 /// A credential's own tenant and the others it may ask for tokens in.
 pub(crate) struct Tenants {
@@ -17,16 +13,14 @@ pub(crate) struct Tenants {
 }
 
 impl Tenants {
-    /// The credential's own tenant and its `additionally_allowed_tenants`.
-    pub(crate) fn new(own: &str, allowed: &[String]) -> Self {
-        Tenants {
-            own: own.to_owned(),
-            allowed: allowed
-                .iter()
-                .map(|t| t.trim().to_ascii_lowercase())
-                .filter(|t| !t.is_empty())
-                .collect(),
-        }
+    /// The credential's own tenant (refused, naming `tenant_id`, unless usable in a URL)
+    /// and its `additionally_allowed_tenants`.
+    pub(crate) fn new(own: &str, allowed: &[String]) -> Result<Self> {
+        let allowed = allowed.iter().map(|t| t.trim().to_ascii_lowercase());
+        Ok(Tenants {
+            own: url_safe("tenant_id", own.trim())?.to_owned(),
+            allowed: allowed.filter(|t| !t.is_empty()).collect(),
+        })
     }
 
     /// The credential's own tenant.
@@ -49,18 +43,21 @@ impl Tenants {
             })
             .into());
         }
-        if !is_url_safe_tenant(tenant) {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "tenant",
-                reason: TENANT_RULE.into(),
-            })
-            .into());
-        }
+        url_safe("tenant", tenant)?;
         Ok(Some(match tenant.bytes().any(|b| b.is_ascii_uppercase()) {
             true => Cow::Owned(tenant.to_ascii_lowercase()),
             false => Cow::Borrowed(tenant),
         }))
     }
+}
+
+/// `tenant` if it can be used in a URL path, else the error naming `argument`.
+fn url_safe<'t>(argument: &'static str, tenant: &'t str) -> Result<&'t str> {
+    if is_url_safe_tenant(tenant) {
+        return Ok(tenant);
+    }
+    let reason = TENANT_RULE.into();
+    Err(ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into())
 }
 
 /// Pure: whether a tenant other than the credential's own may be asked for, given the
@@ -82,10 +79,7 @@ mod tests {
         assert!(!allowed("fabrikam.onmicrosoft.com", &allowed_list));
         assert!(!allowed("anything", &[]));
         assert!(allowed("anything", &["*".to_owned()]));
-        assert!(is_url_safe_tenant("72f988bf-86f1-41af-91ab-2d7cd011db47"));
-        assert!(!is_url_safe_tenant("a/b"));
-        assert!(!is_url_safe_tenant(""));
-        let tenants = Tenants::new("Own", &[" Contoso.onmicrosoft.com ".to_owned()]);
+        let tenants = Tenants::new("Own", &[" Contoso.onmicrosoft.com ".to_owned()]).unwrap();
         assert!(tenants.key("own").unwrap().is_none());
         let key = tenants.key("CONTOSO.onmicrosoft.com").unwrap();
         assert_eq!(key.as_deref(), Some("contoso.onmicrosoft.com"));
