@@ -83,7 +83,7 @@ impl ClientOptions {
 /// once (no 401 round trip); inside its refresh window one background request replaces
 /// it while the cached token is still sent, concurrent requests share one token request,
 /// and a failed request is not repeated for every call (the credential's backoff and
-/// [`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
+/// [`failure_memory`](crate::ClientCertificateCredentialOptions::with_failure_memory)).
 ///
 /// ```no_run
 /// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};

@@ -90,7 +90,7 @@ impl Error {
 
     /// When the credential will try again: for the error of a token request that failed
     /// at the token endpoint or on the way there, the end of the credential's failure
-    /// memory ([`failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)),
+    /// memory ([`failure_memory`](crate::ClientCertificateCredentialOptions::with_failure_memory)),
     /// until which every `get_token` for the same scopes without a usable cached token
     /// gets this error again rather than a new request. A caller that waits until then
     /// gets a fresh attempt (a server handing the error on can send it as `Retry-After`).

@@ -2,6 +2,7 @@
 //! refusal outside it and the warning as its end nears. Pure functions of `now`, for the
 //! credential (which enforces them) and `inspect` (which reports them).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -67,6 +68,32 @@ impl Window {
             );
         }
         Ok(())
+    }
+}
+
+/// The warning a credential gives, once, as its end nears: its margin, and whether it
+/// was given.
+pub(crate) struct ExpiryWarning {
+    margin: time::Duration,
+    given: AtomicBool,
+}
+
+impl ExpiryWarning {
+    /// Warn within `margin` of the end (or past `renew_after`).
+    pub(crate) fn new(margin: Duration) -> Self {
+        let (margin, given) = (to_time(margin), AtomicBool::new(false));
+        ExpiryWarning { margin, given }
+    }
+
+    /// Why to warn at `now` ([`expiry_warning`]), the first time there is a reason only.
+    pub(crate) fn once(
+        &self,
+        now: OffsetDateTime,
+        renew_after: Option<OffsetDateTime>,
+        end: OffsetDateTime,
+    ) -> Option<&'static str> {
+        let reason = expiry_warning(now, renew_after, end, self.margin)?;
+        (!self.given.swap(true, Ordering::Relaxed)).then_some(reason)
     }
 }
 

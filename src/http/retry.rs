@@ -88,21 +88,25 @@ impl RetryPolicy {
     }
 
     /// The most requests made in all, the first included (at least 1).
+    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
     pub(crate) fn max_attempts(&self) -> u32 {
         self.max_attempts
     }
 
     /// The delay before the first retry.
+    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
     pub(crate) fn initial_delay(&self) -> Duration {
         self.initial_delay
     }
 
     /// The longest computed delay between attempts.
+    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
     pub(crate) fn max_delay(&self) -> Duration {
         self.max_delay
     }
 
     /// The longest total time from the first attempt to the start of the last.
+    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
     pub(crate) fn max_total(&self) -> Duration {
         self.max_total
     }

@@ -179,7 +179,7 @@ impl Reloader {
                 telemetry::reload_client(credential.client_id());
                 // The old credential writes no gauge from now on (not even for a token
                 // request still in flight on it); the new one sets them.
-                old.credential.retire_gauges();
+                old.credential.gauges().retire();
                 prefetch = Some((old, credential.clone()));
                 self.active.store(Arc::new(Active::new(credential, digest)));
                 (ReloadOutcome::Swapped, None, true)

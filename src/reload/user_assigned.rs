@@ -34,7 +34,7 @@ pub(super) struct Active {
 impl Active {
     /// The credential in use from now on (its gauges set, with the `metrics` feature).
     pub(super) fn new(credential: ClientCertificateCredential, digest: [u8; 32]) -> Self {
-        credential.record_times();
+        credential.gauges().record();
         Active { credential, digest }
     }
 }

@@ -145,7 +145,7 @@ pub use names::{
 };
 #[cfg_attr(not(feature = "keyvault"), allow(unused_imports))]
 pub(crate) use record::{
-    Service, credential_times, end_span, reload, reload_client, renewals, service_call,
+    CredentialGauges, Service, end_span, reload, reload_client, renewals, service_call,
     token_client, token_expiry, token_request,
 };
 

@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use std::sync::PoisonError;
+
 use time::OffsetDateTime;
 use tracing::Instrument as _;
 use tracing::field::Empty;
@@ -163,6 +165,51 @@ pub(crate) fn credential_times(
         set(names::CREDENTIAL_NOT_AFTER, Some(not_after));
         set(names::CREDENTIAL_RENEW_AFTER, renew_after);
         set(names::CREDENTIAL_CANNOT_RENEW_AFTER, cannot_renew_after);
+    }
+}
+
+/// A credential's gauges (its end, and its file's `renew_after` and `cannot_renew_after`),
+/// written while it is the one in use for its client id: a reloading credential retires
+/// the one it swaps out, under the lock the gauges are written with, so that a request
+/// still in flight on it cannot write its times over its successor's.
+pub(crate) struct CredentialGauges {
+    client_id: String,
+    times: (
+        OffsetDateTime,
+        Option<OffsetDateTime>,
+        Option<OffsetDateTime>,
+    ),
+    in_use: std::sync::Mutex<bool>,
+}
+
+impl CredentialGauges {
+    /// The gauges of `client_id`'s credential, ending at `not_after`, with its file's
+    /// `renew_after` and `cannot_renew_after`.
+    pub(crate) fn new(
+        client_id: &str,
+        not_after: OffsetDateTime,
+        renew_after: Option<OffsetDateTime>,
+        cannot_renew_after: Option<OffsetDateTime>,
+    ) -> Self {
+        CredentialGauges {
+            client_id: client_id.to_owned(),
+            times: (not_after, renew_after, cannot_renew_after),
+            in_use: std::sync::Mutex::new(true),
+        }
+    }
+
+    /// Set them, unless the credential is retired.
+    pub(crate) fn record(&self) {
+        let in_use = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
+        if *in_use {
+            let (end, renew, cannot) = self.times;
+            credential_times(&self.client_id, end, renew, cannot);
+        }
+    }
+
+    /// The credential is no longer the one in use: from now on it sets none of them.
+    pub(crate) fn retire(&self) {
+        *self.in_use.lock().unwrap_or_else(PoisonError::into_inner) = false;
     }
 }
 

@@ -22,7 +22,7 @@ pub struct AccessToken {
     inner: Arc<Inner>,
 }
 
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Inner {
     token: Arc<str>,
     expires_on: OffsetDateTime,
@@ -42,14 +42,9 @@ impl AccessToken {
     }
 
     /// Set when the server asked the token to be refreshed (`refresh_in`).
-    pub fn with_refresh_on(self, refresh_on: Option<OffsetDateTime>) -> Self {
-        AccessToken {
-            inner: Arc::new(Inner {
-                token: self.inner.token.clone(),
-                expires_on: self.inner.expires_on,
-                refresh_on,
-            }),
-        }
+    pub fn with_refresh_on(mut self, refresh_on: Option<OffsetDateTime>) -> Self {
+        Arc::make_mut(&mut self.inner).refresh_on = refresh_on;
+        self
     }
 
     /// The token, to send as `Authorization: Bearer <token>`. Secret: do not log it.

@@ -1,24 +1,17 @@
 //! The token cache: the one cache of a credential's tokens (its own tenant, its other
 //! tenants, the data plane client, the token server), keyed by tenant (`None`: the
 //! fetcher's own; others lower-cased by the callers) and the scope list **as given**.
-//! Its rules are pure functions ([`super::refresh`]); here is how they are kept.
+//! The rules are [`guide::token_cache`](crate::guide::token_cache)'s, as pure functions
+//! in [`super::refresh`]; here is how they are kept:
 //!
-//! - **One map** from a key to its [`Slot`] (the token and the key's requests) behind
-//!   one `RwLock`. A hit takes the read lock, looks the borrowed key up, checks the
-//!   token's times and clones it: no allocation. A miss takes the write lock to decide
-//!   ([`step`]) and to add a key or mark its request in flight; a request takes it to
-//!   land. No lock is held across an `.await`.
-//! - **Single flight**: a key's request is a task of its own ([`exchange::runtime`]: the
-//!   caller's multi-threaded runtime, else the crate's I/O runtime) whose callers await
-//!   its answer on a `watch` channel, so a caller that stops waiting cancels no one. A
-//!   task that ends without answering (a panic, its runtime shutting down) drops the
-//!   sender: its callers get `RequestAbandoned`, the next caller starts afresh.
-//! - **Failure memory**: a failed request's error, carrying its end (`Error::retry_at`),
-//!   answers callers without a usable token until [`settled`] says.
-//! - **Refresh ahead**: a hit inside the window starts the background request, unless
-//!   one is in flight or the backoff after failures holds.
-//! - **Bound**: keys are added after a sweep when the cache is full (or a minute after
-//!   the last): the idle leave, then the least recently used.
+//! - one map from a key to its [`Slot`] (its token, requests and failures) behind one
+//!   `RwLock`: a hit takes the read lock and clones the token (no allocation); a miss
+//!   takes the write lock to decide ([`step`]), a request to land; no lock is held across
+//!   an `.await`;
+//! - a key's request is a task of its own ([`exchange::runtime`]) whose callers await its
+//!   answer on a `watch` channel: a caller that stops waiting cancels no one, and a task
+//!   that ends without answering (a panic, its runtime shutting down) drops the sender,
+//!   which ends the request (`RequestAbandoned`) for its callers and the next one.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -36,14 +29,12 @@ use crate::http::retry::jitter;
 use crate::log_budget::LogBudget;
 use crate::token::access_token::AccessToken;
 use crate::token::options::ClientCertificateCredentialOptions;
-use crate::token::refresh::{
-    Freshness, IDLE_GRACE, evict_count, evictable, freshness, refresh_at, settled,
-};
+use crate::token::refresh::{Freshness, evict_count, freshness, refresh_at, settled};
 use crate::untrusted_text::service_text;
 
 /// The cache (see the module docs), shared with its requests in flight.
 pub(crate) struct TokenCache {
-    table: RwLock<Table>,
+    table: RwLock<Map>,
     clock: Arc<dyn Clock>,
     /// Refresh tokens at least this long before they expire ([`refresh_at`]).
     window: Duration,
@@ -55,11 +46,7 @@ pub(crate) struct TokenCache {
     remembered_log: LogBudget,
 }
 
-struct Table {
-    map: HashMap<Arc<Key>, Slot>,
-    /// When the next idle sweep is due (Unix ms).
-    next_sweep: i64,
-}
+type Map = HashMap<Arc<Key>, Slot>;
 
 /// A tenant and scope list: what the map holds.
 #[derive(Hash, PartialEq, Eq)]
@@ -96,8 +83,6 @@ struct Slot {
     expires_on: i64,
     /// When a caller last asked for it (written by hits, under the read lock).
     used_at: AtomicI64,
-    /// When it was added or its last request ended.
-    settled_at: i64,
     /// The request in flight, while its task holds the sender ([`Slot::in_flight`]).
     inflight: Option<Answer>,
     /// No background request before this time: the backoff's end after failures.
@@ -134,12 +119,8 @@ impl TokenCache {
         clock: Arc<dyn Clock>,
         options: &ClientCertificateCredentialOptions,
     ) -> Arc<Self> {
-        let table = Table {
-            map: HashMap::new(),
-            next_sweep: clock.now_unix_millis().saturating_add(IDLE_GRACE),
-        };
         Arc::new(TokenCache {
-            table: RwLock::new(table),
+            table: RwLock::new(HashMap::new()),
             clock,
             window: options.refresh_window,
             max_entries: options.max_cached_scopes,
@@ -158,7 +139,7 @@ impl TokenCache {
         fetcher: &Arc<F>,
     ) -> Option<AccessToken> {
         let table = self.read();
-        let slot = table.map.get(&Query { tenant, scopes })?;
+        let slot = table.get(&Query { tenant, scopes })?;
         let token = slot.token.as_ref()?;
         // Read once the slot is found: before the lock it made a hit on two threads
         // contend longer (BENCHMARKS.md).
@@ -177,7 +158,7 @@ impl TokenCache {
             drop(table);
             // Again under the write lock: another hit may have started it meanwhile.
             let table = self.write();
-            if let Some((key, slot)) = table.map.get_key_value(&Query { tenant, scopes })
+            if let Some((key, slot)) = table.get_key_value(&Query { tenant, scopes })
                 && due(slot)
             {
                 let key = key.clone();
@@ -206,7 +187,7 @@ impl TokenCache {
         let now = self.clock.now_unix_millis();
         let step = {
             let mut table = self.write();
-            let (key, step) = match table.map.get_key_value(&query) {
+            let (key, step) = match table.get_key_value(&query) {
                 Some((key, slot)) => (key.clone(), step(slot, now, rejected)),
                 None => (self.add(&mut table, &query, now), None),
             };
@@ -240,39 +221,32 @@ impl TokenCache {
             k.tenant.is_none() && s.token.is_some() && now < s.expires_on
         };
         let scopes = |(k, _): (&Arc<Key>, _)| k.scopes.iter().map(|s| s.to_string()).collect();
-        let live = table.map.iter().filter(live);
+        let live = table.iter().filter(live);
         live.take(max).map(scopes).collect()
     }
 
     /// Drop every cached token and remembered failure (keys stay). Requests in flight
     /// complete and are cached.
     pub(crate) fn clear(&self) {
-        for slot in self.write().map.values_mut() {
+        for slot in self.write().values_mut() {
             (slot.token, slot.failed) = (None, None);
         }
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, Table> {
+    fn read(&self) -> RwLockReadGuard<'_, Map> {
         self.table.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Table> {
+    fn write(&self) -> RwLockWriteGuard<'_, Map> {
         self.table.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Add a slot for `query` (not in the map), after a sweep when the cache is full or
-    /// one is due: drop the slots [`evictable`] at `now`, then, if still full, the least
-    /// recently used ([`evict_count`]), none with a request in flight.
-    fn add(&self, table: &mut Table, query: &Query<'_>, now: i64) -> Arc<Key> {
-        let max = self.max_entries;
-        if table.map.len() >= max || now >= table.next_sweep {
-            table.next_sweep = now.saturating_add(IDLE_GRACE);
-            table.map.retain(|_, s| {
-                let expires_on = s.token.as_ref().map(|_| s.expires_on);
-                !evictable(now, s.settled_at, expires_on, s.in_flight().is_some())
-            });
-            let len = table.map.len();
-            let idle = table.map.iter().filter(|(_, s)| s.in_flight().is_none());
+    /// Add a slot for `query` (not in the map), after the least recently used leave when
+    /// the cache is full ([`evict_count`]), none with a request in flight.
+    fn add(&self, table: &mut Map, query: &Query<'_>, now: i64) -> Arc<Key> {
+        let (len, max) = (table.len(), self.max_entries);
+        if len >= max {
+            let idle = table.iter().filter(|(_, s)| s.in_flight().is_none());
             let mut idle: Vec<_> = idle
                 .map(|(k, s)| (s.used_at.load(Ordering::Relaxed), k.clone()))
                 .collect();
@@ -280,7 +254,7 @@ impl TokenCache {
             if count > 0 {
                 idle.select_nth_unstable_by_key(count - 1, |(used_at, _)| *used_at);
                 for (_, key) in &idle[..count] {
-                    table.map.remove(key);
+                    table.remove(key);
                 }
                 tracing::debug!(
                     evicted = count,
@@ -293,7 +267,7 @@ impl TokenCache {
             tenant: query.tenant.map(Arc::from),
             scopes: query.scopes.iter().map(|s| Box::from(*s)).collect(),
         });
-        table.map.insert(key.clone(), Slot::new(now));
+        table.insert(key.clone(), Slot::new(now));
         key
     }
 
@@ -302,7 +276,7 @@ impl TokenCache {
     /// ([`exchange::runtime`]). The answer its callers await. A miss needs a Tokio runtime.
     fn start<F: Fetch>(
         self: &Arc<Self>,
-        mut table: RwLockWriteGuard<'_, Table>,
+        mut table: RwLockWriteGuard<'_, Map>,
         key: Arc<Key>,
         fetcher: &Arc<F>,
     ) -> Result<Answer> {
@@ -311,7 +285,7 @@ impl TokenCache {
         }
         let runtime = exchange::runtime().map_err(|a| abandoned(a.0))?;
         let (tx, answer) = watch::channel(None);
-        if let Some(slot) = table.map.get_mut(&key) {
+        if let Some(slot) = table.get_mut(&key) {
             slot.inflight = Some(answer.clone());
         }
         drop(table);
@@ -356,7 +330,6 @@ impl Slot {
         let used_at = AtomicI64::new(now);
         Slot {
             used_at,
-            settled_at: now,
             ..Slot::default()
         }
     }
@@ -401,7 +374,6 @@ impl Flight {
         let mut table = cache.write();
         // A slot in flight never leaves the map (were it gone, it would come back).
         let slot = table
-            .map
             .entry(self.key.clone())
             .or_insert_with(|| Slot::new(now));
         let failed = result.as_ref().err().map(reached);
@@ -418,7 +390,7 @@ impl Flight {
         }
         let failed = result.as_ref().err().zip(next.error_until);
         slot.failed = failed.map(|(error, until)| (error.clone(), until));
-        (slot.failures, slot.quiet_until, slot.settled_at) = (next.failures, next.quiet_until, now);
+        (slot.failures, slot.quiet_until) = (next.failures, next.quiet_until);
         slot.inflight = None;
         let serving_cached = matches!(step(slot, now, None), Some(Step::Hit(_)));
         drop(table);

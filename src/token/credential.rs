@@ -3,19 +3,16 @@
 //! [`request`](super::request)).
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use reqwest::Url;
 
-use crate::clock::{Clock, to_time};
+use crate::environment::Environment;
 use crate::error::{ConfigError, ErrorKind, FileError, Result, TokenError};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
-use crate::file::validity::Window;
+use crate::file::validity::{ExpiryWarning, Window};
 use crate::http::base_url::base_url;
-use crate::http::retry::RetryPolicy;
 use crate::secret::SecretString;
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
@@ -59,23 +56,18 @@ pub(crate) struct Inner {
     pub(crate) window: Window,
     /// The file's times: `renew_after` warns, and the gauges show them.
     pub(crate) times: FileTimes,
-    pub(crate) expiry_warning_margin: time::Duration,
-    pub(crate) expiry_warned: AtomicBool,
+    /// The warning as the end nears, given once.
+    pub(crate) expiry: ExpiryWarning,
     pub(crate) http: reqwest::Client,
-    /// The `User-Agent` of every token request.
-    pub(crate) user_agent: reqwest::header::HeaderValue,
-    pub(crate) timeout: Duration,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) clock: Arc<dyn Clock>,
+    /// The request timeout, the `User-Agent`, the clock and the retry policy.
+    pub(crate) environment: Environment,
     /// Tokens in the own tenant and in others, keyed by tenant and scopes.
     pub(crate) cache: Arc<TokenCache>,
     /// The checked authority: other tenants' token URLs start with it.
     pub(crate) authority: Url,
     pub(crate) tenants: Tenants,
-    /// Whether the credential still writes its client id's credential gauges: until a
-    /// reloading credential retires it for the next file's. Held while writing, so that a
-    /// request in flight on a retired credential cannot overwrite its successor's times.
-    pub(crate) writes_gauges: Mutex<bool>,
+    /// Its gauges, written while it is the one in use for its client id.
+    pub(crate) gauges: telemetry::CredentialGauges,
 }
 
 impl ClientCertificateCredential {
@@ -180,40 +172,35 @@ impl ClientCertificateCredential {
         telemetry::token_client(client_id);
         // A loopback authority is never reached through a proxy from the environment.
         let http = environment.client(crate::http::loopback::is_loopback(&token_url))?;
+        let window = Window::new(&times, certificate.not_before(), certificate.not_after());
+        let (renew, cannot) = (times.renew_after, times.cannot_renew_after);
+        let gauges = telemetry::CredentialGauges::new(client_id, window.end, renew, cannot);
         let inner = Inner {
             client_id: client_id.to_owned(),
             token_url,
-            window: Window::new(&times, certificate.not_before(), certificate.not_after()),
+            window,
             certificate,
             signer,
             times,
-            expiry_warning_margin: to_time(options.expiry_warning_margin),
-            expiry_warned: AtomicBool::new(false),
+            expiry: ExpiryWarning::new(options.expiry_warning_margin),
             http,
-            user_agent: environment.user_agent_header(),
-            timeout: environment.request_timeout(),
-            retry: environment.retry_policy().clone(),
             cache: TokenCache::new(environment.clock().clone(), &options),
-            clock: environment.clock().clone(),
+            environment: environment.clone(),
             authority,
             tenants,
-            writes_gauges: Mutex::new(true),
+            gauges,
         };
         Ok(ClientCertificateCredential {
             inner: Arc::new(inner),
         })
     }
 
-    /// Get an access token for `scopes` (for client credentials, one `<resource>/.default`
+    /// Get an access token for `scopes` (for client credentials one `<resource>/.default`
     /// scope, e.g. `https://management.azure.com/.default`): a usable cached token at once
-    /// (a shared read lock, no allocation), else one request shared by every concurrent
-    /// caller. Inside the refresh window the cached token is returned while one
-    /// background request replaces it; failed requests are retried per [`RetryPolicy`],
-    /// an error reaches callers only when no usable token is cached, and it is their
-    /// answer for [`failure_memory`](ClientCertificateCredentialOptions::failure_memory).
-    /// The cache key is the scope list as given (same scopes, same order), at most
-    /// [`max_cached_scopes`](ClientCertificateCredentialOptions::max_cached_scopes) of
-    /// them. The rules and their numbers: [`guide::token_cache`](crate::guide::token_cache).
+    /// (a read lock, no allocation), else one request shared by every concurrent caller;
+    /// refreshed ahead, retried per [`RetryPolicy`](crate::RetryPolicy), an error
+    /// remembered for the failure memory, keyed by the scope list as given. The rules
+    /// and their numbers: [`guide::token_cache`](crate::guide::token_cache).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
         // The hit before any nested future, which would cost it 1.3x (BENCHMARKS.md).
         if let Some(token) = self.cached_token(scopes) {
@@ -326,7 +313,7 @@ impl ClientCertificateCredential {
     /// signs a new assertion with a fresh `jti`. It is a credential: keep it secret.
     pub fn client_assertion(&self) -> Result<SecretString> {
         let inner = &*self.inner;
-        let now = inner.clock.now();
+        let now = inner.environment.clock().now();
         inner.window.check(now)?;
         inner.assertion(now, &inner.token_url)
     }
@@ -362,21 +349,10 @@ impl ClientCertificateCredential {
         self.inner.window
     }
 
-    /// Set the credential's gauges (the `metrics` feature): for a credential that becomes
-    /// the one in use for its client id.
-    pub(crate) fn record_times(&self) {
-        self.inner.record_times();
-    }
-
-    /// The credential is no longer the one in use (a reloading credential swapped in
-    /// another): from now on it writes none of its client id's credential gauges, not
-    /// even for a token request that was in flight.
-    pub(crate) fn retire_gauges(&self) {
-        *self
-            .inner
-            .writes_gauges
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = false;
+    /// Its credential gauges (the `metrics` feature): set for a credential that becomes
+    /// the one in use for its client id, retired for one swapped out.
+    pub(crate) fn gauges(&self) -> &telemetry::CredentialGauges {
+        &self.inner.gauges
     }
 
     /// The assertion algorithm in use.

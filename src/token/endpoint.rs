@@ -163,23 +163,6 @@ mod tests {
     use time::macros::datetime;
 
     #[test]
-    fn token_url_keeps_path_and_trims_slash() {
-        let url = |text| token_url(&authority(text, false).unwrap(), "t1");
-        assert_eq!(
-            url("https://login.microsoftonline.com/").as_str(),
-            "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
-        );
-        assert_eq!(
-            url("https://login.microsoftonline.com").as_str(),
-            "https://login.microsoftonline.com/t1/oauth2/v2.0/token"
-        );
-        assert_eq!(
-            url("https://host.example:8443/prefix/sub/").as_str(),
-            "https://host.example:8443/prefix/sub/t1/oauth2/v2.0/token"
-        );
-    }
-
-    #[test]
     fn success_without_optional_fields() {
         let at = datetime!(2026-01-01 00:00 UTC);
         let t = parse_success(200, br#"{"access_token":"abc","expires_in":3599}"#, at).unwrap();

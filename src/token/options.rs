@@ -75,22 +75,33 @@ impl ClientCertificateCredentialOptions {
         self
     }
 
-    /// Start refreshing cached tokens at least this long before they expire (see
-    /// [`refresh_window`](Self::refresh_window); less than 5 minutes is taken as 5).
+    /// Start refreshing cached tokens at least this long before they expire (half the
+    /// token's lifetime caps it; the server's `refresh_in` and the half-life of tokens
+    /// over 2 hours may start it earlier). Default and minimum
+    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes (what
+    /// `azure_core`'s bearer policy needs; less is taken as 5); wider for tokens handed on
+    /// to clients that treat 5 minutes left as stale, as the token server does.
     pub fn with_refresh_window(mut self, window: Duration) -> Self {
         self.refresh_window = window.max(REFRESH_WINDOW);
         self
     }
 
-    /// Cache tokens for at most this many scope sets (see
-    /// [`max_cached_scopes`](Self::max_cached_scopes); 0 is taken as 1).
+    /// Cache tokens for at most this many scope sets (a tenant and its scopes, shared by
+    /// every consumer of the credential: its tenants, data plane clients over it, the
+    /// token server); past it the least recently used leave, an eighth of the bound at a
+    /// time, none with a request in flight. Default
+    /// [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; 0 is taken as 1.
     pub fn with_max_cached_scopes(mut self, max: usize) -> Self {
         self.max_cached_scopes = max.max(1);
         self
     }
 
-    /// Answer a scope's failed request with its error for this long (see
-    /// [`failure_memory`](Self::failure_memory)).
+    /// After a token request for a scope failed at Entra or on the way there (once its
+    /// retries are spent), callers without a usable token for that scope get the same
+    /// error for this long ([`Error::retry_at`](crate::Error::retry_at) says until when)
+    /// instead of a new request; refusals made before any request (the credential
+    /// expired, say) are not remembered. Default
+    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
     pub fn with_failure_memory(mut self, memory: Duration) -> Self {
         self.failure_memory = memory;
         self
@@ -120,32 +131,8 @@ impl ClientCertificateCredentialOptions {
     }
 
     /// How long before a cached token expires its background refresh starts, at least
-    /// (half the token's lifetime caps it; the server's `refresh_in` and the half-life of
-    /// tokens over 2 hours may start it earlier). Default and minimum
-    /// [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes: what
-    /// `azure_core`'s bearer policy needs. Wider for a credential whose tokens are handed
-    /// on to clients that treat a token with 5 minutes left as stale, as the token server
-    /// does.
+    /// (see [`with_refresh_window`](Self::with_refresh_window)).
     pub fn refresh_window(&self) -> Duration {
         self.refresh_window
-    }
-
-    /// At most this many scope sets (a tenant and its scopes) have tokens cached: past it
-    /// the least recently used leave, an eighth of the bound at a time (those with a
-    /// request in flight stay). Every consumer of the credential shares the bound: its
-    /// own tenant, its other tenants, data plane clients over it, the token server.
-    /// Default [`MAX_CACHED_SCOPES`](crate::limits::MAX_CACHED_SCOPES), 1,000; at least 1.
-    pub fn max_cached_scopes(&self) -> usize {
-        self.max_cached_scopes
-    }
-
-    /// After a token request for a scope failed at Entra or on the way there (its answer
-    /// or a transport failure, once its retries are spent), callers without a usable token
-    /// for that scope get the same error for this long instead of a new request (callers
-    /// with one keep getting it). Refusals made before any request (the credential
-    /// expired, say) are not remembered. Default
-    /// [`FAILURE_MEMORY`](crate::limits::FAILURE_MEMORY), 5 seconds; zero forgets at once.
-    pub fn failure_memory(&self) -> Duration {
-        self.failure_memory
     }
 }

@@ -23,20 +23,16 @@ const LONG_LIVED: time::Duration = time::Duration::hours(2);
 
 /// How long a failed token request's error is the answer for its scope (callers without
 /// a usable token get it again rather than a new request), by default
-/// ([`ClientCertificateCredentialOptions::failure_memory`](crate::ClientCertificateCredentialOptions::failure_memory)).
+/// ([`ClientCertificateCredentialOptions::with_failure_memory`](crate::ClientCertificateCredentialOptions::with_failure_memory)).
 pub const FAILURE_MEMORY: Duration = Duration::from_secs(5);
 
 /// How many scope sets (per tenant) a credential caches tokens for, by default
-/// ([`ClientCertificateCredentialOptions::max_cached_scopes`](crate::ClientCertificateCredentialOptions::max_cached_scopes)).
+/// ([`ClientCertificateCredentialOptions::with_max_cached_scopes`](crate::ClientCertificateCredentialOptions::with_max_cached_scopes)).
 pub const MAX_CACHED_SCOPES: usize = 1_000;
 
 /// The first wait after a failed background refresh; it doubles per failure.
 pub const MIN_REFRESH_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_REFRESH_BACKOFF: Duration = Duration::from_secs(600);
-
-/// An entry is left out of the table once it has had nothing to hand out for this long
-/// (milliseconds).
-pub(crate) const IDLE_GRACE: i64 = 60_000;
 
 /// How usable a cached token is at a given time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,23 +56,13 @@ pub(crate) fn freshness(now: i64, refresh_at: i64, expires_on: i64) -> Freshness
     }
 }
 
-/// Pure: when a credential starts refreshing ahead a token obtained at `issued` that
-/// expires at `expires_on`: the range its refresh point is drawn from (uniformly: the
-/// jitter, so replicas started together do not refresh together).
-///
-/// - With the server's `refresh_in` (`refresh_on`,
-///   [`AccessToken::refresh_on`](crate::AccessToken::refresh_on)): then.
-/// - Else, for tokens living over 2 h: at half-life (what MSAL does and what Entra's own
-///   `refresh_in` advises), so an outage of hours is ridden out on the cached token.
-/// - Else: at expiry − 5 min.
-///
-/// Whatever the rule gives, the window opens at least `window` (the credential's
-/// [`refresh_window`](crate::ClientCertificateCredentialOptions::refresh_window), never
-/// less than [`MIN_REFRESH_WINDOW`](crate::limits::MIN_REFRESH_WINDOW), 5 minutes) before
-/// expiry (half the lifetime for tokens shorter than twice that), because `azure_core`'s
-/// `BearerTokenAuthorizationPolicy` asks for a new token on every request in the last 5
-/// minutes. The range ends at that point and starts up to 10% of the time until it
-/// earlier, at most 60 s; never before `issued`.
+/// Pure: the range the refresh point of a token obtained at `issued`, expiring at
+/// `expires_on`, is drawn from (uniformly: replicas started together do not refresh
+/// together): the server's `refresh_on` if any, else half-life for tokens over 2 h, else
+/// expiry − 5 min; always at least `window` (never under 5 minutes; half the lifetime for
+/// short tokens) before expiry, for `azure_core`'s bearer policy; starting up to 10% (at
+/// most 60 s) of the time until it earlier, never before `issued`
+/// ([`guide::token_cache`](crate::guide::token_cache) says why).
 ///
 /// ```
 /// use std::time::Duration;
@@ -130,14 +116,6 @@ pub(crate) fn refresh_backoff(failures: u32, jitter: f64) -> Duration {
         .saturating_mul(1u32 << exponent)
         .min(MAX_REFRESH_BACKOFF);
     base + base.mul_f64(jitter.clamp(0.0, 1.0) / 10.0)
-}
-
-/// Pure: whether an entry may be dropped at `now` (Unix ms): no request in flight, its
-/// last request ended (or it was made) [`IDLE_GRACE`] ago or more, and its token, if it
-/// has one, stopped being usable that long ago too.
-pub(crate) fn evictable(now: i64, settled_at: i64, expires_on: Option<i64>, busy: bool) -> bool {
-    let unusable = expires_on.map_or(i64::MIN, |e| e.saturating_sub(EXPIRY_MARGIN_MS));
-    !busy && now >= settled_at.max(unusable).saturating_add(IDLE_GRACE)
 }
 
 /// Pure: how many entries to evict from a cache holding `len` (all idle) of at most `max`
@@ -277,20 +255,6 @@ mod tests {
         assert_eq!(evict_count(1003, 1000), 129);
         assert_eq!(evict_count(4, 4), 1);
         assert_eq!(evict_count(1, 1), 1);
-    }
-
-    #[test]
-    fn entries_are_dropped_after_a_grace_once_nothing_is_usable() {
-        let (t, grace) = (1_000_000, IDLE_GRACE);
-        // A new entry, or one whose request failed: kept for the grace, unless busy.
-        assert!(!evictable(t + grace - 1, t, None, false));
-        assert!(evictable(t + grace, t, None, false));
-        assert!(!evictable(t + grace, t, None, true));
-        // A token: kept until the grace after it stopped being usable.
-        let expires = t + 3_600_000;
-        let unusable = expires - EXPIRY_MARGIN_MS;
-        assert!(!evictable(unusable + grace - 1, t, Some(expires), false));
-        assert!(evictable(unusable + grace, t, Some(expires), false));
     }
 
     #[test]

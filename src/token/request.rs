@@ -3,8 +3,7 @@
 //! a fresh assertion, POSTs it with the form and headers MSAL sends, and parses the
 //! answer ([`endpoint::parse_response`]).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use reqwest::{Url, header};
@@ -13,7 +12,6 @@ use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
 use crate::error::{Error, Result, TokenError, TransportError, cause_chain};
-use crate::file::validity::expiry_warning;
 use crate::http::body::zeroizing_form;
 use crate::http::{exchange, retry};
 use crate::secret::SecretString;
@@ -54,8 +52,8 @@ impl Inner {
         let tenant = tenant.unwrap_or(self.tenants.own());
         let mut attempt = 0u32;
         retry::run(
-            &self.retry,
-            self.clock.as_ref(),
+            self.environment.retry_policy(),
+            self.environment.clock().as_ref(),
             || {
                 attempt += 1;
                 self.observed_request(scope, tenant, url, attempt)
@@ -92,32 +90,20 @@ impl Inner {
             outcome = tracing::field::Empty,
             error_code = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
+            expires_on = tracing::field::Empty,
         );
-        let (started, now) = (Instant::now(), self.clock.now());
+        let (started, now) = (Instant::now(), self.environment.clock().now());
         let result = self.request_once(scope, token_url, now);
         let result = result.instrument(span.clone()).await;
         let elapsed = started.elapsed();
         let error = result.as_ref().err();
         telemetry::end_span(&span, error, elapsed);
         telemetry::token_request(&self.client_id, error, elapsed);
-        let _in_span = span.enter();
-        match &result {
-            Ok(token) => {
-                self.record_times();
-                telemetry::token_expiry(&self.client_id, token.expires_on());
-                tracing::debug!(
-                    client_id = %self.client_id,
-                    scope = %service_text(scope),
-                    expires_on = %Rfc3339(token.expires_on()),
-                    "acquired access token"
-                );
-            }
-            Err(e) => tracing::debug!(
-                client_id = %self.client_id,
-                scope = %service_text(scope),
-                error = %e,
-                "token request answered with an error"
-            ),
+        if let Ok(token) = &result {
+            let expires_on = token.expires_on();
+            self.gauges.record();
+            telemetry::token_expiry(&self.client_id, expires_on);
+            span.record("expires_on", tracing::field::display(Rfc3339(expires_on)));
         }
         result
     }
@@ -143,10 +129,10 @@ impl Inner {
         let request = self
             .http
             .post(token_url.clone())
-            .timeout(self.timeout)
+            .timeout(self.environment.request_timeout())
             .header("accept", "application/json")
             // Per request, so that a caller's own client sends it too.
-            .header(header::USER_AGENT, self.user_agent.clone())
+            .header(header::USER_AGENT, self.environment.user_agent_header())
             .header("client-request-id", &id)
             .header("return-client-request-id", "true")
             .header("x-client-sku", SKU)
@@ -179,10 +165,7 @@ impl Inner {
     /// Log, once per credential, that it should have been renewed or ends soon.
     fn warn_if_expiring(&self, now: OffsetDateTime) {
         let (end, renew_after) = (self.window.end, self.times.renew_after);
-        let warning = expiry_warning(now, renew_after, end, self.expiry_warning_margin);
-        if let Some(reason) = warning
-            && !self.expiry_warned.swap(true, Ordering::Relaxed)
-        {
+        if let Some(reason) = self.expiry.once(now, renew_after, end) {
             tracing::warn!(
                 client_id = %self.client_id,
                 not_after = %Rfc3339(end),
@@ -190,19 +173,6 @@ impl Inner {
                 thumbprint_sha256 = %self.certificate.thumbprint_sha256_hex(),
                 "{reason}; the credential file should be rotated"
             );
-        }
-    }
-
-    /// Set the credential's gauges: its end, `renew_after` and `cannot_renew_after`;
-    /// nothing once it is retired.
-    pub(crate) fn record_times(&self) {
-        let writes = self
-            .writes_gauges
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if *writes {
-            let (renew, cannot) = (self.times.renew_after, self.times.cannot_renew_after);
-            telemetry::credential_times(&self.client_id, self.window.end, renew, cannot);
         }
     }
 }

@@ -541,6 +541,13 @@ async fn credential_from_parts_caches_per_tenant() {
     assert_eq!(again.token(), other.token());
     assert_eq!(cred.get_token(&[ARM]).await.unwrap().token(), own.token());
     assert_eq!(entra.token_requests(), 2);
+    // An allowed tenant is matched trimmed and case-insensitively.
+    let padded = format!(" {} ", OTHER_TENANT.to_uppercase());
+    let loose = service_credential(&entra, &[padded.as_str()]);
+    loose
+        .get_token_for_tenant(&[ARM], OTHER_TENANT)
+        .await
+        .unwrap();
     let e = cred
         .get_token_for_tenant(&[ARM], "c0ffee00-0000-4000-8000-000000000000")
         .await

@@ -158,6 +158,20 @@ async fn authority_with_a_path_keeps_it() {
     let req = &server.requests()[0];
     assert!(req.path.starts_with("/regional/prefix/"), "{}", req.path);
     assert_eq!(req.aud.as_deref(), Some(req.expected_aud.as_str()));
+    // With or without a trailing `/`, one `/` before the tenant.
+    for authority in [
+        server.base_url(),
+        server.base_url().trim_end_matches('/').to_owned(),
+    ] {
+        let creds = load_with_endpoint("pem-pkcs8", &authority);
+        let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
+        let tenant = creds.tenant_id.as_deref().unwrap();
+        let base = server.base_url();
+        assert_eq!(
+            cred.token_url(),
+            format!("{base}{tenant}/oauth2/v2.0/token")
+        );
+    }
 }
 
 #[tokio::test]
