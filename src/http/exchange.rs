@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 pub(crate) struct Abandoned(pub &'static str);
 
 const NO_IO_THREAD: Abandoned = Abandoned("the crate's I/O thread could not be started");
+const NO_RUNTIME: Abandoned = Abandoned("no Tokio runtime to run it on");
 
 thread_local! {
     /// Set on the I/O runtime's thread: what runs there needs no hop.
@@ -78,10 +79,13 @@ fn driven_here() -> Option<Handle> {
 }
 
 /// The runtime a task of the crate's own (a token request) runs on for this caller: its
-/// own when it is multi-threaded, else the I/O runtime. Nobody need wait for such a task.
+/// own when it is multi-threaded, else the I/O runtime (started on first use: call this
+/// before taking a lock others wait on). Nobody need wait for such a task. A caller
+/// without a Tokio runtime gets none.
 pub(crate) fn runtime() -> Result<Handle, Abandoned> {
     match driven_here() {
         Some(here) => Ok(here),
+        None if Handle::try_current().is_err() => Err(NO_RUNTIME),
         None => io_runtime().cloned().ok_or(NO_IO_THREAD),
     }
 }

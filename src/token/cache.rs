@@ -156,6 +156,7 @@ impl TokenCache {
         let due = |s: &Slot| s.in_flight().is_none() && now >= s.quiet_until;
         if freshness == Freshness::RefreshAhead && due(slot) {
             drop(table);
+            let runtime = exchange::runtime();
             // Again under the write lock: another hit may have started it meanwhile.
             let table = self.write();
             if let Some((key, slot)) = table.get_key_value(&Query { tenant, scopes })
@@ -163,7 +164,7 @@ impl TokenCache {
             {
                 let key = key.clone();
                 tracing::debug!(scope = %service_text(&key.scopes.join(" ")), "refreshing token ahead of expiry");
-                if let Err(e) = self.start(table, key, fetcher) {
+                if let Err(e) = self.start(table, key, fetcher, runtime) {
                     tracing::debug!(error = %e, "cannot start the token refresh");
                 }
             }
@@ -183,7 +184,7 @@ impl TokenCache {
         rejected: Option<&AccessToken>,
         admit: impl FnOnce() -> bool,
     ) -> Result<Option<AccessToken>> {
-        let query = Query { tenant, scopes };
+        let (query, runtime) = (Query { tenant, scopes }, exchange::runtime());
         let now = self.clock.now_unix_millis();
         let step = {
             let mut table = self.write();
@@ -194,7 +195,7 @@ impl TokenCache {
             match step {
                 Some(step) => step,
                 None if !admit() => return Ok(None),
-                None => Step::Join(self.start(table, key, fetcher)?),
+                None => Step::Join(self.start(table, key, fetcher, runtime)?),
             }
         };
         match step {
@@ -272,18 +273,16 @@ impl TokenCache {
     }
 
     /// Start `key`'s request (the caller saw none in flight): marked in flight under
-    /// `table`'s lock, then, the lock released, run as a task of its own
-    /// ([`exchange::runtime`]). The answer its callers await. A miss needs a Tokio runtime.
+    /// `table`'s lock, then, the lock released, run as a task of its own on `runtime`
+    /// ([`exchange::runtime`], found before the lock). The answer its callers await.
     fn start<F: Fetch>(
         self: &Arc<Self>,
         mut table: RwLockWriteGuard<'_, Map>,
         key: Arc<Key>,
         fetcher: &Arc<F>,
+        runtime: Result<tokio::runtime::Handle, exchange::Abandoned>,
     ) -> Result<Answer> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(abandoned("no Tokio runtime to run it on"));
-        }
-        let runtime = exchange::runtime().map_err(|a| abandoned(a.0))?;
+        let runtime = runtime.map_err(|a| abandoned(a.0))?;
         let (tx, answer) = watch::channel(None);
         if let Some(slot) = table.get_mut(&key) {
             slot.inflight = Some(answer.clone());
