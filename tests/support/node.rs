@@ -19,38 +19,24 @@ pub fn modules() -> PathBuf {
         .clone()
 }
 
-/// `target/test-node/node_modules`, installed if missing: in a directory of this
-/// process's own, then renamed into place, so that no test binary sees half of one.
+/// `target/test-node/node_modules`, installed if missing ([`super::provisioned`]).
 fn provision() -> PathBuf {
-    let root = &super::repo_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let dir = target.join("test-node");
-    if dir.join("node_modules/@azure/identity").is_dir() {
-        return dir.join("node_modules");
-    }
-    let building = target.join(format!("test-node.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
-    std::fs::create_dir_all(&building).unwrap();
-    std::fs::copy(
-        root.join(".ci/node/package.json"),
-        building.join("package.json"),
-    )
-    .unwrap();
-    let out = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&building)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run npm to install .ci/node/package.json: {e}"));
-    assert!(
-        out.status.success(),
-        "cannot install .ci/node/package.json:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if std::fs::rename(&building, &dir).is_err() {
-        // Another test binary was first.
-        let _ = std::fs::remove_dir_all(&building);
-    }
+    let root = super::repo_root();
+    let installed = |dir: &std::path::Path| dir.join("node_modules/@azure/identity").is_dir();
+    let dir = super::provisioned("test-node", installed, |building| {
+        std::fs::create_dir_all(building).unwrap();
+        let package = building.join("package.json");
+        std::fs::copy(root.join(".ci/node/package.json"), package).unwrap();
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(building)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run npm to install .ci/node/package.json: {e}"));
+        assert!(
+            out.status.success(),
+            "cannot install .ci/node/package.json:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
     dir.join("node_modules")
 }

@@ -20,54 +20,42 @@ pub fn interpreter() -> PathBuf {
         .clone()
 }
 
-/// `target/test-python/bin/python`, made if missing: built in a directory of this
-/// process's own, then renamed into place, so that no test binary sees half of one.
+/// `target/test-python/bin/python`, made if missing ([`super::provisioned`]). A virtual
+/// environment names its own path in its scripts, not in `bin/python`'s lookup of its
+/// packages (`pyvenv.cfg` sits beside it): the renamed one works.
 fn provision() -> PathBuf {
-    let root = &super::repo_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let venv = target.join("test-python");
-    let python = venv.join("bin/python");
-    if python.exists() {
-        return python;
-    }
-    let building = target.join(format!("test-python.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
-    let status = |what: &str, cmd: &mut Command| {
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("cannot {what}: {e}"));
-        assert!(
-            out.status.success(),
-            "cannot {what}:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+    let root = super::repo_root();
+    let made = |venv: &std::path::Path| venv.join("bin/python").exists();
+    let venv = super::provisioned("test-python", made, |building| {
+        let status = |what: &str, cmd: &mut Command| {
+            let out = cmd
+                .output()
+                .unwrap_or_else(|e| panic!("cannot {what}: {e}"));
+            assert!(
+                out.status.success(),
+                "cannot {what}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        status(
+            "make a Python virtual environment (python3 -m venv)",
+            Command::new("python3").arg("-m").arg("venv").arg(building),
         );
-    };
-    status(
-        "make a Python virtual environment (python3 -m venv)",
-        Command::new("python3").arg("-m").arg("venv").arg(&building),
-    );
-    status(
-        "install .ci/python-requirements.txt",
-        Command::new(building.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(root.join(".ci/python-requirements.txt")),
-    );
-    // A virtual environment names its own path in its scripts, not in `bin/python`'s
-    // lookup of its packages (`pyvenv.cfg` sits beside it): the renamed one works.
-    if std::fs::rename(&building, &venv).is_err() {
-        // Another test binary was first.
-        let _ = std::fs::remove_dir_all(&building);
-    }
-    python
+        status(
+            "install .ci/python-requirements.txt",
+            Command::new(building.join("bin/python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(root.join(".ci/python-requirements.txt")),
+        );
+    });
+    venv.join("bin/python")
 }
 
 /// Run `script` with `stdin` on its standard input; its stdout on success, a panic with

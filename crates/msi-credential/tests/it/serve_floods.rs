@@ -33,28 +33,44 @@ const KERNEL_BYTES_PER_CONNECTION: u64 = 4 * SOCKET_BUFFER_BYTES as u64;
 /// the task, the registry entry), as the docs say.
 const PROCESS_BYTES_PER_CONNECTION: u64 = 96 * 1024;
 
-/// The bytes queued in the kernel for the sockets whose local port is `port` (the
-/// server's side), from `/proc/net/tcp`: each row's `tx_queue:rx_queue`.
-fn queued_bytes(port: u16) -> u64 {
-    let mut total = 0;
+/// The server's connections on `port` (sockets whose local port it is, the listening one
+/// left out), from `/proc/net/tcp`: each one's state (hex, as the kernel writes it) and
+/// the bytes queued for it (`tx_queue` plus `rx_queue`).
+fn server_sockets(port: u16) -> Vec<(String, u64)> {
+    let mut sockets = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
         for row in text.lines().skip(1) {
             let fields: Vec<&str> = row.split_whitespace().collect();
-            let local_port = fields[1]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            let local_port = fields[1].rsplit(':').next();
+            let local_port = local_port.and_then(|p| u16::from_str_radix(p, 16).ok());
             if local_port != Some(port) || fields[3] == "0A" {
-                continue; // another socket, or the listening one
+                continue;
             }
             let (tx, rx) = fields[4].split_once(':').unwrap();
-            total += u64::from_str_radix(tx, 16).unwrap() + u64::from_str_radix(rx, 16).unwrap();
+            let queued =
+                u64::from_str_radix(tx, 16).unwrap() + u64::from_str_radix(rx, 16).unwrap();
+            sockets.push((fields[3].to_owned(), queued));
         }
     }
-    total
+    sockets
+}
+
+/// The bytes queued in the kernel for the server's connections on `port`.
+fn queued_bytes(port: u16) -> u64 {
+    server_sockets(port).iter().map(|(_, queued)| queued).sum()
+}
+
+/// The server's connections on `port` that hold buffers: every state but `TIME-WAIT`
+/// and `CLOSE`.
+fn server_connections(port: u16) -> usize {
+    let holding = |state: &str| !matches!(state, "06" | "07");
+    server_sockets(port)
+        .iter()
+        .filter(|(state, _)| holding(state))
+        .count()
 }
 
 /// A process's resident memory, from `/proc/<pid>/status`.
@@ -79,28 +95,6 @@ fn pipeline_without_reading(addr: SocketAddr, request: &[u8], most: usize) -> Tc
         }
     }
     stream
-}
-
-/// The server's connections on `port` that hold buffers (every state but the listening
-/// one, `TIME-WAIT` and `CLOSE`), from `/proc/net/tcp`.
-fn server_connections(port: u16) -> usize {
-    let mut count = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for row in text.lines().skip(1) {
-            let fields: Vec<&str> = row.split_whitespace().collect();
-            let local_port = fields[1]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if local_port == Some(port) && !matches!(fields[3], "0A" | "06" | "07") {
-                count += 1;
-            }
-        }
-    }
-    count
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
