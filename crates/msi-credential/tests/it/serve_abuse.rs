@@ -181,23 +181,7 @@ async fn idle_connections_cannot_hold_every_slot() {
 /// Send `head` on a keep-alive connection and read one answer; its status.
 fn exchange(stream: &mut TcpStream, head: &str) -> std::io::Result<u16> {
     write!(stream, "{head}\r\n\r\n")?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        answer.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&answer).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body)?;
-    Ok(head[9..12].parse().unwrap())
+    serving::read_answer(stream).map(|(status, _, _)| status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use msi_credential::serve::{ServeOptions, TokenServer};
+use msi_dataplane::UserAssignedIdentityCredential;
 use msi_dataplane_testing::{EntraServer, Scripted, wait_for_certificate};
 use serde_json::Value;
 use serving::{Mounted, SECRET, start};
@@ -224,14 +225,28 @@ fn rust_client_child() {
     println!("CHILD-RESULT {json}");
 }
 
+/// Two identities mounted and served by one token server; the first's reloading
+/// credential (to wait for its rotation).
+async fn two_identities(
+    entra: &EntraServer,
+) -> (
+    Mounted,
+    Mounted,
+    UserAssignedIdentityCredential,
+    TokenServer,
+) {
+    let (a, b) = (Mounted::new(entra), Mounted::new(entra));
+    let served_a = a.serve(entra, Default::default()).await;
+    let credential_a = served_a.credential().clone();
+    let served_b = b.serve(entra, Default::default()).await;
+    let server = start(vec![served_a, served_b], ServeOptions::default()).await;
+    (a, b, credential_a, server)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_rust_clients_get_tokens_through_a_csi_rotation() {
     let entra = EntraServer::start().await;
-    let (mut a, b) = (Mounted::new(&entra), Mounted::new(&entra));
-    let served_a = a.serve(&entra, Default::default()).await;
-    let credential_a = served_a.credential().clone();
-    let served_b = b.serve(&entra, Default::default()).await;
-    let server = start(vec![served_a, served_b], ServeOptions::default()).await;
+    let (mut a, b, credential_a, server) = two_identities(&entra).await;
     let issued = |token: String| {
         entra
             .issued(&token)
@@ -338,11 +353,7 @@ async fn a_refusing_token_endpoint_reaches_each_client_as_a_clear_error_after_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn javascript_client_gets_tokens_through_a_csi_rotation_and_a_short_outage() {
     let entra = EntraServer::start().await;
-    let (mut a, b) = (Mounted::new(&entra), Mounted::new(&entra));
-    let served_a = a.serve(&entra, Default::default()).await;
-    let credential_a = served_a.credential().clone();
-    let served_b = b.serve(&entra, Default::default()).await;
-    let server = start(vec![served_a, served_b], ServeOptions::default()).await;
+    let (mut a, b, credential_a, server) = two_identities(&entra).await;
     let issued = |token: String| {
         entra
             .issued(&token)

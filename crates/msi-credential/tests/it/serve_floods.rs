@@ -270,34 +270,12 @@ fn pipelined_flood(
 }
 
 /// One keep-alive connection: send `request`, read one answer (status and body); `None`
-/// when the server closed the connection.
+/// when the server closed the connection (or said it would).
 fn keep_alive_exchange(stream: &mut TcpStream, request: &str) -> Option<(u16, String)> {
     stream.write_all(request.as_bytes()).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .ok()?;
-    let mut answer = Vec::new();
-    let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        answer.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&answer).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).ok()?;
-    if head.contains("connection: close") {
-        return None;
-    }
-    Some((
-        head[9..12].parse().unwrap(),
-        String::from_utf8_lossy(&body).into_owned(),
-    ))
+    let (status, head, body) = serving::read_answer(stream).ok()?;
+    let open = !head.contains("connection: close");
+    open.then(|| (status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// At most this many answers reach a flood without the secret in `seconds`: the budget's

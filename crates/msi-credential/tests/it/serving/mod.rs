@@ -241,3 +241,25 @@ pub fn spawn_serve_in(
     let serving = serde_json::from_str(&line).unwrap();
     (child, serving)
 }
+
+/// One answer read from a keep-alive connection: its status, its head (lower-cased) and
+/// its body (`Content-Length` bytes).
+pub fn read_answer(stream: &mut TcpStream) -> std::io::Result<(u16, String, Vec<u8>)> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        answer.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body)?;
+    Ok((head[9..12].parse().unwrap(), head, body))
+}
