@@ -13,19 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use msi_credential::serve::{MetricsServer, MetricsServerOptions, ServeOptions, TokenServer};
+use msi_credential::serve::{MetricsServer, MetricsServerOptions, ServeOptions};
 use msi_dataplane::ClientCertificateCredentialOptions;
 use msi_dataplane_testing::EntraServer;
-use serving::{ARM, Mounted, SECRET, raw, start, token_request};
-
-/// The kit's Entra server, one identity mounted as the CSI driver mounts it, and a token
-/// server for it with `options`.
-async fn one_identity(options: ServeOptions) -> (EntraServer, Mounted, TokenServer) {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
-    (entra, a, server)
-}
+use serving::{ARM, Mounted, SECRET, one_identity, raw, start, token_request};
 
 /// A blocking connection that has sent `sent` and nothing more.
 fn hold(addr: SocketAddr, sent: &[u8]) -> TcpStream {

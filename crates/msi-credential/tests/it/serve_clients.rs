@@ -303,13 +303,7 @@ async fn python_and_rust_clients_get_tokens_through_a_csi_rotation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusing_token_endpoint_reaches_each_client_as_a_clear_error_after_one_request() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (entra, a, server) = serving::one_identity(ServeOptions::default()).await;
     // Without a selector: the only identity.
     let token = entra.issued(&python(&server, None).await.token()).unwrap();
     assert_eq!(token.client_id, a.identity.client_id);

@@ -278,21 +278,25 @@ fn keep_alive_exchange(stream: &mut TcpStream, request: &str) -> Option<(u16, St
     open.then(|| (status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-/// At most this many answers reach a flood without the secret in `seconds`: the budget's
-/// burst (100) and rate (50 a second), and one held-back answer a second per connection.
-fn budget_bound(seconds: usize, connections: usize) -> usize {
-    100 + 50 * seconds + connections * seconds + 50
+/// A flood without the secret on `connections` connections got its budget's burst (100),
+/// and no more than the burst, the rate (50 a second) and one held-back answer a second
+/// per connection over `seconds` allow.
+#[track_caller]
+fn held_to_budget(flooded: usize, seconds: usize, connections: usize) {
+    assert!(
+        flooded > 100,
+        "the flood got its budget's answers: {flooded}"
+    );
+    let bound = 100 + 50 * seconds + connections * seconds + 50;
+    assert!(
+        flooded <= bound,
+        "the flood got {flooded} answers in {seconds} s (at most {bound})"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_health_flood_without_the_secret_is_held_to_its_budget_and_the_probe_never_is() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (_entra, a, server) = serving::one_identity(ServeOptions::default()).await;
     let addr = server.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let health = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
@@ -326,14 +330,7 @@ async fn a_health_flood_without_the_secret_is_held_to_its_budget_and_the_probe_n
         assert_eq!(*status, 200, "{body}");
         assert!(body.contains(&client_id), "the full report: {body}");
     }
-    assert!(
-        flooded > 100,
-        "the flood got its budget's answers: {flooded}"
-    );
-    assert!(
-        flooded <= budget_bound(seconds, 16),
-        "the flood got {flooded} answers in {seconds} s"
-    );
+    held_to_budget(flooded, seconds, 16);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,25 +392,12 @@ async fn the_metrics_port_holds_a_404_flood_to_its_budget_and_renders_once_a_sec
         "{renders} renderings in {seconds} s for {} scrapes",
         fast.len() + other.len()
     );
-    assert!(
-        flooded > 100,
-        "the flood got its budget's answers: {flooded}"
-    );
-    assert!(
-        flooded <= budget_bound(seconds, 4),
-        "the 404 flood got {flooded} answers in {seconds} s"
-    );
+    held_to_budget(flooded, seconds, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_retrying_at_retry_after_gets_a_token_once_entra_recovers() {
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (entra, _a, server) = serving::one_identity(ServeOptions::default()).await;
     // A short outage: Entra asks for a second twice (the server's own two attempts),
     // then answers.
     entra.enqueue(Scripted::status(503).retry_after("1"));

@@ -75,13 +75,7 @@ async fn no_token_and_no_secret_reaches_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invisible_characters_reach_the_log_and_the_answer_escaped() {
     crate::support::log_capture::captured();
-    let entra = EntraServer::start().await;
-    let a = Mounted::new(&entra);
-    let server = start(
-        vec![a.serve(&entra, Default::default()).await],
-        ServeOptions::default(),
-    )
-    .await;
+    let (entra, _a, server) = serving::one_identity(ServeOptions::default()).await;
     let resource = "api://lookalike\u{3164}\u{fe0f}\u{34f}";
     let _refusal = serving::refuse(&entra, resource);
     let encoded: String = url::form_urlencoded::byte_serialize(resource.as_bytes()).collect();

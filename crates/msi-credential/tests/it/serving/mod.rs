@@ -77,6 +77,15 @@ impl Mounted {
     }
 }
 
+/// The kit's Entra server, one identity mounted as the CSI driver mounts it, and a token
+/// server for it with `options`.
+pub async fn one_identity(options: ServeOptions) -> (EntraServer, Mounted, TokenServer) {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let server = start(vec![a.serve(&entra, Default::default()).await], options).await;
+    (entra, a, server)
+}
+
 /// A server on a free loopback port with [`SECRET`].
 pub async fn start(identities: Vec<ServedIdentity>, options: ServeOptions) -> TokenServer {
     let secret = IdentityHeaderSecret::new(SECRET).unwrap();
