@@ -16,7 +16,7 @@ use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 use reqwest::header::{HeaderValue as ReqwestHeaderValue, USER_AGENT};
 
-use crate::error::{KeyVaultError, TransportFault, cause_chain, classify_transport};
+use crate::error::{Error, TransportFault, cause_chain, classify_transport};
 use crate::http::body::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
@@ -105,8 +105,9 @@ impl HttpClient for ReqwestTransport {
         .await
         // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
         .map_err(|a| {
-            let abandoned = KeyVaultError::RequestAbandoned { reason: a.0 };
-            azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(abandoned))
+            let message = format!("the Key Vault request was abandoned: {}", a.0);
+            let abandoned = Error::abandoned("key_vault_request_abandoned", message);
+            azure_core::Error::new(AzureErrorKind::Other, abandoned)
         })?
     }
 }
@@ -119,12 +120,14 @@ async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes
     let too_large = || {
         azure_core::Error::new(
             AzureErrorKind::Other,
-            crate::error::Error::from(crate::error::ErrorKind::KeyVault(
-                KeyVaultError::InvalidResponse {
-                    operation: "request",
-                    reason: crate::http::body::too_large_reason(),
-                },
-            )),
+            // The store names its operation in front (`Key Vault get: ...`).
+            Error::answer(
+                "invalid_key_vault_response",
+                format!(
+                    "the answer is not usable: {}",
+                    crate::http::body::too_large_reason()
+                ),
+            ),
         )
     };
     if response

@@ -14,7 +14,9 @@
 
 use url::Url;
 
-use crate::error::{DataPlaneError, Error, ErrorKind, Result};
+#[cfg(test)]
+use crate::error::ErrorKind;
+use crate::error::{Error, Result};
 use crate::file::model::is_guid;
 use crate::http::is_tchar;
 
@@ -53,7 +55,7 @@ pub struct BearerChallenge {
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`] naming the field and byte offset where the syntax
+/// `invalid_challenge` naming the field and byte offset where the syntax
 /// breaks.
 pub fn parse_www_authenticate<'a>(
     values: impl IntoIterator<Item = &'a str>,
@@ -76,7 +78,7 @@ pub fn parse_www_authenticate<'a>(
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`]: no `Bearer` challenge, none with an authorization
+/// `invalid_challenge`: no `Bearer` challenge, none with an authorization
 /// URL, a URL that does not parse, or a tenant that is neither a GUID nor a domain.
 pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
     let mut bearers = challenges
@@ -151,10 +153,9 @@ pub(crate) fn is_domain(s: &str) -> bool {
 
 /// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
 fn invalid(reason: String) -> Error {
-    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge {
-        reason: crate::untrusted_text::service_text(&reason),
-    })
-    .into()
+    let reason = crate::untrusted_text::service_text(&reason);
+    let message = format!("cannot use the data plane's authentication challenge: {reason}");
+    Error::answer("invalid_challenge", message)
 }
 
 struct Parser<'a> {
@@ -429,7 +430,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                    ErrorKind::InvalidAnswer {
+                        code: "invalid_challenge",
+                        ..
+                    }
                 ),
                 "{bad}: {e}"
             );
@@ -454,7 +458,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                    ErrorKind::InvalidAnswer {
+                        code: "invalid_challenge",
+                        ..
+                    }
                 ),
                 "{bad}"
             );

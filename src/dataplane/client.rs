@@ -20,8 +20,7 @@ use super::types::{
 use crate::clock::Clock;
 use crate::environment::Environment;
 use crate::error::{
-    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
-    cause_chain, redact_quoted,
+    DATA_PLANE, Error, ErrorKind, Result, ServiceError, TransportError, cause_chain,
 };
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::base_url::base_url;
@@ -29,6 +28,7 @@ use crate::http::retry::{self, RetryPolicy};
 use crate::http::{body, exchange, loopback};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
+use crate::untrusted_text::redact_quoted;
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -162,8 +162,8 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`] naming `audience` when it is empty; [`ConfigError::HttpClient`] when
-    /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`] when both an
+    /// `invalid_argument` naming `audience` when it is empty; `http_client` when
+    /// the HTTP client cannot be built; `conflicting_options` when both an
     /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
     pub fn new(
@@ -182,11 +182,7 @@ impl ClientFactory {
     ) -> Result<Self> {
         let audience = audience.trim();
         if audience.trim_end_matches('/').is_empty() {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "audience",
-                reason: "is empty".into(),
-            })
-            .into());
+            return Err(Error::invalid_argument("audience", "is empty"));
         }
         // Hosts vary per identity URL: the crate-built client comes in two, the second
         // without environment proxies for loopback hosts.
@@ -229,7 +225,7 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
+    /// `invalid_identity_url`: not a URL, not `https` (plain `http` only on a
     /// loopback host with [`Environment::allow_http_loopback`] in [`ClientOptions::environment`]), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
@@ -529,7 +525,10 @@ impl Client {
             body,
         } = exchange::send(request)
             .await
-            .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
+            .map_err(|a| {
+                let message = format!("the data plane request was abandoned: {}", a.0);
+                Error::abandoned("data_plane_request_abandoned", message)
+            })?
             .map_err(transport)?;
         let header = |name: &str| {
             headers
@@ -584,39 +583,37 @@ fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
         .as_deref()
         .map(parse_error_body)
         .unwrap_or_default();
-    Err(
-        ErrorKind::DataPlane(DataPlaneError::Service(Box::new(DataPlaneServiceError {
-            status: raw.status,
-            code,
-            message,
-            request_id: raw.request_id,
-            client_request_id: Some(raw.client_request_id),
-            retry_after: raw
-                .retry_after
-                .as_deref()
-                .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
-            request: what.to_owned(),
-        })))
-        .into(),
-    )
+    Err(ErrorKind::Service(Box::new(ServiceError {
+        service: DATA_PLANE,
+        status: raw.status,
+        code,
+        message,
+        request_id: raw.request_id,
+        client_request_id: Some(raw.client_request_id),
+        retry_after: raw
+            .retry_after
+            .as_deref()
+            .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
+        request: what.to_owned(),
+    }))
+    .into())
 }
 
 fn too_large(status: u16) -> Error {
-    ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
-        status,
-        reason: crate::http::body::too_large_reason(),
-    })
-    .into()
+    unusable(status, crate::http::body::too_large_reason())
+}
+
+/// The data plane answered `status` (2xx) with a body the operation cannot use.
+fn unusable(status: u16, reason: impl std::fmt::Display) -> Error {
+    let message = format!("the data plane answered HTTP {status} with an unusable body: {reason}");
+    Error::answer("invalid_data_plane_response", message)
 }
 
 /// Pure: a 2xx body as `T`; errors never echo the body (it holds secrets).
 fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
     serde_json::from_slice(&answer.body).map_err(|e| {
-        ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
-            status: answer.status,
-            reason: format!("not the expected JSON ({})", redact_quoted(&e.to_string())),
-        })
-        .into()
+        let reason = redact_quoted(&e.to_string());
+        unusable(answer.status, format!("not the expected JSON ({reason})"))
     })
 }
 
@@ -632,7 +629,7 @@ const SERVICE: &str = "data plane";
 fn is_data_plane_failure(error: &Error) -> bool {
     matches!(
         error.kind(),
-        ErrorKind::DataPlane(DataPlaneError::Service(_))
+        ErrorKind::Service(e) if e.service == DATA_PLANE
     ) || matches!(error.kind(), ErrorKind::Transport(t) if t.service == SERVICE)
 }
 
@@ -648,7 +645,8 @@ pub(crate) fn parse_identity_url(
         .unwrap_or_default()
         .to_owned();
     let url = base_url(identity_url, allow_http_loopback, true).map_err(|reason| {
-        ErrorKind::Config(ConfigError::InvalidIdentityUrl { url: shown, reason })
+        let message = format!("identity URL `{shown}` is not usable: {reason}");
+        Error::config("invalid_identity_url", "identity_url", message)
     })?;
     let query = url
         .query_pairs()
@@ -757,7 +755,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::Config(ConfigError::InvalidIdentityUrl { .. })
+                    ErrorKind::Config {
+                        code: "invalid_identity_url",
+                        ..
+                    }
                 ),
                 "{bad}"
             );
@@ -778,7 +779,7 @@ mod tests {
             requested_at: datetime!(2026-01-01 00:00 UTC),
         };
         let e = finish(raw, "GET /x").err().unwrap();
-        let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+        let ErrorKind::Service(d) = e.kind() else {
             panic!("{e:?}")
         };
         assert_eq!(d.status, 429);

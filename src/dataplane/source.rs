@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::Result;
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::ClientCertificateCredential;
@@ -86,11 +86,10 @@ fn own_tenant(current: &ClientCertificateCredential, tenant: &str) -> Result<()>
     if tenant.eq_ignore_ascii_case(current.tenant_id()) {
         return Ok(());
     }
-    Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
-        tenant: tenant.to_owned(),
-        credential_tenant: current.tenant_id().to_owned(),
-    })
-    .into())
+    Err(crate::token::tenant::not_allowed(
+        tenant,
+        current.tenant_id(),
+    ))
 }
 
 #[cfg(feature = "azure_core")]
@@ -103,7 +102,7 @@ mod azure {
     use azure_core::credentials::TokenCredential;
 
     use super::{TokenFuture, TokenSource};
-    use crate::error::{Error, ErrorKind, TokenError};
+    use crate::error::Error;
     use crate::token::access_token::AccessToken;
 
     /// Any `azure_core` `TokenCredential` (an `azure_identity` credential, say) as a
@@ -126,7 +125,7 @@ mod azure {
                     Ok(token) => Ok(AccessToken::new(token.token.secret(), token.expires_on)),
                     Err(e) => Err(match e.downcast_ref::<Error>() {
                         Some(ours) => ours.clone(),
-                        None => ErrorKind::Token(TokenError::external(e)).into(),
+                        None => Error::external(e),
                     }),
                 }
             })

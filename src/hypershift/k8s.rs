@@ -17,7 +17,7 @@
 //! a native sidecar, so that containers using a stock Azure SDK get the identity.
 //!
 //! Names and values are checked before anything is built (DNS-1123 names, Key Vault
-//! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`] naming the
+//! naming rules, GUIDs); bad input is an error (code `invalid_kubernetes_object`) naming the
 //! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
 //! expects; write them with the serializer of your choice (`kubectl apply` takes JSON and
 //! YAML alike). This crate ships no YAML serializer of its own.
@@ -61,7 +61,7 @@ use k8s_openapi::api::core::v1::{CSIVolumeSource, EnvVar, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
     SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER, bare_name_problem,
@@ -487,7 +487,7 @@ impl SecretProviderClassBuilder {
         self
     }
 
-    /// The SecretProviderClass, or an [`ConfigError::InvalidKubernetesObject`] naming the
+    /// The SecretProviderClass, or an `invalid_kubernetes_object` error naming the
     /// first field that is missing or invalid.
     pub fn build(self) -> Result<SecretProviderClass> {
         check("metadata.name", dns1123_subdomain_problem(&self.name))?;
@@ -535,8 +535,12 @@ impl SecretProviderClassBuilder {
 
 // ---- checks (pure) ----
 
-fn invalid(field: &'static str, reason: String) -> crate::error::Error {
-    ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, reason }).into()
+fn invalid(field: &'static str, reason: String) -> Error {
+    Error::config(
+        "invalid_kubernetes_object",
+        field,
+        format!("invalid {field}: {reason}"),
+    )
 }
 
 pub(super) fn check(field: &'static str, problem: Option<String>) -> Result<()> {

@@ -18,13 +18,13 @@
 //!
 //! [`ManagedIdentities::from_slice`] parses and validates it (GUIDs, the Key Vault name,
 //! secret names, encodings; `kms` is optional), naming every problem in one
-//! [`ConfigError::InvalidManagedIdentities`]. With the `k8s` feature,
+//! error (code `invalid_managed_identities`). With the `k8s` feature,
 //! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
 //! volume and mount with the `hypershift::k8s` module.
 
 use serde::Deserialize;
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::hypershift::Component;
 use crate::keyvault::validate_secret_name;
 
@@ -194,8 +194,7 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
-    /// [`ConfigError::InvalidManagedIdentities`] listing every missing or invalid field.
+    /// `json` when it is not JSON of this shape; `invalid_managed_identities` listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let raw: RawFile =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
@@ -287,9 +286,14 @@ impl ManagedIdentities {
                 components,
                 data_plane,
             }),
-            _ => Err(
-                ErrorKind::Config(ConfigError::InvalidManagedIdentities { problems: p.0 }).into(),
-            ),
+            _ => {
+                let message = format!("invalid managed identities file: {}", p.0.join("; "));
+                Err(Error::config(
+                    "invalid_managed_identities",
+                    "managed identities file",
+                    message,
+                ))
+            }
         }
     }
 
@@ -345,8 +349,7 @@ mod kubernetes {
     use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 
     use super::{ComponentIdentity, ManagedIdentities};
-    use crate::error::ConfigError;
-    use crate::error::{ErrorKind, Result};
+    use crate::error::{Error, Result};
     use crate::hypershift::Component;
     use crate::hypershift::k8s::{
         KeyVaultObject, ObjectEncoding, SecretProviderClass, certs_volume_mount, csi_volume,
@@ -373,7 +376,7 @@ mod kubernetes {
         ///
         /// # Errors
         ///
-        /// [`ConfigError::InvalidKubernetesObject`] from the builders.
+        /// `invalid_kubernetes_object` from the builders.
         pub fn kubernetes_objects(
             &self,
             namespace: &str,
@@ -419,11 +422,15 @@ mod kubernetes {
             "utf-8" => Ok(ObjectEncoding::Utf8),
             "hex" => Ok(ObjectEncoding::Hex),
             "base64" => Ok(ObjectEncoding::Base64),
-            other => Err(ErrorKind::Config(ConfigError::InvalidKubernetesObject {
-                field: "objectEncoding",
-                reason: format!("`{other}` is not one of utf-8, hex, base64"),
-            })
-            .into()),
+            other => {
+                let message =
+                    format!("invalid objectEncoding: `{other}` is not one of utf-8, hex, base64");
+                Err(Error::config(
+                    "invalid_kubernetes_object",
+                    "objectEncoding",
+                    message,
+                ))
+            }
         }
     }
 }

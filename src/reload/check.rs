@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
-use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::error::{Error, Result};
 use crate::reload::rule::{self, Candidate, ReloadOutcome};
 use crate::reload::user_assigned::{Active, Reloader};
 use crate::telemetry;
@@ -281,8 +281,7 @@ fn outcome_label(outcome: ReloadOutcome) -> &'static str {
 }
 
 pub(super) fn abandoned() -> Error {
-    ErrorKind::Reload(ReloadError::ReadAbandoned {
-        reason: "the blocking task reading the credential file did not finish",
-    })
-    .into()
+    let message = "reading the credential file was abandoned: the blocking task reading the \
+                   credential file did not finish";
+    Error::abandoned("read_abandoned", message)
 }

@@ -7,7 +7,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, saturating_add, to_time};
-use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::reload::options::ReloadOptions;
 use crate::reload::user_assigned::Reloader;
 use crate::reload::watch::{DirSignal, Subscription};
@@ -121,12 +121,9 @@ impl Drop for ReloadTask {
         );
         reloader.status.send_modify(|s| {
             s.watching = false;
-            s.last_error = Some(
-                ErrorKind::Reload(ReloadError::Stopped {
-                    reason: "the Tokio runtime running the reload task shut down",
-                })
-                .into(),
-            );
+            let message = "the credential file is no longer watched: the Tokio runtime running \
+                           the reload task shut down";
+            s.last_error = Some(Error::abandoned("reload_stopped", message));
         });
     }
 }

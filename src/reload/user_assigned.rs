@@ -122,7 +122,7 @@ impl UserAssignedIdentityCredential {
     /// The background task that follows the file runs on the runtime that calls `new`
     /// and ends with it: if that runtime shuts down while the credential lives on,
     /// [`status`](Self::status) then shows `watching: false` and a
-    /// [`ReloadError::Stopped`](crate::ReloadError::Stopped) error, the active credential keeps serving, and
+    /// `reload_stopped` error, the active credential keeps serving, and
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](ReloadOptions::with_dedicated_thread).
