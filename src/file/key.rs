@@ -39,7 +39,7 @@ impl LoadedKey {
 /// Load the bundle's key.
 pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
     match raw {
-        RawKey::Refused(kind) => Err(kind.into()),
+        RawKey::Refused(error) => Err(error),
         RawKey::Pkcs1(der) => load_pkcs1(&der),
         RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfoRef::from_der(&der) {
             Ok(info) => {
