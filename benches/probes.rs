@@ -1,5 +1,5 @@
-//! The costs behind the cache's hit-path design (BENCHMARKS.md, "How the hit path got
-//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what the
+//! The costs behind the cache's hit-path design (BENCHMARKS.md, "The hit path's parts and
+//! the re-arm thread"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what the
 //! directory re-arm thread does for each watched directory once a second (`stat`).
 //!
 //! `cargo bench --bench probes`

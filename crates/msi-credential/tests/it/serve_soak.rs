@@ -5,7 +5,7 @@
 //! requests, and resident memory must stay flat (the last minute's average within 16 MiB
 //! of the second minute's).
 //!
-//! `cargo test --release --features full --test serve_soak -- --ignored --nocapture`
+//! `cargo test --release -p msi-credential --test it serve_soak -- --ignored --nocapture`
 #![cfg(target_os = "linux")]
 
 use crate::serving;
