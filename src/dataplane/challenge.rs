@@ -19,66 +19,38 @@ use crate::file::model::is_guid;
 use crate::http::is_tchar;
 
 /// One challenge: a scheme with either a token68 or parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Challenge {
+#[derive(Debug, Default)]
+struct Challenge {
     /// The scheme as sent (compare with `eq_ignore_ascii_case`).
-    pub scheme: String,
-    /// The token68, when the challenge carries one instead of parameters.
-    pub token68: Option<String>,
+    scheme: String,
+    /// Whether the challenge carries a token68 instead of parameters.
+    token68: bool,
     /// Parameters in order: names lower-cased, values unquoted and unescaped.
-    pub params: Vec<(String, String)>,
+    params: Vec<(String, String)>,
 }
 
 impl Challenge {
-    /// The value of parameter `name` (case-insensitive), the first if repeated.
-    pub fn param(&self, name: &str) -> Option<&str> {
+    /// The value of parameter `name` (lower-case), the first if repeated.
+    fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
 }
 
-/// What the data plane's `Bearer` challenge asks for: a token in `tenant`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BearerChallenge {
-    /// The tenant from the `authorization` (or `authorization_uri`) URL's path,
-    /// lower-cased: a GUID or a domain name.
-    pub tenant: String,
-    /// The `authorization` URL as sent.
-    pub authorization: String,
-}
-
-/// Parse every `WWW-Authenticate` field value of a response into its challenges, in order.
+/// The tenant a response's `WWW-Authenticate` fields ask a token in: the first `Bearer`
+/// challenge (scheme compared case-insensitively) with an `authorization` or
+/// `authorization_uri` parameter, whose URL's first path segment must be a GUID or a
+/// domain name (returned lower-cased).
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`] naming the field and byte offset where the syntax
-/// breaks.
-pub fn parse_www_authenticate<'a>(
-    values: impl IntoIterator<Item = &'a str>,
-) -> Result<Vec<Challenge>> {
-    let mut challenges = Vec::new();
-    for (index, value) in values.into_iter().enumerate() {
-        Parser {
-            bytes: value.as_bytes(),
-            pos: 0,
-            field: index,
-        }
-        .challenges(&mut challenges)?;
-    }
-    Ok(challenges)
-}
-
-/// Pick the `Bearer` challenge (scheme compared case-insensitively) and read its tenant:
-/// the first `Bearer` challenge with an `authorization` or `authorization_uri`
-/// parameter, whose URL's first path segment must be a GUID or a domain name.
-///
-/// # Errors
-///
-/// [`DataPlaneError::InvalidChallenge`]: no `Bearer` challenge, none with an authorization
-/// URL, a URL that does not parse, or a tenant that is neither a GUID nor a domain.
-pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
+/// [`DataPlaneError::InvalidChallenge`]: a field whose syntax breaks (naming the field and
+/// the byte offset), no `Bearer` challenge, none with an authorization URL, a URL that
+/// does not parse, or a tenant that is neither a GUID nor a domain.
+pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
+    let challenges = parse_www_authenticate(fields)?;
     let mut bearers = challenges
         .iter()
         .filter(|c| c.scheme.eq_ignore_ascii_case("Bearer"))
@@ -119,21 +91,32 @@ pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
             "the tenant `{tenant}` in the `authorization` URL is neither a GUID nor a domain name"
         )));
     }
-    Ok(BearerChallenge {
-        tenant,
-        authorization: authorization.to_owned(),
-    })
+    Ok(tenant)
+}
+
+/// Every `WWW-Authenticate` field value of a response as its challenges, in order.
+fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
+    let mut challenges = Vec::new();
+    for (index, value) in fields.iter().enumerate() {
+        Parser {
+            bytes: value.as_bytes(),
+            pos: 0,
+            field: index,
+        }
+        .challenges(&mut challenges)?;
+    }
+    Ok(challenges)
 }
 
 /// The token scope for a data plane audience: `<audience>/.default`, with one `/` however
 /// the audience ends.
-pub fn scope_for_audience(audience: &str) -> String {
+pub(crate) fn scope_for_audience(audience: &str) -> String {
     format!("{}/.default", audience.trim().trim_end_matches('/'))
 }
 
 /// A DNS name with at least two labels: letters, digits and inner hyphens, each label 1 to
 /// 63 characters, at most 253 in all, the last label not all digits.
-pub(crate) fn is_domain(s: &str) -> bool {
+fn is_domain(s: &str) -> bool {
     let labels: Vec<&str> = s.split('.').collect();
     s.len() <= 253
         && labels.len() >= 2
@@ -226,15 +209,15 @@ impl Parser<'_> {
     }
 
     /// Whether a token68 starts here and ends the challenge (followed by OWS and `,` or
-    /// the end); if so, consume and return it.
-    fn try_token68(&mut self) -> Option<String> {
+    /// the end); if so, consume it.
+    fn try_token68(&mut self) -> bool {
         let start = self.pos;
         let mut end = start;
         while self.bytes.get(end).copied().is_some_and(is_token68_char) {
             end += 1;
         }
         if end == start {
-            return None;
+            return false;
         }
         while self.bytes.get(end) == Some(&b'=') {
             end += 1;
@@ -244,10 +227,10 @@ impl Parser<'_> {
             after += 1;
         }
         if !matches!(self.bytes.get(after), None | Some(b',')) {
-            return None;
+            return false;
         }
         self.pos = end;
-        Some(String::from_utf8_lossy(&self.bytes[start..end]).into_owned())
+        true
     }
 
     /// Skip list separators (`,` and OWS); whether any comma was seen.
@@ -281,8 +264,8 @@ impl Parser<'_> {
             let had_space = matches!(self.peek(), Some(b' ' | b'\t'));
             self.skip_ows();
             if had_space && !matches!(self.peek(), None | Some(b',')) {
-                if let Some(token68) = self.try_token68() {
-                    challenge.token68 = Some(token68);
+                if self.try_token68() {
+                    challenge.token68 = true;
                 } else {
                     self.param(&mut challenge)?;
                 }
@@ -299,7 +282,7 @@ impl Parser<'_> {
                 if !comma {
                     return Err(self.error("expected `,` between list elements"));
                 }
-                if challenge.token68.is_none() && self.starts_param() {
+                if !challenge.token68 && self.starts_param() {
                     self.param(&mut challenge)?;
                 } else {
                     out.push(challenge);
@@ -350,19 +333,24 @@ mod tests {
     use super::*;
 
     fn one(value: &str) -> Vec<Challenge> {
-        parse_www_authenticate([value]).unwrap_or_else(|e| panic!("{value}: {e}"))
+        parse_www_authenticate(&[value.to_owned()]).unwrap_or_else(|e| panic!("{value}: {e}"))
+    }
+
+    fn tenant(fields: &[&str]) -> Result<String> {
+        challenged_tenant(&fields.iter().map(|f| f.to_string()).collect::<Vec<_>>())
     }
 
     #[test]
     fn single_bearer_with_params() {
-        let c = one(
-            r#"Bearer authorization="https://login.microsoftonline.com/72F988BF-86F1-41AF-91AB-2D7CD011DB47", resource="https://x""#,
-        );
+        let field = r#"Bearer authorization="https://login.microsoftonline.com/72F988BF-86F1-41AF-91AB-2D7CD011DB47", resource="https://x""#;
+        let c = one(field);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].scheme, "Bearer");
         assert_eq!(c[0].params.len(), 2);
-        let b = bearer_challenge(&c).unwrap();
-        assert_eq!(b.tenant, "72f988bf-86f1-41af-91ab-2d7cd011db47");
+        assert_eq!(
+            tenant(&[field]).unwrap(),
+            "72f988bf-86f1-41af-91ab-2d7cd011db47"
+        );
     }
 
     #[test]
@@ -371,19 +359,14 @@ mod tests {
             one(r#"Newauth realm="apps", type=1, title="Login to \"apps\"", Basic realm="simple""#);
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].scheme, "Newauth");
-        assert_eq!(c[0].param("TITLE"), Some(r#"Login to "apps""#));
+        assert_eq!(c[0].param("title"), Some(r#"Login to "apps""#));
         assert_eq!(c[0].param("type"), Some("1"));
         assert_eq!(c[1].scheme, "Basic");
-        let c = parse_www_authenticate([
+        let fields = [
             r#"Basic realm="x""#,
             r#"bearer authorization="https://login.example/contoso.onmicrosoft.com/""#,
-        ])
-        .unwrap();
-        assert_eq!(c.len(), 2);
-        assert_eq!(
-            bearer_challenge(&c).unwrap().tenant,
-            "contoso.onmicrosoft.com"
-        );
+        ];
+        assert_eq!(tenant(&fields).unwrap(), "contoso.onmicrosoft.com");
     }
 
     #[test]
@@ -401,15 +384,16 @@ mod tests {
             "Negotiate abc+/=, Bearer authorization=\"https://h/72f988bf-86f1-41af-91ab-2d7cd011db47\", Foo",
         );
         assert_eq!(c.len(), 3);
-        assert_eq!(c[0].token68.as_deref(), Some("abc+/="));
+        assert!(c[0].token68);
         assert!(c[0].params.is_empty());
         assert_eq!(c[2].scheme, "Foo");
         // `a=b` is a parameter, not a token68.
         let c = one("X a=b");
-        assert_eq!(c[0].token68, None);
+        assert!(!c[0].token68);
         assert_eq!(c[0].param("a"), Some("b"));
         // `realm=` alone is a token68 (RFC 9110's grammar), not an empty parameter.
-        assert_eq!(one("Bearer realm=")[0].token68.as_deref(), Some("realm="));
+        let c = one("Bearer realm=");
+        assert!(c[0].token68 && c[0].params.is_empty());
         // token68 ends its challenge: `,` inside is a new list element.
         let c = one("X abc==, Y");
         assert_eq!(c.len(), 2);
@@ -425,7 +409,7 @@ mod tests {
             "Bearer\u{1}",
             r#"Bearer realm="bad \"#,
         ] {
-            let e = parse_www_authenticate([bad]).unwrap_err();
+            let e = tenant(&[bad]).unwrap_err();
             assert!(
                 matches!(
                     e.kind(),
@@ -440,9 +424,9 @@ mod tests {
 
     #[test]
     fn bearer_selection_and_tenant_checks() {
-        let e = bearer_challenge(&one(r#"Basic realm="x""#)).unwrap_err();
+        let e = tenant(&[r#"Basic realm="x""#]).unwrap_err();
         assert!(e.to_string().contains("no Bearer challenge"), "{e}");
-        let e = bearer_challenge(&one(r#"Bearer realm="x""#)).unwrap_err();
+        let e = tenant(&[r#"Bearer realm="x""#]).unwrap_err();
         assert!(e.to_string().contains("authorization"), "{e}");
         for bad in [
             r#"Bearer authorization="https://login.example/common""#,
@@ -450,7 +434,7 @@ mod tests {
             r#"Bearer authorization="https://login.example/a_b.c""#,
             r#"Bearer authorization="not a url""#,
         ] {
-            let e = bearer_challenge(&one(bad)).unwrap_err();
+            let e = tenant(&[bad]).unwrap_err();
             assert!(
                 matches!(
                     e.kind(),
@@ -459,11 +443,9 @@ mod tests {
                 "{bad}"
             );
         }
-        let c = one(
-            r#"BEARER authorization_uri="https://login.example/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize""#,
-        );
+        let field = r#"BEARER authorization_uri="https://login.example/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize""#;
         assert_eq!(
-            bearer_challenge(&c).unwrap().tenant,
+            tenant(&[field]).unwrap(),
             "72f988bf-86f1-41af-91ab-2d7cd011db47"
         );
     }

@@ -25,11 +25,10 @@
 use serde::Deserialize;
 
 use crate::error::{ConfigError, ErrorKind, Result};
-use crate::hypershift::Component;
+use crate::file::model::is_guid;
+use crate::hypershift::rules::is_key_vault_name;
+use crate::hypershift::{Component, ObjectEncoding};
 use crate::keyvault::validate_secret_name;
-
-/// The encodings the Secrets Store CSI driver's Azure provider knows (`objectEncoding`).
-pub const OBJECT_ENCODINGS: [&str; 3] = ["utf-8", "hex", "base64"];
 
 /// A validated managed identities file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,8 +60,8 @@ pub struct ComponentIdentity {
     pub client_id: String,
     /// `credentialsSecretName`: the Key Vault secret holding the credentials.
     pub credentials_secret_name: String,
-    /// `objectEncoding`: one of [`OBJECT_ENCODINGS`].
-    pub object_encoding: String,
+    /// `objectEncoding`: `utf-8`, `hex` or `base64`.
+    pub object_encoding: ObjectEncoding,
 }
 
 /// `dataPlane`.
@@ -162,24 +161,6 @@ impl Problems {
     }
 }
 
-/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
-pub fn is_guid(value: &str) -> bool {
-    crate::file::model::is_guid(value)
-}
-
-/// Key Vault's rule for vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`; a letter first,
-/// a letter or digit last, no `--`.
-pub fn is_key_vault_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    (3..=24).contains(&bytes.len())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphabetic)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && !name.contains("--")
-}
-
 impl ManagedIdentities {
     /// Parse and validate a managed identities file.
     ///
@@ -224,41 +205,31 @@ impl ManagedIdentities {
                         );
                     }
                 }
+                use Component as C;
                 let all = [
-                    (
-                        "cloudProvider",
-                        Component::CloudProvider,
-                        &cp.cloud_provider,
-                        true,
-                    ),
+                    ("cloudProvider", C::CloudProvider, &cp.cloud_provider),
                     (
                         "nodePoolManagement",
-                        Component::NodePoolManagement,
+                        C::NodePoolManagement,
                         &cp.node_pool_management,
-                        true,
                     ),
                     (
                         "controlPlaneOperator",
-                        Component::ControlPlaneOperator,
+                        C::ControlPlaneOperator,
                         &cp.control_plane_operator,
-                        true,
                     ),
-                    (
-                        "imageRegistry",
-                        Component::ImageRegistry,
-                        &cp.image_registry,
-                        true,
-                    ),
-                    ("ingress", Component::Ingress, &cp.ingress, true),
-                    ("network", Component::Network, &cp.network, true),
-                    ("disk", Component::DiskCsi, &cp.disk, true),
-                    ("file", Component::FileCsi, &cp.file, true),
-                    ("kms", Component::Kms, &cp.kms, false),
+                    ("imageRegistry", C::ImageRegistry, &cp.image_registry),
+                    ("ingress", C::Ingress, &cp.ingress),
+                    ("network", C::Network, &cp.network),
+                    ("disk", C::DiskCsi, &cp.disk),
+                    ("file", C::FileCsi, &cp.file),
+                    ("kms", C::Kms, &cp.kms),
                 ];
-                for (key, component, identity, required) in all {
+                for (key, component, identity) in all {
                     let base = format!("controlPlane.{key}");
                     match identity {
-                        None if required => p.add(&base, "is missing"),
+                        // Only `kms` is optional.
+                        None if component != C::Kms => p.add(&base, "is missing"),
                         None => {}
                         Some(id) => {
                             if let Some(identity) = component_identity(&mut p, &base, id) {
@@ -324,15 +295,17 @@ fn component_identity(
         p.add(&field, e);
     }
     let field = format!("{base}.objectEncoding");
-    let encoding = p.required(&field, &raw.object_encoding).map(str::to_owned);
-    if let Some(enc) = &encoding
-        && !OBJECT_ENCODINGS.contains(&enc.as_str())
-    {
-        p.add(
-            &field,
-            format_args!("`{enc}` is not one of utf-8, hex, base64"),
-        );
-    }
+    let encoding = p.required(&field, &raw.object_encoding).and_then(|enc| {
+        let encoding = ObjectEncoding::from_name(enc);
+        if encoding.is_none() {
+            let shown = crate::untrusted_text::quoted_input(enc);
+            p.add(
+                &field,
+                format_args!("`{shown}` is not one of utf-8, hex, base64"),
+            );
+        }
+        encoding
+    });
     (p.0.len() == before).then(|| ComponentIdentity {
         client_id,
         credentials_secret_name: secret.unwrap_or_default(),
@@ -344,13 +317,11 @@ fn component_identity(
 mod kubernetes {
     use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 
-    use super::{ComponentIdentity, ManagedIdentities};
-    use crate::error::ConfigError;
-    use crate::error::{ErrorKind, Result};
+    use super::ManagedIdentities;
+    use crate::error::Result;
     use crate::hypershift::Component;
     use crate::hypershift::k8s::{
-        KeyVaultObject, ObjectEncoding, SecretProviderClass, certs_volume_mount, csi_volume,
-        kms_volume_mount,
+        KeyVaultObject, SecretProviderClass, certs_volume_mount, csi_volume, kms_volume_mount,
     };
 
     /// One component's Kubernetes objects (feature `k8s`).
@@ -373,7 +344,8 @@ mod kubernetes {
         ///
         /// # Errors
         ///
-        /// [`ConfigError::InvalidKubernetesObject`] from the builders.
+        /// [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject)
+        /// from the builders.
         pub fn kubernetes_objects(
             &self,
             namespace: &str,
@@ -389,7 +361,7 @@ mod kubernetes {
                         .user_assigned_identity_id(key_vault_user_client_id)
                         .object(KeyVaultObject::secret(
                             &identity.credentials_secret_name,
-                            encoding(identity)?,
+                            identity.object_encoding,
                         ))
                         .build()?;
                     let volume = match component.volume_name() {
@@ -411,19 +383,6 @@ mod kubernetes {
                     })
                 })
                 .collect()
-        }
-    }
-
-    fn encoding(identity: &ComponentIdentity) -> Result<ObjectEncoding> {
-        match identity.object_encoding.as_str() {
-            "utf-8" => Ok(ObjectEncoding::Utf8),
-            "hex" => Ok(ObjectEncoding::Hex),
-            "base64" => Ok(ObjectEncoding::Base64),
-            other => Err(ErrorKind::Config(ConfigError::InvalidKubernetesObject {
-                field: "objectEncoding",
-                reason: format!("`{other}` is not one of utf-8, hex, base64"),
-            })
-            .into()),
         }
     }
 }
