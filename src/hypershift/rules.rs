@@ -1,8 +1,6 @@
 //! The naming rules the HyperShift helpers check, as pure functions: each returns why a
 //! value breaks its rule, if it does.
 
-use crate::error::{ConfigError, ErrorKind, Result};
-
 /// Why `value` is not a usable name or path at all, if it is not: empty, surrounding
 /// whitespace, control characters (NUL included).
 pub(super) fn text_problem(value: &str) -> Option<String> {
@@ -52,7 +50,8 @@ pub(super) fn is_key_vault_name(name: &str) -> bool {
 
 /// An invalid Kubernetes object, naming the field.
 #[cfg(feature = "k8s")]
-pub(super) fn check(field: &'static str, problem: Option<String>) -> Result<()> {
+pub(super) fn check(field: &'static str, problem: Option<String>) -> crate::error::Result<()> {
+    use crate::error::{ConfigError, ErrorKind};
     match problem {
         Some(reason) => {
             Err(ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, reason }).into())

@@ -15,7 +15,7 @@ use std::fmt;
 use std::ops::{Range, RangeFrom, RangeInclusive, RangeTo, RangeToInclusive};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::entra::Scripted;
+use super::answer::Scripted;
 
 /// Which requests a script is about: every condition set must hold (all unset: every
 /// request). Client id, tenant and method compare case-insensitively; scope and path
@@ -656,7 +656,7 @@ macro_rules! script_methods {
         /// Check every mounted script's expectation now, without panicking: `Err` with
         /// the failed ones, the requests received since the first of them was mounted,
         /// which of those each matched and what each got. The scripts stay mounted.
-        pub fn try_verify(&self) -> Result<(), crate::ExpectationFailure> {
+        pub fn try_verify(&self) -> Result<(), crate::script::ExpectationFailure> {
             self.state.scripts.check()
         }
     };
