@@ -94,16 +94,51 @@ pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
     Ok(tenant)
 }
 
-/// Every `WWW-Authenticate` field value of a response as its challenges, in order.
+/// Every `WWW-Authenticate` field value of a response as its challenges, in order. Each
+/// list element starts a challenge (`scheme [1*SP (token68 / auth-param)]`) or adds an
+/// auth-param to the current one; empty elements are skipped; a challenge ends with its
+/// field.
 fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
     let mut challenges = Vec::new();
-    for (index, value) in fields.iter().enumerate() {
-        Parser {
+    for (field, value) in fields.iter().enumerate() {
+        let mut p = Parser {
             bytes: value.as_bytes(),
             pos: 0,
-            field: index,
+            field,
+        };
+        let mut current: Option<Challenge> = None;
+        loop {
+            while matches!(p.peek(), Some(b' ' | b'\t' | b',')) {
+                p.pos += 1;
+            }
+            if p.peek().is_none() {
+                break;
+            }
+            match current.as_mut() {
+                Some(c) if !c.token68 && p.starts_param() => p.param(c)?,
+                _ => {
+                    let scheme = p
+                        .token()
+                        .ok_or_else(|| p.error("expected an auth-scheme"))?;
+                    let mut c = Challenge {
+                        scheme,
+                        ..Challenge::default()
+                    };
+                    if p.skip_ows() && !p.at_list_end() {
+                        c.token68 = p.try_token68();
+                        if !c.token68 {
+                            p.param(&mut c)?;
+                        }
+                    }
+                    challenges.extend(current.replace(c));
+                }
+            }
+            p.skip_ows();
+            if !p.at_list_end() {
+                return Err(p.error("expected `,` between list elements"));
+            }
         }
-        .challenges(&mut challenges)?;
+        challenges.extend(current);
     }
     Ok(challenges)
 }
@@ -146,20 +181,28 @@ struct Parser<'a> {
     field: usize,
 }
 
-/// RFC 9110 `token68` characters (before the trailing `=`s).
-fn is_token68_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)
-}
-
 impl Parser<'_> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
 
-    fn skip_ows(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t')) {
-            self.pos += 1;
-        }
+    /// The end of the run of bytes from `from` that `accept`.
+    fn run(&self, from: usize, accept: impl Fn(u8) -> bool) -> usize {
+        from + self.bytes[from.min(self.bytes.len())..]
+            .iter()
+            .take_while(|b| accept(**b))
+            .count()
+    }
+
+    /// Skip spaces and tabs; whether there were any.
+    fn skip_ows(&mut self) -> bool {
+        let start = self.pos;
+        self.pos = self.run(start, |b| b == b' ' || b == b'\t');
+        self.pos > start
+    }
+
+    fn at_list_end(&self) -> bool {
+        matches!(self.peek(), None | Some(b','))
     }
 
     fn error(&self, what: &str) -> Error {
@@ -172,9 +215,7 @@ impl Parser<'_> {
 
     fn token(&mut self) -> Option<String> {
         let start = self.pos;
-        while self.peek().is_some_and(is_tchar) {
-            self.pos += 1;
-        }
+        self.pos = self.run(start, is_tchar);
         (self.pos > start).then(|| String::from_utf8_lossy(&self.bytes[start..self.pos]).into())
     }
 
@@ -183,134 +224,53 @@ impl Parser<'_> {
         self.pos += 1;
         let mut out = Vec::new();
         loop {
-            match self.peek() {
-                None => return Err(self.error("unterminated quoted string")),
-                Some(b'"') => {
-                    self.pos += 1;
-                    return Ok(String::from_utf8_lossy(&out).into_owned());
-                }
-                Some(b'\\') => {
-                    self.pos += 1;
-                    match self.peek() {
-                        Some(b) if b == b'\t' || b >= 0x20 && b != 0x7f => {
-                            out.push(b);
-                            self.pos += 1;
-                        }
-                        _ => return Err(self.error("bad escape in quoted string")),
-                    }
-                }
-                Some(b) if b == b'\t' || b >= 0x20 && b != 0x7f => {
-                    out.push(b);
-                    self.pos += 1;
-                }
-                Some(_) => return Err(self.error("control character in quoted string")),
+            let mut b = self
+                .peek()
+                .ok_or_else(|| self.error("unterminated quoted string"))?;
+            self.pos += 1;
+            if b == b'"' {
+                return Ok(String::from_utf8_lossy(&out).into_owned());
             }
-        }
-    }
-
-    /// Whether a token68 starts here and ends the challenge (followed by OWS and `,` or
-    /// the end); if so, consume it.
-    fn try_token68(&mut self) -> bool {
-        let start = self.pos;
-        let mut end = start;
-        while self.bytes.get(end).copied().is_some_and(is_token68_char) {
-            end += 1;
-        }
-        if end == start {
-            return false;
-        }
-        while self.bytes.get(end) == Some(&b'=') {
-            end += 1;
-        }
-        let mut after = end;
-        while matches!(self.bytes.get(after), Some(b' ' | b'\t')) {
-            after += 1;
-        }
-        if !matches!(self.bytes.get(after), None | Some(b',')) {
-            return false;
-        }
-        self.pos = end;
-        true
-    }
-
-    /// Skip list separators (`,` and OWS); whether any comma was seen.
-    fn skip_commas(&mut self) -> bool {
-        let mut comma = false;
-        loop {
-            self.skip_ows();
-            if self.peek() == Some(b',') {
-                comma = true;
+            if b == b'\\' {
+                b = self
+                    .peek()
+                    .ok_or_else(|| self.error("bad escape in quoted string"))?;
                 self.pos += 1;
-            } else {
-                return comma;
             }
+            if b != b'\t' && (b < 0x20 || b == 0x7f) {
+                return Err(self.error("control character in quoted string"));
+            }
+            out.push(b);
         }
     }
 
-    fn challenges(&mut self, out: &mut Vec<Challenge>) -> Result<()> {
-        self.skip_commas();
-        if self.peek().is_none() {
-            return Ok(());
+    /// Whether a token68 (RFC 9110: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" /
+    /// "/" ) *"="`) starts here and ends the challenge (followed by OWS and `,` or the
+    /// end); if so, consume it.
+    fn try_token68(&mut self) -> bool {
+        let chars = self.run(self.pos, |b| {
+            b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)
+        });
+        let end = self.run(chars, |b| b == b'=');
+        let after = self.run(end, |b| b == b' ' || b == b'\t');
+        let found = chars > self.pos && matches!(self.bytes.get(after), None | Some(b','));
+        if found {
+            self.pos = end;
         }
-        loop {
-            // A challenge starts with its scheme.
-            let Some(scheme) = self.token() else {
-                return Err(self.error("expected an auth-scheme"));
-            };
-            let mut challenge = Challenge {
-                scheme,
-                ..Challenge::default()
-            };
-            let had_space = matches!(self.peek(), Some(b' ' | b'\t'));
-            self.skip_ows();
-            if had_space && !matches!(self.peek(), None | Some(b',')) {
-                if self.try_token68() {
-                    challenge.token68 = true;
-                } else {
-                    self.param(&mut challenge)?;
-                }
-            } else if !matches!(self.peek(), None | Some(b',')) {
-                return Err(self.error("expected a space after the auth-scheme"));
-            }
-            // Further list elements: more parameters of this challenge, or a new one.
-            loop {
-                let comma = self.skip_commas();
-                if self.peek().is_none() {
-                    out.push(challenge);
-                    return Ok(());
-                }
-                if !comma {
-                    return Err(self.error("expected `,` between list elements"));
-                }
-                if !challenge.token68 && self.starts_param() {
-                    self.param(&mut challenge)?;
-                } else {
-                    out.push(challenge);
-                    break;
-                }
-            }
-        }
+        found
     }
 
     /// Whether a `token BWS "="` (an auth-param) starts here.
     fn starts_param(&self) -> bool {
-        let mut i = self.pos;
-        while self.bytes.get(i).copied().is_some_and(is_tchar) {
-            i += 1;
-        }
-        if i == self.pos {
-            return false;
-        }
-        while matches!(self.bytes.get(i), Some(b' ' | b'\t')) {
-            i += 1;
-        }
-        self.bytes.get(i) == Some(&b'=')
+        let name = self.run(self.pos, is_tchar);
+        let after = self.run(name, |b| b == b' ' || b == b'\t');
+        name > self.pos && self.bytes.get(after) == Some(&b'=')
     }
 
     fn param(&mut self, challenge: &mut Challenge) -> Result<()> {
-        let Some(name) = self.token() else {
-            return Err(self.error("expected a parameter name"));
-        };
+        let name = self
+            .token()
+            .ok_or_else(|| self.error("expected a parameter name"))?;
         self.skip_ows();
         if self.peek() != Some(b'=') {
             return Err(self.error("expected `=` after a parameter name"));

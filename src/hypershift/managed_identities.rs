@@ -22,7 +22,7 @@
 //! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
 //! volume and mount with the `hypershift::k8s` module.
 
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::{ConfigError, ErrorKind, Result};
 use crate::file::model::is_guid;
@@ -76,88 +76,92 @@ pub struct DataPlaneIdentities {
     pub file_client_id: String,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawFile {
-    control_plane: Option<RawControlPlane>,
-    data_plane: Option<RawDataPlane>,
-}
+/// The control plane's components, by their key in the file (only `kms` is optional).
+const COMPONENTS: [(&str, Component); 9] = [
+    ("cloudProvider", Component::CloudProvider),
+    ("nodePoolManagement", Component::NodePoolManagement),
+    ("controlPlaneOperator", Component::ControlPlaneOperator),
+    ("imageRegistry", Component::ImageRegistry),
+    ("ingress", Component::Ingress),
+    ("network", Component::Network),
+    ("disk", Component::DiskCsi),
+    ("file", Component::FileCsi),
+    ("kms", Component::Kms),
+];
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawControlPlane {
-    managed_identities_key_vault: Option<RawKeyVault>,
-    cloud_provider: Option<RawIdentity>,
-    node_pool_management: Option<RawIdentity>,
-    control_plane_operator: Option<RawIdentity>,
-    image_registry: Option<RawIdentity>,
-    ingress: Option<RawIdentity>,
-    network: Option<RawIdentity>,
-    disk: Option<RawIdentity>,
-    file: Option<RawIdentity>,
-    kms: Option<RawIdentity>,
-}
-
-#[derive(Deserialize)]
-struct RawKeyVault {
-    name: Option<String>,
-    #[serde(rename = "tenantID")]
-    tenant_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawIdentity {
-    #[serde(rename = "clientID")]
-    client_id: Option<String>,
-    credentials_secret_name: Option<String>,
-    object_encoding: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct RawDataPlane {
-    #[serde(rename = "imageRegistryMSIClientID")]
-    image_registry: Option<String>,
-    #[serde(rename = "diskMSIClientID")]
-    disk: Option<String>,
-    #[serde(rename = "fileMSIClientID")]
-    file: Option<String>,
-}
-
-/// Collects every problem, each naming its field.
+/// Reads the file's values, collecting every problem, each naming its field
+/// (`base.key`).
 #[derive(Default)]
 struct Problems(Vec<String>);
 
 impl Problems {
-    fn add(&mut self, field: &str, problem: impl std::fmt::Display) {
-        self.0.push(format!("{field}: {problem}"));
+    fn add(&mut self, base: &str, key: &str, problem: impl std::fmt::Display) {
+        let dot = if base.is_empty() { "" } else { "." };
+        self.0.push(format!("{base}{dot}{key}: {problem}"));
     }
 
-    fn required<'a>(&mut self, field: &str, value: &'a Option<String>) -> Option<&'a str> {
-        match value.as_deref() {
-            None => {
-                self.add(field, "is missing");
-                None
-            }
-            Some(v) if v.trim().is_empty() => {
-                self.add(field, "is empty");
-                None
-            }
-            Some(v) => Some(v),
+    /// The object `parent.key`; a problem when it is missing (and `required`) or not an
+    /// object.
+    fn section<'a>(
+        &mut self,
+        parent: &'a Value,
+        base: &str,
+        key: &str,
+        required: bool,
+    ) -> Option<&'a Value> {
+        match parent.get(key) {
+            Some(v) if v.is_object() => return Some(v),
+            None | Some(Value::Null) if !required => {}
+            None | Some(Value::Null) => self.add(base, key, "is missing"),
+            Some(_) => self.add(base, key, "is not an object"),
         }
+        None
     }
 
-    fn guid(&mut self, field: &str, value: &Option<String>) -> String {
-        let Some(v) = self.required(field, value) else {
+    /// The string `parent.key`; a problem when it is missing, blank or not a string.
+    fn text<'a>(&mut self, parent: &'a Value, base: &str, key: &str) -> Option<&'a str> {
+        match parent.get(key) {
+            Some(Value::String(v)) if !v.trim().is_empty() => return Some(v),
+            Some(Value::String(_)) => self.add(base, key, "is empty"),
+            None | Some(Value::Null) => self.add(base, key, "is missing"),
+            Some(_) => self.add(base, key, "is not a string"),
+        }
+        None
+    }
+
+    fn guid(&mut self, parent: &Value, base: &str, key: &str) -> String {
+        let Some(v) = self.text(parent, base, key) else {
             return String::new();
         };
         if !is_guid(v) {
-            self.add(
-                field,
-                format_args!("`{}` is not a GUID", crate::untrusted_text::quoted_input(v)),
-            );
+            let shown = crate::untrusted_text::quoted_input(v);
+            self.add(base, key, format_args!("`{shown}` is not a GUID"));
         }
         v.to_owned()
+    }
+
+    /// One component's identity, when every field of it is valid.
+    fn identity(&mut self, raw: &Value, base: &str) -> Option<ComponentIdentity> {
+        let before = self.0.len();
+        let client_id = self.guid(raw, base, "clientID");
+        let secret = self.text(raw, base, "credentialsSecretName");
+        if let Some(Err(e)) = secret.map(validate_secret_name) {
+            self.add(base, "credentialsSecretName", e);
+        }
+        let encoding = self.text(raw, base, "objectEncoding").and_then(|enc| {
+            let encoding = ObjectEncoding::from_name(enc);
+            if encoding.is_none() {
+                let shown = crate::untrusted_text::quoted_input(enc);
+                let problem = format_args!("`{shown}` is not one of utf-8, hex, base64");
+                self.add(base, "objectEncoding", problem);
+            }
+            encoding
+        });
+        (self.0.len() == before).then(|| ComponentIdentity {
+            client_id,
+            credentials_secret_name: secret.unwrap_or_default().to_owned(),
+            object_encoding: encoding.unwrap_or_default(),
+        })
     }
 }
 
@@ -175,10 +179,10 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON of this shape;
+    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON;
     /// [`ConfigError::InvalidManagedIdentities`] listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let raw: RawFile =
+        let file: Value =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
         let mut p = Problems::default();
         let mut key_vault = ManagedIdentitiesKeyVault {
@@ -186,72 +190,34 @@ impl ManagedIdentities {
             tenant_id: String::new(),
         };
         let mut components = Vec::new();
-        match &raw.control_plane {
-            None => p.add("controlPlane", "is missing"),
-            Some(cp) => {
-                match &cp.managed_identities_key_vault {
-                    None => p.add("controlPlane.managedIdentitiesKeyVault", "is missing"),
-                    Some(kv) => {
-                        let field = "controlPlane.managedIdentitiesKeyVault.name";
-                        if let Some(name) = p.required(field, &kv.name) {
-                            if !is_key_vault_name(name) {
-                                p.add(field, format_args!("`{name}` is not a Key Vault name (3-24 of letters, digits and '-', a letter first, no '--')"));
-                            }
-                            key_vault.name = name.to_owned();
-                        }
-                        key_vault.tenant_id = p.guid(
-                            "controlPlane.managedIdentitiesKeyVault.tenantID",
-                            &kv.tenant_id,
-                        );
+        if let Some(cp) = p.section(&file, "", "controlPlane", true) {
+            let base = "controlPlane.managedIdentitiesKeyVault";
+            if let Some(kv) = p.section(cp, "controlPlane", "managedIdentitiesKeyVault", true) {
+                if let Some(name) = p.text(kv, base, "name") {
+                    if !is_key_vault_name(name) {
+                        let shown = crate::untrusted_text::quoted_input(name);
+                        p.add(base, "name", format_args!("`{shown}` is not a Key Vault name (3-24 of letters, digits and '-', a letter first, no '--')"));
                     }
+                    key_vault.name = name.to_owned();
                 }
-                use Component as C;
-                let all = [
-                    ("cloudProvider", C::CloudProvider, &cp.cloud_provider),
-                    (
-                        "nodePoolManagement",
-                        C::NodePoolManagement,
-                        &cp.node_pool_management,
-                    ),
-                    (
-                        "controlPlaneOperator",
-                        C::ControlPlaneOperator,
-                        &cp.control_plane_operator,
-                    ),
-                    ("imageRegistry", C::ImageRegistry, &cp.image_registry),
-                    ("ingress", C::Ingress, &cp.ingress),
-                    ("network", C::Network, &cp.network),
-                    ("disk", C::DiskCsi, &cp.disk),
-                    ("file", C::FileCsi, &cp.file),
-                    ("kms", C::Kms, &cp.kms),
-                ];
-                for (key, component, identity) in all {
-                    let base = format!("controlPlane.{key}");
-                    match identity {
-                        // Only `kms` is optional.
-                        None if component != C::Kms => p.add(&base, "is missing"),
-                        None => {}
-                        Some(id) => {
-                            if let Some(identity) = component_identity(&mut p, &base, id) {
-                                components.push((component, identity));
-                            }
-                        }
-                    }
+                key_vault.tenant_id = p.guid(kv, base, "tenantID");
+            }
+            for (key, component) in COMPONENTS {
+                let required = component != Component::Kms;
+                if let Some(raw) = p.section(cp, "controlPlane", key, required)
+                    && let Some(identity) = p.identity(raw, &format!("controlPlane.{key}"))
+                {
+                    components.push((component, identity));
                 }
             }
         }
-        let data_plane = match &raw.data_plane {
-            None => {
-                p.add("dataPlane", "is missing");
-                None
-            }
-            Some(dp) => Some(DataPlaneIdentities {
-                image_registry_client_id: p
-                    .guid("dataPlane.imageRegistryMSIClientID", &dp.image_registry),
-                disk_client_id: p.guid("dataPlane.diskMSIClientID", &dp.disk),
-                file_client_id: p.guid("dataPlane.fileMSIClientID", &dp.file),
-            }),
-        };
+        let data_plane = p
+            .section(&file, "", "dataPlane", true)
+            .map(|dp| DataPlaneIdentities {
+                image_registry_client_id: p.guid(dp, "dataPlane", "imageRegistryMSIClientID"),
+                disk_client_id: p.guid(dp, "dataPlane", "diskMSIClientID"),
+                file_client_id: p.guid(dp, "dataPlane", "fileMSIClientID"),
+            });
         match data_plane {
             Some(data_plane) if p.0.is_empty() => Ok(ManagedIdentities {
                 key_vault,
@@ -276,41 +242,6 @@ impl ManagedIdentities {
             .find(|(c, _)| *c == component)
             .map(|(_, identity)| identity)
     }
-}
-
-fn component_identity(
-    p: &mut Problems,
-    base: &str,
-    raw: &RawIdentity,
-) -> Option<ComponentIdentity> {
-    let before = p.0.len();
-    let client_id = p.guid(&format!("{base}.clientID"), &raw.client_id);
-    let field = format!("{base}.credentialsSecretName");
-    let secret = p
-        .required(&field, &raw.credentials_secret_name)
-        .map(str::to_owned);
-    if let Some(name) = &secret
-        && let Err(e) = validate_secret_name(name)
-    {
-        p.add(&field, e);
-    }
-    let field = format!("{base}.objectEncoding");
-    let encoding = p.required(&field, &raw.object_encoding).and_then(|enc| {
-        let encoding = ObjectEncoding::from_name(enc);
-        if encoding.is_none() {
-            let shown = crate::untrusted_text::quoted_input(enc);
-            p.add(
-                &field,
-                format_args!("`{shown}` is not one of utf-8, hex, base64"),
-            );
-        }
-        encoding
-    });
-    (p.0.len() == before).then(|| ComponentIdentity {
-        client_id,
-        credentials_secret_name: secret.unwrap_or_default(),
-        object_encoding: encoding.unwrap_or_default(),
-    })
 }
 
 #[cfg(feature = "k8s")]
