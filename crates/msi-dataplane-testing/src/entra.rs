@@ -559,23 +559,6 @@ impl EntraServer {
             .or_default();
     }
 
-    /// Remove one registered certificate (by DER of the first CERTIFICATE block); the
-    /// client stays registered (possibly with no certificates).
-    pub fn unregister_certificate_pem(&self, client_id: &str, tenant_id: &str, leaf_pem: &[u8]) {
-        let der = CertificateDer::pem_slice_iter(leaf_pem)
-            .next()
-            .expect("EntraServer: no CERTIFICATE block in PEM")
-            .expect("EntraServer: bad CERTIFICATE PEM");
-        let mut inner = self.state.lock();
-        if let Some(certs) = inner
-            .tenants
-            .get_mut(tenant_id)
-            .and_then(|clients| clients.get_mut(client_id))
-        {
-            certs.retain(|c| c.der != der.as_ref());
-        }
-    }
-
     /// Remove every certificate registered for the client (the client stays registered).
     pub fn clear_certificates(&self, client_id: &str, tenant_id: &str) {
         let mut inner = self.state.lock();
