@@ -51,28 +51,20 @@ impl Challenge {
 /// does not parse, or a tenant that is neither a GUID nor a domain.
 pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
     let challenges = parse_www_authenticate(fields)?;
-    let mut bearers = challenges
+    let authorization = challenges
         .iter()
         .filter(|c| c.scheme.eq_ignore_ascii_case("Bearer"))
-        .peekable();
-    if bearers.peek().is_none() {
+        .find_map(|c| {
+            c.param("authorization")
+                .or_else(|| c.param("authorization_uri"))
+        });
+    let Some(authorization) = authorization else {
         let schemes: Vec<&str> = challenges.iter().map(|c| c.scheme.as_str()).collect();
         return Err(invalid(format!(
-            "no Bearer challenge (schemes offered: {})",
-            if schemes.is_empty() {
-                "none".to_owned()
-            } else {
-                schemes.join(", ")
-            }
+            "no Bearer challenge with an `authorization` (or `authorization_uri`) parameter \
+             (schemes offered: {})",
+            schemes.join(", ")
         )));
-    }
-    let Some(authorization) = bearers.find_map(|c| {
-        c.param("authorization")
-            .or_else(|| c.param("authorization_uri"))
-    }) else {
-        return Err(invalid(
-            "the Bearer challenge has no `authorization` (or `authorization_uri`) parameter".into(),
-        ));
     };
     let url = Url::parse(authorization.trim())
         .map_err(|e| invalid(format!("the `authorization` parameter is not a URL ({e})")))?;
@@ -81,11 +73,6 @@ pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
         .and_then(|mut segments| segments.find(|s| !s.is_empty()))
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if tenant.is_empty() {
-        return Err(invalid(
-            "the `authorization` URL has no tenant in its path".into(),
-        ));
-    }
     if !is_guid(&tenant) && !is_domain(&tenant) {
         return Err(invalid(format!(
             "the tenant `{tenant}` in the `authorization` URL is neither a GUID nor a domain name"

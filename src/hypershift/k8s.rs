@@ -301,16 +301,6 @@ enum Kind {
 }
 
 impl SecretProviderClass {
-    /// A SecretProviderClass with this metadata and spec, as given (no checks).
-    pub fn new(metadata: ObjectMeta, spec: SecretProviderClassSpec) -> Self {
-        SecretProviderClass {
-            api_version: ApiVersion::V1,
-            kind: Kind::SecretProviderClass,
-            metadata,
-            spec,
-        }
-    }
-
     /// `apiVersion`: [`SECRET_PROVIDER_CLASS_API_VERSION`].
     pub fn api_version(&self) -> &'static str {
         SECRET_PROVIDER_CLASS_API_VERSION
@@ -470,7 +460,12 @@ impl SecretProviderClassBuilder {
             parameters,
             other: BTreeMap::new(),
         };
-        Ok(SecretProviderClass::new(metadata, spec))
+        Ok(SecretProviderClass {
+            api_version: ApiVersion::V1,
+            kind: Kind::SecretProviderClass,
+            metadata,
+            spec,
+        })
     }
 }
 

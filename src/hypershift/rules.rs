@@ -136,9 +136,10 @@ pub(super) fn guid_problem(value: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    #![cfg(feature = "k8s")]
+    #[cfg(feature = "k8s")]
     use super::*;
 
+    #[cfg(feature = "k8s")]
     #[test]
     fn dns1123_labels() {
         for ok in ["a", "cpo-cert", "a1", "0a", &"a".repeat(63)] {
@@ -149,6 +150,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "k8s")]
     #[test]
     fn dns1123_subdomains() {
         for ok in ["managed-azure-cpo", "a.b-c.d", &"a".repeat(253)] {
@@ -159,6 +161,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "k8s")]
     #[test]
     fn key_vault_names() {
         for ok in [
@@ -182,6 +185,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "k8s")]
     #[test]
     fn guids() {
         assert_eq!(guid_problem("72f988bf-86f1-41af-91ab-2d7cd011db47"), None);
