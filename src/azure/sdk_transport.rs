@@ -43,15 +43,15 @@ impl ReqwestTransport {
     /// The crate's `User-Agent` followed by the SDK's (`sdk`, when the request has one and
     /// the two make a valid header value).
     fn user_agent(&self, sdk: Option<&str>) -> ReqwestHeaderValue {
-        let Some(sdk) = sdk.map(str::trim).filter(|s| !s.is_empty()) else {
-            return self.user_agent.clone();
-        };
-        let ours = self.user_agent.as_bytes();
-        let mut both = Vec::with_capacity(ours.len() + 1 + sdk.len());
-        both.extend_from_slice(ours);
-        both.push(b' ');
-        both.extend_from_slice(sdk.as_bytes());
-        ReqwestHeaderValue::from_bytes(&both).unwrap_or_else(|_| self.user_agent.clone())
+        let ours = &self.user_agent;
+        let both = sdk
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .and_then(|sdk| {
+                ReqwestHeaderValue::from_bytes(&[ours.as_bytes(), b" ", sdk.as_bytes()].concat())
+                    .ok()
+            });
+        both.unwrap_or_else(|| ours.clone())
     }
 }
 

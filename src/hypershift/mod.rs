@@ -54,7 +54,8 @@
 //! parses and validates HyperShift's managed identities file, where a cluster's identity
 //! flow starts.
 //!
-//! This folder: `k8s` and `sidecar` (feature `k8s`), `managed_identities`. Uses `reload/`
+//! This folder: `k8s` and `sidecar` (feature `k8s`), `managed_identities`, and `rules` (the
+//! naming rules they check, below all three). Uses `reload/`
 //! (the credential from the environment) and `keyvault/` (secret names).
 
 #[cfg(feature = "k8s")]
