@@ -168,21 +168,6 @@ impl ClientFactory {
         })
     }
 
-    /// A factory over any azure_core `TokenCredential` (feature `azure_core`); see
-    /// [`AzureTokenCredential`](super::source::AzureTokenCredential) for what it cannot do.
-    #[cfg(feature = "azure_core")]
-    pub fn from_token_credential(
-        credential: Arc<dyn azure_core::credentials::TokenCredential>,
-        audience: &str,
-        options: ClientOptions,
-    ) -> Result<Self> {
-        Self::new(
-            super::source::AzureTokenCredential(credential),
-            audience,
-            options,
-        )
-    }
-
     /// A client for one identity URL (ARM's `x-ms-identity-url`; Go:
     /// `ClientFactory.NewClient`). Its query parameters are sent with every request.
     ///

@@ -47,7 +47,7 @@
 //!
 //! | Go (`pkg/dataplane`) | Rust (`msi_dataplane::dataplane`) |
 //! |---|---|
-//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); [`ClientFactory::from_token_credential`] for an `Arc<dyn TokenCredential>` |
+//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
 //! | `ClientFactory.NewClient(identityURL)` | [`factory.client(identity_url)`](ClientFactory::client) (https only, checked before any request) |
 //! | `GET` system-assigned (`Getcred`) | [`client.get_system_assigned_identity_credentials().await`](Client::get_system_assigned_identity_credentials) |
 //! | `Client.GetUserAssignedIdentitiesCredentials(ctx, req)` | [`client.get_user_assigned_identities_credentials(&req).await`](Client::get_user_assigned_identities_credentials) |

@@ -295,22 +295,18 @@ mod kubernetes {
                             identity.object_encoding,
                         ))
                         .build()?;
-                    let volume = match component.volume_name() {
-                        None => None,
-                        Some(name) => {
-                            let volume = csi_volume(name, component.secret_provider_class_name())?;
-                            let mount = if *component == Component::Kms {
-                                kms_volume_mount(name)?
-                            } else {
-                                certs_volume_mount(name)?
-                            };
-                            Some((volume, mount))
-                        }
-                    };
+                    let volume = component.volume_name().map(|name| {
+                        let volume = csi_volume(name, component.secret_provider_class_name())?;
+                        let mount = match component {
+                            Component::Kms => kms_volume_mount(name)?,
+                            _ => certs_volume_mount(name)?,
+                        };
+                        Ok::<_, crate::error::Error>((volume, mount))
+                    });
                     Ok(ComponentObjects {
                         component: *component,
                         secret_provider_class: spc,
-                        volume,
+                        volume: volume.transpose()?,
                     })
                 })
                 .collect()
