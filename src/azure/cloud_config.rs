@@ -154,28 +154,17 @@ impl CloudConfig {
     /// - [`ConfigError::NoIdentityPath`] when the path is absent or blank (saying whether
     ///   the config selects the VM identity instead).
     pub fn identity_path(&self) -> Result<&Path> {
-        let uses_imds = self.use_managed_identity_extension == Some(true);
-        let path = self
-            .aad_msi_data_plane_identity_path
-            .as_deref()
-            .filter(|p| !p.trim().is_empty());
-        match (path, uses_imds) {
-            (Some(path), false) => Ok(Path::new(path)),
-            (Some(path), true) => Err(ErrorKind::Config(ConfigError::ConflictingIdentitySources {
-                identity_path: path.to_owned(),
+        let path = self.credential_file_path()?;
+        if self.use_managed_identity_extension == Some(true) {
+            let identity_path = path.display().to_string();
+            return Err(ErrorKind::Config(ConfigError::ConflictingIdentitySources {
+                identity_path,
             })
-            .into()),
-            (None, uses_managed_identity_extension) => {
-                Err(ErrorKind::Config(ConfigError::NoIdentityPath {
-                    uses_managed_identity_extension,
-                })
-                .into())
-            }
+            .into());
         }
+        Ok(path)
     }
-}
 
-impl CloudConfig {
     /// `aadMSIDataPlaneIdentityPath`, chosen explicitly by the caller whatever
     /// `useManagedIdentityExtension` says.
     ///
@@ -183,34 +172,20 @@ impl CloudConfig {
     /// `useManagedIdentityExtension: true` and `aadMSIDataPlaneIdentityPath`, and a
     /// component that knows it runs there (see
     /// [`hypershift::is_aro_hcp`](crate::hypershift::is_aro_hcp)) wants the file. This is
-    /// that choice made in code, where a reader sees it; it logs a `tracing` warning when
-    /// the config also selects the VM identity. [`identity_path`](Self::identity_path)
-    /// stays the strict reading.
+    /// that choice made in code, where a reader sees it.
+    /// [`identity_path`](Self::identity_path) stays the strict reading.
     ///
     /// # Errors
     ///
     /// [`ConfigError::NoIdentityPath`] when the path is absent or blank.
     pub fn credential_file_path(&self) -> Result<&Path> {
-        match self.identity_path() {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::Config(ConfigError::ConflictingIdentitySources { .. })
-                ) =>
-            {
-                let path = self
-                    .aad_msi_data_plane_identity_path
-                    .as_deref()
-                    .unwrap_or("");
-                tracing::warn!(
-                    identity_path = path,
-                    "cloud config sets useManagedIdentityExtension and \
-                     aadMSIDataPlaneIdentityPath; using the credential file, as the caller chose"
-                );
-                Ok(Path::new(path))
-            }
-            other => other,
-        }
+        let uses_managed_identity_extension = self.use_managed_identity_extension == Some(true);
+        let path = (self.aad_msi_data_plane_identity_path.as_deref())
+            .filter(|p| !p.trim().is_empty())
+            .ok_or(ErrorKind::Config(ConfigError::NoIdentityPath {
+                uses_managed_identity_extension,
+            }))?;
+        Ok(Path::new(path))
     }
 
     /// The reloading credential ([`UserAssignedIdentityCredential`]) for the file this
