@@ -279,11 +279,6 @@ impl Environment {
             None => build_http_client(self.extra_root_certificates.clone(), direct),
         }
     }
-
-    /// Whether the client is the caller's (`http_client` set) rather than crate-built.
-    pub(crate) fn has_own_client(&self) -> bool {
-        self.http_client.is_some()
-    }
 }
 
 impl fmt::Debug for Environment {
@@ -314,10 +309,8 @@ mod tests {
             .with_extra_root_certificates_pem(pem.as_bytes())
             .unwrap();
         assert_eq!(roots.extra_root_certificates.len(), 1);
-        assert!(!roots.has_own_client());
         roots.client(false).unwrap();
         let own = Environment::default().with_http_client(reqwest::Client::new());
-        assert!(own.has_own_client());
         own.client(true).unwrap();
         let both = roots.with_http_client(reqwest::Client::new());
         let err = both.client(false).unwrap_err();

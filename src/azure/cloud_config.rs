@@ -48,7 +48,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::reload::options::ReloadOptions;
@@ -154,46 +154,25 @@ impl CloudConfig {
     /// - `no_identity_path` when the path is absent or blank (saying whether
     ///   the config selects the VM identity instead).
     pub fn identity_path(&self) -> Result<&Path> {
-        let uses_imds = self.use_managed_identity_extension == Some(true);
-        let path = self
-            .aad_msi_data_plane_identity_path
-            .as_deref()
-            .filter(|p| !p.trim().is_empty());
-        match (path, uses_imds) {
-            (Some(path), false) => Ok(Path::new(path)),
-            (Some(path), true) => {
-                let message = format!(
-                    "`useManagedIdentityExtension` is true and `aadMSIDataPlaneIdentityPath` is \
-                     set ({path}): the config selects both the VM managed identity (IMDS) and a \
-                     credential file; set `useManagedIdentityExtension` to false to use the \
-                     file, or choose it explicitly in code (`CloudConfig::credential_file_path`)"
-                );
-                Err(Error::config(
-                    "conflicting_identity_sources",
-                    "useManagedIdentityExtension",
-                    message,
-                ))
-            }
-            (None, uses_imds) => {
-                let imds = match uses_imds {
-                    true => {
-                        " (the config selects the VM managed identity through IMDS, \
-                         `useManagedIdentityExtension: true`, which this crate does not provide)"
-                    }
-                    false => "",
-                };
-                let message = format!("`aadMSIDataPlaneIdentityPath` is not set{imds}");
-                Err(Error::config(
-                    "no_identity_path",
-                    "aadMSIDataPlaneIdentityPath",
-                    message,
-                ))
-            }
+        let path = self.credential_file_path()?;
+        if self.use_managed_identity_extension == Some(true) {
+            let message = format!(
+                "`useManagedIdentityExtension` is true and `aadMSIDataPlaneIdentityPath` is set \
+                 ({}): the config selects both the VM managed identity (IMDS) and a credential \
+                 file; set `useManagedIdentityExtension` to false to use the file, or choose it \
+                 explicitly in code (`CloudConfig::credential_file_path`)",
+                path.display()
+            );
+            let field = "useManagedIdentityExtension";
+            return Err(Error::config(
+                "conflicting_identity_sources",
+                field,
+                message,
+            ));
         }
+        Ok(path)
     }
-}
 
-impl CloudConfig {
     /// `aadMSIDataPlaneIdentityPath`, chosen explicitly by the caller whatever
     /// `useManagedIdentityExtension` says.
     ///
@@ -201,37 +180,27 @@ impl CloudConfig {
     /// `useManagedIdentityExtension: true` and `aadMSIDataPlaneIdentityPath`, and a
     /// component that knows it runs there (see
     /// [`hypershift::is_aro_hcp`](crate::hypershift::is_aro_hcp)) wants the file. This is
-    /// that choice made in code, where a reader sees it; it logs a `tracing` warning when
-    /// the config also selects the VM identity. [`identity_path`](Self::identity_path)
-    /// stays the strict reading.
+    /// that choice made in code, where a reader sees it.
+    /// [`identity_path`](Self::identity_path) stays the strict reading.
     ///
     /// # Errors
     ///
     /// `no_identity_path` when the path is absent or blank.
     pub fn credential_file_path(&self) -> Result<&Path> {
-        match self.identity_path() {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::Config {
-                        code: "conflicting_identity_sources",
-                        ..
-                    }
-                ) =>
-            {
-                let path = self
-                    .aad_msi_data_plane_identity_path
-                    .as_deref()
-                    .unwrap_or("");
-                tracing::warn!(
-                    identity_path = path,
-                    "cloud config sets useManagedIdentityExtension and \
-                     aadMSIDataPlaneIdentityPath; using the credential file, as the caller chose"
-                );
-                Ok(Path::new(path))
+        let imds = match self.use_managed_identity_extension == Some(true) {
+            true => {
+                " (the config selects the VM managed identity through IMDS, \
+                 `useManagedIdentityExtension: true`, which this crate does not provide)"
             }
-            other => other,
-        }
+            false => "",
+        };
+        let path = (self.aad_msi_data_plane_identity_path.as_deref())
+            .filter(|p| !p.trim().is_empty())
+            .ok_or_else(|| {
+                let message = format!("`aadMSIDataPlaneIdentityPath` is not set{imds}");
+                Error::config("no_identity_path", "aadMSIDataPlaneIdentityPath", message)
+            })?;
+        Ok(Path::new(path))
     }
 
     /// The reloading credential ([`UserAssignedIdentityCredential`]) for the file this

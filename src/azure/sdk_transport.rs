@@ -17,7 +17,6 @@ use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 use reqwest::header::{HeaderValue as ReqwestHeaderValue, USER_AGENT};
 
 use crate::error::{Error, TransportFault, cause_chain, classify_transport};
-use crate::http::body::MAX_RESPONSE_BYTES;
 
 /// An azure_core transport over a reqwest client.
 #[derive(Debug, Clone)]
@@ -44,15 +43,15 @@ impl ReqwestTransport {
     /// The crate's `User-Agent` followed by the SDK's (`sdk`, when the request has one and
     /// the two make a valid header value).
     fn user_agent(&self, sdk: Option<&str>) -> ReqwestHeaderValue {
-        let Some(sdk) = sdk.map(str::trim).filter(|s| !s.is_empty()) else {
-            return self.user_agent.clone();
-        };
-        let ours = self.user_agent.as_bytes();
-        let mut both = Vec::with_capacity(ours.len() + 1 + sdk.len());
-        both.extend_from_slice(ours);
-        both.push(b' ');
-        both.extend_from_slice(sdk.as_bytes());
-        ReqwestHeaderValue::from_bytes(&both).unwrap_or_else(|_| self.user_agent.clone())
+        let ours = &self.user_agent;
+        let both = sdk
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .and_then(|sdk| {
+                ReqwestHeaderValue::from_bytes(&[ours.as_bytes(), b" ", sdk.as_bytes()].concat())
+                    .ok()
+            });
+        both.unwrap_or_else(|| ours.clone())
     }
 }
 
@@ -87,79 +86,36 @@ impl HttpClient for ReqwestTransport {
                 ));
             }
         };
-        crate::http::exchange::run(async move {
-            let mut response = builder.send().await.map_err(transport_error)?;
-            let status = StatusCode::from(response.status().as_u16());
-            let mut headers = Headers::new();
-            for (name, value) in response.headers() {
-                if let Ok(value) = value.to_str() {
-                    headers.insert(
-                        HeaderName::from(name.as_str().to_owned()),
-                        HeaderValue::from(value.to_owned()),
-                    );
-                }
+        let answer = crate::http::exchange::send(builder)
+            .await
+            // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
+            .map_err(|a| {
+                let message = format!("the Key Vault request was abandoned: {}", a.0);
+                let abandoned = Error::abandoned("key_vault_request_abandoned", message);
+                azure_core::Error::new(AzureErrorKind::Other, abandoned)
+            })?
+            .map_err(transport_error)?;
+        let mut headers = Headers::new();
+        for (name, value) in &answer.headers {
+            if let Ok(value) = value.to_str() {
+                headers.insert(
+                    HeaderName::from(name.as_str().to_owned()),
+                    HeaderValue::from(value.to_owned()),
+                );
             }
-            let body = read_body(&mut response).await?;
-            Ok(AsyncRawResponse::from_bytes(status, headers, body))
-        })
-        .await
-        // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
-        .map_err(|a| {
-            let message = format!("the Key Vault request was abandoned: {}", a.0);
-            let abandoned = Error::abandoned("key_vault_request_abandoned", message);
-            azure_core::Error::new(AzureErrorKind::Other, abandoned)
-        })?
-    }
-}
-
-/// The whole body, at most [`MAX_RESPONSE_BYTES`]. A body that arrives in one chunk (the
-/// usual case for Key Vault's small JSON answers) is handed on as is, without a copy.
-async fn read_body(response: &mut reqwest::Response) -> azure_core::Result<bytes::Bytes> {
-    // Not `Io`, which the SDK retries: the same oversized answer would come again. The
-    // crate's own error rides inside, so the store reports it as it is.
-    let too_large = || {
-        azure_core::Error::new(
-            AzureErrorKind::Other,
-            // The store names its operation in front (`Key Vault get: ...`).
-            Error::answer(
-                "invalid_key_vault_response",
-                format!(
-                    "the answer is not usable: {}",
-                    crate::http::body::too_large_reason()
-                ),
-            ),
-        )
-    };
-    if response
-        .content_length()
-        .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
-    {
-        return Err(too_large());
-    }
-    let Some(first) = response.chunk().await.map_err(transport_error)? else {
-        return Ok(bytes::Bytes::new());
-    };
-    if first.len() > MAX_RESPONSE_BYTES {
-        return Err(too_large());
-    }
-    let Some(second) = response.chunk().await.map_err(transport_error)? else {
-        return Ok(first);
-    };
-    let capacity = response
-        .content_length()
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(first.len() + second.len());
-    let mut body = Vec::with_capacity(capacity.min(MAX_RESPONSE_BYTES));
-    let mut next = Some(second);
-    body.extend_from_slice(&first);
-    while let Some(chunk) = next {
-        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(too_large());
         }
-        body.extend_from_slice(&chunk);
-        next = response.chunk().await.map_err(transport_error)?;
+        // Not `Io`, which the SDK retries: the same oversized answer would come again. The
+        // crate's own error rides inside, so the store reports it as it is.
+        let body = answer.body.ok_or_else(|| {
+            // The store names its operation in front (`Key Vault get: ...`).
+            let reason = crate::http::body::too_large_reason();
+            let message = format!("the answer is not usable: {reason}");
+            let too_large = Error::answer("invalid_key_vault_response", message);
+            azure_core::Error::new(AzureErrorKind::Other, too_large)
+        })?;
+        let status = StatusCode::from(answer.status);
+        Ok(AsyncRawResponse::from_bytes(status, headers, body))
     }
-    Ok(body.into())
 }
 
 /// A reqwest failure as azure_core's, kind chosen so that the SDK's retry policy (which

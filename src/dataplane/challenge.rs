@@ -21,88 +21,52 @@ use crate::file::model::is_guid;
 use crate::http::is_tchar;
 
 /// One challenge: a scheme with either a token68 or parameters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Challenge {
+#[derive(Debug, Default)]
+struct Challenge {
     /// The scheme as sent (compare with `eq_ignore_ascii_case`).
-    pub scheme: String,
-    /// The token68, when the challenge carries one instead of parameters.
-    pub token68: Option<String>,
+    scheme: String,
+    /// Whether the challenge carries a token68 instead of parameters.
+    token68: bool,
     /// Parameters in order: names lower-cased, values unquoted and unescaped.
-    pub params: Vec<(String, String)>,
+    params: Vec<(String, String)>,
 }
 
 impl Challenge {
-    /// The value of parameter `name` (case-insensitive), the first if repeated.
-    pub fn param(&self, name: &str) -> Option<&str> {
+    /// The value of parameter `name` (lower-case), the first if repeated.
+    fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
 }
 
-/// What the data plane's `Bearer` challenge asks for: a token in `tenant`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BearerChallenge {
-    /// The tenant from the `authorization` (or `authorization_uri`) URL's path,
-    /// lower-cased: a GUID or a domain name.
-    pub tenant: String,
-    /// The `authorization` URL as sent.
-    pub authorization: String,
-}
-
-/// Parse every `WWW-Authenticate` field value of a response into its challenges, in order.
+/// The tenant a response's `WWW-Authenticate` fields ask a token in: the first `Bearer`
+/// challenge (scheme compared case-insensitively) with an `authorization` or
+/// `authorization_uri` parameter, whose URL's first path segment must be a GUID or a
+/// domain name (returned lower-cased).
 ///
 /// # Errors
 ///
-/// `invalid_challenge` naming the field and byte offset where the syntax
-/// breaks.
-pub fn parse_www_authenticate<'a>(
-    values: impl IntoIterator<Item = &'a str>,
-) -> Result<Vec<Challenge>> {
-    let mut challenges = Vec::new();
-    for (index, value) in values.into_iter().enumerate() {
-        Parser {
-            bytes: value.as_bytes(),
-            pos: 0,
-            field: index,
-        }
-        .challenges(&mut challenges)?;
-    }
-    Ok(challenges)
-}
-
-/// Pick the `Bearer` challenge (scheme compared case-insensitively) and read its tenant:
-/// the first `Bearer` challenge with an `authorization` or `authorization_uri`
-/// parameter, whose URL's first path segment must be a GUID or a domain name.
-///
-/// # Errors
-///
-/// `invalid_challenge`: no `Bearer` challenge, none with an authorization
-/// URL, a URL that does not parse, or a tenant that is neither a GUID nor a domain.
-pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
-    let mut bearers = challenges
+/// `invalid_challenge`: a field whose syntax breaks (naming the field and
+/// the byte offset), no `Bearer` challenge, none with an authorization URL, a URL that
+/// does not parse, or a tenant that is neither a GUID nor a domain.
+pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
+    let challenges = parse_www_authenticate(fields)?;
+    let authorization = challenges
         .iter()
         .filter(|c| c.scheme.eq_ignore_ascii_case("Bearer"))
-        .peekable();
-    if bearers.peek().is_none() {
+        .find_map(|c| {
+            c.param("authorization")
+                .or_else(|| c.param("authorization_uri"))
+        });
+    let Some(authorization) = authorization else {
         let schemes: Vec<&str> = challenges.iter().map(|c| c.scheme.as_str()).collect();
         return Err(invalid(format!(
-            "no Bearer challenge (schemes offered: {})",
-            if schemes.is_empty() {
-                "none".to_owned()
-            } else {
-                schemes.join(", ")
-            }
+            "no Bearer challenge with an `authorization` (or `authorization_uri`) parameter \
+             (schemes offered: {})",
+            schemes.join(", ")
         )));
-    }
-    let Some(authorization) = bearers.find_map(|c| {
-        c.param("authorization")
-            .or_else(|| c.param("authorization_uri"))
-    }) else {
-        return Err(invalid(
-            "the Bearer challenge has no `authorization` (or `authorization_uri`) parameter".into(),
-        ));
     };
     let url = Url::parse(authorization.trim())
         .map_err(|e| invalid(format!("the `authorization` parameter is not a URL ({e})")))?;
@@ -111,31 +75,72 @@ pub fn bearer_challenge(challenges: &[Challenge]) -> Result<BearerChallenge> {
         .and_then(|mut segments| segments.find(|s| !s.is_empty()))
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if tenant.is_empty() {
-        return Err(invalid(
-            "the `authorization` URL has no tenant in its path".into(),
-        ));
-    }
     if !is_guid(&tenant) && !is_domain(&tenant) {
         return Err(invalid(format!(
             "the tenant `{tenant}` in the `authorization` URL is neither a GUID nor a domain name"
         )));
     }
-    Ok(BearerChallenge {
-        tenant,
-        authorization: authorization.to_owned(),
-    })
+    Ok(tenant)
+}
+
+/// Every `WWW-Authenticate` field value of a response as its challenges, in order. Each
+/// list element starts a challenge (`scheme [1*SP (token68 / auth-param)]`) or adds an
+/// auth-param to the current one; empty elements are skipped; a challenge ends with its
+/// field.
+fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
+    let mut challenges = Vec::new();
+    for (field, value) in fields.iter().enumerate() {
+        let mut p = Parser {
+            bytes: value.as_bytes(),
+            pos: 0,
+            field,
+        };
+        let mut current: Option<Challenge> = None;
+        loop {
+            while matches!(p.peek(), Some(b' ' | b'\t' | b',')) {
+                p.pos += 1;
+            }
+            if p.peek().is_none() {
+                break;
+            }
+            match current.as_mut() {
+                Some(c) if !c.token68 && p.starts_param() => p.param(c)?,
+                _ => {
+                    let scheme = p
+                        .token()
+                        .ok_or_else(|| p.error("expected an auth-scheme"))?;
+                    let mut c = Challenge {
+                        scheme,
+                        ..Challenge::default()
+                    };
+                    if p.skip_ows() && !p.at_list_end() {
+                        c.token68 = p.try_token68();
+                        if !c.token68 {
+                            p.param(&mut c)?;
+                        }
+                    }
+                    challenges.extend(current.replace(c));
+                }
+            }
+            p.skip_ows();
+            if !p.at_list_end() {
+                return Err(p.error("expected `,` between list elements"));
+            }
+        }
+        challenges.extend(current);
+    }
+    Ok(challenges)
 }
 
 /// The token scope for a data plane audience: `<audience>/.default`, with one `/` however
 /// the audience ends.
-pub fn scope_for_audience(audience: &str) -> String {
+pub(crate) fn scope_for_audience(audience: &str) -> String {
     format!("{}/.default", audience.trim().trim_end_matches('/'))
 }
 
 /// A DNS name with at least two labels: letters, digits and inner hyphens, each label 1 to
 /// 63 characters, at most 253 in all, the last label not all digits.
-pub(crate) fn is_domain(s: &str) -> bool {
+fn is_domain(s: &str) -> bool {
     let labels: Vec<&str> = s.split('.').collect();
     s.len() <= 253
         && labels.len() >= 2
@@ -164,20 +169,28 @@ struct Parser<'a> {
     field: usize,
 }
 
-/// RFC 9110 `token68` characters (before the trailing `=`s).
-fn is_token68_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)
-}
-
 impl Parser<'_> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
 
-    fn skip_ows(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t')) {
-            self.pos += 1;
-        }
+    /// The end of the run of bytes from `from` that `accept`.
+    fn run(&self, from: usize, accept: impl Fn(u8) -> bool) -> usize {
+        from + self.bytes[from.min(self.bytes.len())..]
+            .iter()
+            .take_while(|b| accept(**b))
+            .count()
+    }
+
+    /// Skip spaces and tabs; whether there were any.
+    fn skip_ows(&mut self) -> bool {
+        let start = self.pos;
+        self.pos = self.run(start, |b| b == b' ' || b == b'\t');
+        self.pos > start
+    }
+
+    fn at_list_end(&self) -> bool {
+        matches!(self.peek(), None | Some(b','))
     }
 
     fn error(&self, what: &str) -> Error {
@@ -190,9 +203,7 @@ impl Parser<'_> {
 
     fn token(&mut self) -> Option<String> {
         let start = self.pos;
-        while self.peek().is_some_and(is_tchar) {
-            self.pos += 1;
-        }
+        self.pos = self.run(start, is_tchar);
         (self.pos > start).then(|| String::from_utf8_lossy(&self.bytes[start..self.pos]).into())
     }
 
@@ -201,134 +212,53 @@ impl Parser<'_> {
         self.pos += 1;
         let mut out = Vec::new();
         loop {
-            match self.peek() {
-                None => return Err(self.error("unterminated quoted string")),
-                Some(b'"') => {
-                    self.pos += 1;
-                    return Ok(String::from_utf8_lossy(&out).into_owned());
-                }
-                Some(b'\\') => {
-                    self.pos += 1;
-                    match self.peek() {
-                        Some(b) if b == b'\t' || b >= 0x20 && b != 0x7f => {
-                            out.push(b);
-                            self.pos += 1;
-                        }
-                        _ => return Err(self.error("bad escape in quoted string")),
-                    }
-                }
-                Some(b) if b == b'\t' || b >= 0x20 && b != 0x7f => {
-                    out.push(b);
-                    self.pos += 1;
-                }
-                Some(_) => return Err(self.error("control character in quoted string")),
+            let mut b = self
+                .peek()
+                .ok_or_else(|| self.error("unterminated quoted string"))?;
+            self.pos += 1;
+            if b == b'"' {
+                return Ok(String::from_utf8_lossy(&out).into_owned());
             }
-        }
-    }
-
-    /// Whether a token68 starts here and ends the challenge (followed by OWS and `,` or
-    /// the end); if so, consume and return it.
-    fn try_token68(&mut self) -> Option<String> {
-        let start = self.pos;
-        let mut end = start;
-        while self.bytes.get(end).copied().is_some_and(is_token68_char) {
-            end += 1;
-        }
-        if end == start {
-            return None;
-        }
-        while self.bytes.get(end) == Some(&b'=') {
-            end += 1;
-        }
-        let mut after = end;
-        while matches!(self.bytes.get(after), Some(b' ' | b'\t')) {
-            after += 1;
-        }
-        if !matches!(self.bytes.get(after), None | Some(b',')) {
-            return None;
-        }
-        self.pos = end;
-        Some(String::from_utf8_lossy(&self.bytes[start..end]).into_owned())
-    }
-
-    /// Skip list separators (`,` and OWS); whether any comma was seen.
-    fn skip_commas(&mut self) -> bool {
-        let mut comma = false;
-        loop {
-            self.skip_ows();
-            if self.peek() == Some(b',') {
-                comma = true;
+            if b == b'\\' {
+                b = self
+                    .peek()
+                    .ok_or_else(|| self.error("bad escape in quoted string"))?;
                 self.pos += 1;
-            } else {
-                return comma;
             }
+            if b != b'\t' && (b < 0x20 || b == 0x7f) {
+                return Err(self.error("control character in quoted string"));
+            }
+            out.push(b);
         }
     }
 
-    fn challenges(&mut self, out: &mut Vec<Challenge>) -> Result<()> {
-        self.skip_commas();
-        if self.peek().is_none() {
-            return Ok(());
+    /// Whether a token68 (RFC 9110: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" /
+    /// "/" ) *"="`) starts here and ends the challenge (followed by OWS and `,` or the
+    /// end); if so, consume it.
+    fn try_token68(&mut self) -> bool {
+        let chars = self.run(self.pos, |b| {
+            b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)
+        });
+        let end = self.run(chars, |b| b == b'=');
+        let after = self.run(end, |b| b == b' ' || b == b'\t');
+        let found = chars > self.pos && matches!(self.bytes.get(after), None | Some(b','));
+        if found {
+            self.pos = end;
         }
-        loop {
-            // A challenge starts with its scheme.
-            let Some(scheme) = self.token() else {
-                return Err(self.error("expected an auth-scheme"));
-            };
-            let mut challenge = Challenge {
-                scheme,
-                ..Challenge::default()
-            };
-            let had_space = matches!(self.peek(), Some(b' ' | b'\t'));
-            self.skip_ows();
-            if had_space && !matches!(self.peek(), None | Some(b',')) {
-                if let Some(token68) = self.try_token68() {
-                    challenge.token68 = Some(token68);
-                } else {
-                    self.param(&mut challenge)?;
-                }
-            } else if !matches!(self.peek(), None | Some(b',')) {
-                return Err(self.error("expected a space after the auth-scheme"));
-            }
-            // Further list elements: more parameters of this challenge, or a new one.
-            loop {
-                let comma = self.skip_commas();
-                if self.peek().is_none() {
-                    out.push(challenge);
-                    return Ok(());
-                }
-                if !comma {
-                    return Err(self.error("expected `,` between list elements"));
-                }
-                if challenge.token68.is_none() && self.starts_param() {
-                    self.param(&mut challenge)?;
-                } else {
-                    out.push(challenge);
-                    break;
-                }
-            }
-        }
+        found
     }
 
     /// Whether a `token BWS "="` (an auth-param) starts here.
     fn starts_param(&self) -> bool {
-        let mut i = self.pos;
-        while self.bytes.get(i).copied().is_some_and(is_tchar) {
-            i += 1;
-        }
-        if i == self.pos {
-            return false;
-        }
-        while matches!(self.bytes.get(i), Some(b' ' | b'\t')) {
-            i += 1;
-        }
-        self.bytes.get(i) == Some(&b'=')
+        let name = self.run(self.pos, is_tchar);
+        let after = self.run(name, |b| b == b' ' || b == b'\t');
+        name > self.pos && self.bytes.get(after) == Some(&b'=')
     }
 
     fn param(&mut self, challenge: &mut Challenge) -> Result<()> {
-        let Some(name) = self.token() else {
-            return Err(self.error("expected a parameter name"));
-        };
+        let name = self
+            .token()
+            .ok_or_else(|| self.error("expected a parameter name"))?;
         self.skip_ows();
         if self.peek() != Some(b'=') {
             return Err(self.error("expected `=` after a parameter name"));
@@ -351,19 +281,24 @@ mod tests {
     use super::*;
 
     fn one(value: &str) -> Vec<Challenge> {
-        parse_www_authenticate([value]).unwrap_or_else(|e| panic!("{value}: {e}"))
+        parse_www_authenticate(&[value.to_owned()]).unwrap_or_else(|e| panic!("{value}: {e}"))
+    }
+
+    fn tenant(fields: &[&str]) -> Result<String> {
+        challenged_tenant(&fields.iter().map(|f| f.to_string()).collect::<Vec<_>>())
     }
 
     #[test]
     fn single_bearer_with_params() {
-        let c = one(
-            r#"Bearer authorization="https://login.microsoftonline.com/72F988BF-86F1-41AF-91AB-2D7CD011DB47", resource="https://x""#,
-        );
+        let field = r#"Bearer authorization="https://login.microsoftonline.com/72F988BF-86F1-41AF-91AB-2D7CD011DB47", resource="https://x""#;
+        let c = one(field);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].scheme, "Bearer");
         assert_eq!(c[0].params.len(), 2);
-        let b = bearer_challenge(&c).unwrap();
-        assert_eq!(b.tenant, "72f988bf-86f1-41af-91ab-2d7cd011db47");
+        assert_eq!(
+            tenant(&[field]).unwrap(),
+            "72f988bf-86f1-41af-91ab-2d7cd011db47"
+        );
     }
 
     #[test]
@@ -372,19 +307,14 @@ mod tests {
             one(r#"Newauth realm="apps", type=1, title="Login to \"apps\"", Basic realm="simple""#);
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].scheme, "Newauth");
-        assert_eq!(c[0].param("TITLE"), Some(r#"Login to "apps""#));
+        assert_eq!(c[0].param("title"), Some(r#"Login to "apps""#));
         assert_eq!(c[0].param("type"), Some("1"));
         assert_eq!(c[1].scheme, "Basic");
-        let c = parse_www_authenticate([
+        let fields = [
             r#"Basic realm="x""#,
             r#"bearer authorization="https://login.example/contoso.onmicrosoft.com/""#,
-        ])
-        .unwrap();
-        assert_eq!(c.len(), 2);
-        assert_eq!(
-            bearer_challenge(&c).unwrap().tenant,
-            "contoso.onmicrosoft.com"
-        );
+        ];
+        assert_eq!(tenant(&fields).unwrap(), "contoso.onmicrosoft.com");
     }
 
     #[test]
@@ -402,15 +332,16 @@ mod tests {
             "Negotiate abc+/=, Bearer authorization=\"https://h/72f988bf-86f1-41af-91ab-2d7cd011db47\", Foo",
         );
         assert_eq!(c.len(), 3);
-        assert_eq!(c[0].token68.as_deref(), Some("abc+/="));
+        assert!(c[0].token68);
         assert!(c[0].params.is_empty());
         assert_eq!(c[2].scheme, "Foo");
         // `a=b` is a parameter, not a token68.
         let c = one("X a=b");
-        assert_eq!(c[0].token68, None);
+        assert!(!c[0].token68);
         assert_eq!(c[0].param("a"), Some("b"));
         // `realm=` alone is a token68 (RFC 9110's grammar), not an empty parameter.
-        assert_eq!(one("Bearer realm=")[0].token68.as_deref(), Some("realm="));
+        let c = one("Bearer realm=");
+        assert!(c[0].token68 && c[0].params.is_empty());
         // token68 ends its challenge: `,` inside is a new list element.
         let c = one("X abc==, Y");
         assert_eq!(c.len(), 2);
@@ -426,7 +357,7 @@ mod tests {
             "Bearer\u{1}",
             r#"Bearer realm="bad \"#,
         ] {
-            let e = parse_www_authenticate([bad]).unwrap_err();
+            let e = tenant(&[bad]).unwrap_err();
             assert!(
                 matches!(
                     e.kind(),
@@ -444,9 +375,9 @@ mod tests {
 
     #[test]
     fn bearer_selection_and_tenant_checks() {
-        let e = bearer_challenge(&one(r#"Basic realm="x""#)).unwrap_err();
+        let e = tenant(&[r#"Basic realm="x""#]).unwrap_err();
         assert!(e.to_string().contains("no Bearer challenge"), "{e}");
-        let e = bearer_challenge(&one(r#"Bearer realm="x""#)).unwrap_err();
+        let e = tenant(&[r#"Bearer realm="x""#]).unwrap_err();
         assert!(e.to_string().contains("authorization"), "{e}");
         for bad in [
             r#"Bearer authorization="https://login.example/common""#,
@@ -454,7 +385,7 @@ mod tests {
             r#"Bearer authorization="https://login.example/a_b.c""#,
             r#"Bearer authorization="not a url""#,
         ] {
-            let e = bearer_challenge(&one(bad)).unwrap_err();
+            let e = tenant(&[bad]).unwrap_err();
             assert!(
                 matches!(
                     e.kind(),
@@ -466,11 +397,9 @@ mod tests {
                 "{bad}"
             );
         }
-        let c = one(
-            r#"BEARER authorization_uri="https://login.example/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize""#,
-        );
+        let field = r#"BEARER authorization_uri="https://login.example/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize""#;
         assert_eq!(
-            bearer_challenge(&c).unwrap().tenant,
+            tenant(&[field]).unwrap(),
             "72f988bf-86f1-41af-91ab-2d7cd011db47"
         );
     }

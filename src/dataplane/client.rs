@@ -1,31 +1,28 @@
 //! The client factory, the per-identity client and its four operations, with the data
-//! plane's challenge authentication. URL building is pure; [`Client::execute`] is the I/O.
+//! plane's challenge authentication. URL building is pure; [`Client::send`] is the I/O.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use time::OffsetDateTime;
 
-use super::challenge::{bearer_challenge, parse_www_authenticate, scope_for_audience};
+use super::challenge::{challenged_tenant, scope_for_audience};
 use super::source::TokenSource;
 use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
-use crate::clock::Clock;
 use crate::environment::Environment;
 use crate::error::{
     DATA_PLANE, Error, ErrorKind, Result, ServiceError, TransportError, cause_chain,
 };
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::base_url::base_url;
-use crate::http::retry::{self, RetryPolicy};
-use crate::http::{body, exchange, loopback};
+use crate::http::{body, exchange, loopback, retry};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
 use crate::untrusted_text::redact_quoted;
@@ -118,18 +115,12 @@ pub struct ClientFactory {
 
 struct FactoryInner {
     source: Arc<dyn TokenSource>,
-    audience: String,
     scope: String,
+    environment: Environment,
     http: reqwest::Client,
-    /// For loopback hosts: the same client without environment proxies (`None` when the
-    /// caller supplied its own client).
-    http_direct: Option<reqwest::Client>,
-    /// The `User-Agent` of every request.
-    user_agent: reqwest::header::HeaderValue,
-    timeout: Duration,
-    retry: RetryPolicy,
-    clock: Arc<dyn Clock>,
-    allow_http_loopback: bool,
+    /// For loopback hosts: the same client without environment proxies (the caller's own
+    /// client when it gave one).
+    http_direct: reqwest::Client,
     /// Per data plane host (`host:port`) and identity URL tenant (`tid`): the tenant
     /// tokens are requested in, learned from the first challenge.
     hosts: Mutex<HashMap<HostTenant, Arc<str>>>,
@@ -138,22 +129,6 @@ struct FactoryInner {
 /// A data plane host (`host:port`) and the tenant its identity URL names (`tid`,
 /// lower-cased), if any.
 type HostTenant = (String, Option<Arc<str>>);
-
-impl FactoryInner {
-    /// A token for the scope in `tenant`, from the source (whose cache is the only one:
-    /// a hit there costs no request, concurrent misses share one).
-    async fn token(&self, tenant: &str) -> Result<AccessToken> {
-        self.source.token(&self.scope, tenant).await
-    }
-
-    /// A token for the scope in `tenant` to replace `rejected`: past the source's cache,
-    /// unless another caller replaced it already.
-    async fn replacement(&self, tenant: &str, rejected: &AccessToken) -> Result<AccessToken> {
-        self.source
-            .replacement_token(rejected, &self.scope, tenant)
-            .await
-    }
-}
 
 impl ClientFactory {
     /// A factory whose clients get tokens from `source` for `audience` (the data plane's
@@ -171,53 +146,22 @@ impl ClientFactory {
         audience: &str,
         options: ClientOptions,
     ) -> Result<Self> {
-        Self::from_source(Arc::new(source), audience, options)
-    }
-
-    /// As [`new`](Self::new), with a shared source.
-    pub fn from_source(
-        source: Arc<dyn TokenSource>,
-        audience: &str,
-        options: ClientOptions,
-    ) -> Result<Self> {
-        let audience = audience.trim();
-        if audience.trim_end_matches('/').is_empty() {
+        if audience.trim().trim_end_matches('/').is_empty() {
             return Err(Error::invalid_argument("audience", "is empty"));
         }
-        // Hosts vary per identity URL: the crate-built client comes in two, the second
-        // without environment proxies for loopback hosts.
-        let http = options.environment.client(false)?;
-        let http_direct = if options.environment.has_own_client() {
-            None
-        } else {
-            Some(options.environment.client(true)?)
-        };
+        let environment = options.environment;
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
-                source,
-                audience: audience.to_owned(),
+                source: Arc::new(source),
                 scope: scope_for_audience(audience),
-                http,
-                http_direct,
-                user_agent: options.environment.user_agent_header(),
-                timeout: options.environment.request_timeout(),
-                retry: options.environment.retry_policy().clone(),
-                clock: options.environment.clock().clone(),
-                allow_http_loopback: options.environment.allows_http_loopback(),
+                // Hosts vary per identity URL: the crate-built client comes in two, the
+                // second without environment proxies for loopback hosts.
+                http: environment.client(false)?,
+                http_direct: environment.client(true)?,
+                environment,
                 hosts: Mutex::new(HashMap::new()),
             }),
         })
-    }
-
-    /// A factory over any azure_core `TokenCredential` (feature `azure_core`); see
-    /// [`AzureTokenCredential`](super::AzureTokenCredential) for what it cannot do.
-    #[cfg(feature = "azure_core")]
-    pub fn from_token_credential(
-        credential: Arc<dyn azure_core::credentials::TokenCredential>,
-        audience: &str,
-        options: ClientOptions,
-    ) -> Result<Self> {
-        Self::new(super::AzureTokenCredential(credential), audience, options)
     }
 
     /// A client for one identity URL (ARM's `x-ms-identity-url`; Go:
@@ -230,23 +174,23 @@ impl ClientFactory {
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
     pub fn client(&self, identity_url: &str) -> Result<Client> {
-        let (base, query) = parse_identity_url(identity_url, self.inner.allow_http_loopback)?;
+        let allow_http = self.inner.environment.allows_http_loopback();
+        let (base, query) = parse_identity_url(identity_url, allow_http)?;
         let tid = query
             .iter()
             .find(|(k, v)| k == "tid" && !v.trim().is_empty())
             .map(|(_, v)| Arc::from(v.trim().to_ascii_lowercase()));
-        let host = (host_key(&base), tid);
+        let host = format!(
+            "{}:{}",
+            base.host_str().unwrap_or_default().to_ascii_lowercase(),
+            base.port_or_known_default().unwrap_or_default()
+        );
         Ok(Client {
             factory: self.inner.clone(),
             base,
             query,
-            host,
+            host: (host, tid),
         })
-    }
-
-    /// The audience given.
-    pub fn audience(&self) -> &str {
-        &self.inner.audience
     }
 
     /// The scope tokens are requested for: `<audience>/.default`.
@@ -259,7 +203,7 @@ impl fmt::Debug for ClientFactory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientFactory")
             .field("source", &self.inner.source)
-            .field("audience", &self.inner.audience)
+            .field("scope", &self.inner.scope)
             .finish_non_exhaustive()
     }
 }
@@ -286,31 +230,14 @@ impl fmt::Debug for Client {
     }
 }
 
-/// One operation in its `dataplane_request` span, counted by outcome with its duration.
-async fn observed<T>(
-    operation: &'static str,
-    call: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    telemetry::service_call(Service::DataPlane, operation, call).await
-}
-
-/// A raw answer.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
-}
-
 impl Client {
     /// Get the system-assigned identity's credentials: `GET {identity URL}`.
     #[doc(alias = "Getcred")]
     pub async fn get_system_assigned_identity_credentials(
         &self,
     ) -> Result<ManagedIdentityCredentials> {
-        observed("get_system_assigned", async {
-            let answer = self.execute(Method::GET, "", None).await?;
-            parse_json(&answer)
-        })
-        .await
+        self.call("get_system_assigned", Method::GET, "", None::<&()>)
+            .await
     }
 
     /// Get user-assigned identities' credentials: `POST {identity URL}` with the request
@@ -321,21 +248,17 @@ impl Client {
         &self,
         request: &UserAssignedIdentitiesRequest,
     ) -> Result<ManagedIdentityCredentials> {
-        observed("get_user_assigned", async {
-            let body = to_body(request)?;
-            let answer = self.execute(Method::POST, "", Some(body)).await?;
-            parse_json(&answer)
-        })
-        .await
+        self.call("get_user_assigned", Method::POST, "", Some(request))
+            .await
     }
 
     /// Delete the system-assigned identity: `DELETE {identity URL}` (200 or 204).
     #[doc(alias = "Deleteidentity")]
     pub async fn delete_system_assigned_identity(&self) -> Result<()> {
-        observed("delete_system_assigned", async {
-            self.execute(Method::DELETE, "", None).await.map(|_| ())
-        })
-        .await
+        let call = self.execute(Method::DELETE, "", None);
+        telemetry::service_call(Service::DataPlane, "delete_system_assigned", call)
+            .await
+            .map(|_| ())
     }
 
     /// Move the identity to another resource: `POST {identity URL path}/proxy/move`.
@@ -344,28 +267,44 @@ impl Client {
         &self,
         request: &MoveIdentityRequest,
     ) -> Result<MoveIdentityResponse> {
-        observed("move_identity", async {
-            let body = to_body(request)?;
-            let answer = self
-                .execute(Method::POST, "/proxy/move", Some(body))
-                .await?;
-            parse_json(&answer)
-        })
-        .await
+        self.call("move_identity", Method::POST, "/proxy/move", Some(request))
+            .await
     }
 
-    /// The URL of an operation (`suffix` appended to the identity URL's path), with the
-    /// identity URL's query and `api-version`. It holds the signature: crate-private, and
-    /// never logged.
-    fn operation_url(&self, suffix: &str) -> Url {
-        request_url(&self.base, &self.query, suffix)
+    /// One operation with a JSON answer, in its `dataplane_request` span, counted by
+    /// outcome with its duration. Errors never echo the body (it holds secrets).
+    async fn call<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        method: Method,
+        suffix: &str,
+        request: Option<&impl Serialize>,
+    ) -> Result<T> {
+        let call = async {
+            let body = match request {
+                Some(r) => Some(serde_json::to_vec(r).map_err(crate::parser_errors::json_error)?),
+                None => None,
+            };
+            let (status, body) = self.execute(method, suffix, body).await?;
+            serde_json::from_slice(&body).map_err(|e| {
+                let reason = redact_quoted(&e.to_string());
+                unusable(status, format!("not the expected JSON ({reason})"))
+            })
+        };
+        telemetry::service_call(Service::DataPlane, operation, call).await
     }
 
     /// One operation, with retries (the crate's retry policy) around the authenticated
-    /// exchange.
-    async fn execute(&self, method: Method, suffix: &str, body: Option<Vec<u8>>) -> Result<Answer> {
-        let f = &*self.factory;
-        let url = self.operation_url(suffix);
+    /// exchange: the status and body of its 2xx answer.
+    async fn execute(
+        &self,
+        method: Method,
+        suffix: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let env = &self.factory.environment;
+        // The URL holds the signature: never logged.
+        let url = request_url(&self.base, &self.query, suffix);
         let what = format!(
             "{method} {}{suffix}",
             self.base.path().trim_end_matches('/')
@@ -374,8 +313,8 @@ impl Client {
         // Only the data plane's own failures are retried here: a token source's errors
         // come after its own retries and end the call (`Ok(Err(..))` stops the loop).
         retry::run(
-            &f.retry,
-            f.clock.as_ref(),
+            env.retry_policy(),
+            env.clock().as_ref(),
             || async move {
                 match self.authenticated(method, url, body, what_ref).await {
                     Err(e) if is_data_plane_failure(&e) => Err(e),
@@ -407,9 +346,18 @@ impl Client {
         url: &Url,
         body: Option<&[u8]>,
         what: &str,
-    ) -> Result<Answer> {
+    ) -> Result<(u16, Vec<u8>)> {
         let f = &*self.factory;
-        let mut sent = self.known_token().await?;
+        let known = f
+            .hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.host)
+            .cloned();
+        let mut sent = match known {
+            Some(tenant) => Some((tenant.clone(), f.source.token(&f.scope, &tenant).await?)),
+            None => None,
+        };
         let (mut asked, mut replaced) = (false, false);
         loop {
             let token = sent.as_ref().map(|(_, token)| token);
@@ -417,10 +365,8 @@ impl Client {
             if response.status != 401 {
                 return finish(response, what);
             }
-            let challenge = parse_www_authenticate(response.challenges.iter().map(String::as_str))
-                .and_then(|c| bearer_challenge(&c));
-            let challenge = match challenge {
-                Ok(challenge) => challenge,
+            let challenged = match challenged_tenant(&response.challenges) {
+                Ok(tenant) => tenant,
                 // A 401 to a request that carried a token and has no usable challenge: the
                 // token was refused; report the 401.
                 Err(_) if sent.is_some() && response.challenges.is_empty() => {
@@ -428,7 +374,12 @@ impl Client {
                 }
                 Err(e) => return Err(e),
             };
-            let tenant = self.tenant(&challenge.tenant);
+            // The identity URL's `tid` when it has one (a token for another tenant is
+            // never sent for it), else the challenge's.
+            let tenant = match &self.host.1 {
+                Some(tid) => tid.clone(),
+                None => Arc::from(challenged.as_str()),
+            };
             let next = match &sent {
                 Some((for_tenant, refused)) if **for_tenant == *tenant => {
                     if replaced {
@@ -436,49 +387,23 @@ impl Client {
                     }
                     replaced = true;
                     tracing::debug!(request = %what, %tenant, "data plane refused the token; fetching a new one");
-                    f.replacement(&tenant, refused).await?
+                    f.source
+                        .replacement_token(refused, &f.scope, &tenant)
+                        .await?
                 }
                 _ => {
                     if asked {
                         return finish(response, what);
                     }
                     asked = true;
-                    tracing::debug!(request = %what, %tenant, "data plane challenge; requesting a token");
-                    f.token(&tenant).await?
+                    tracing::debug!(request = %what, %tenant, challenged, "data plane challenge; requesting a token");
+                    f.source.token(&f.scope, &tenant).await?
                 }
             };
             let mut hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
             hosts.insert(self.host.clone(), tenant.clone());
             drop(hosts);
             sent = Some((tenant, next));
-        }
-    }
-
-    /// The tenant to request tokens in: the identity URL's `tid` when it has one (a token
-    /// for another tenant is never sent for it), else the challenge's.
-    fn tenant(&self, challenged: &str) -> Arc<str> {
-        match &self.host.1 {
-            Some(tid) => {
-                if !tid.eq_ignore_ascii_case(challenged) {
-                    tracing::debug!(%tid, challenged, "the challenge names another tenant than the identity URL; using the URL's");
-                }
-                tid.clone()
-            }
-            None => Arc::from(challenged.to_ascii_lowercase()),
-        }
-    }
-
-    /// The token to send at once, and its tenant: the cached one for the host and tenant
-    /// (or a new one from the source); `None` before their first challenge.
-    async fn known_token(&self) -> Result<Option<(Arc<str>, AccessToken)>> {
-        let f = &*self.factory;
-        let tenant = {
-            let hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
-            hosts.get(&self.host).cloned()
-        };
-        match tenant {
-            Some(tenant) => Ok(Some((tenant.clone(), f.token(&tenant).await?))),
-            None => Ok(None),
         }
     }
 
@@ -493,23 +418,26 @@ impl Client {
     ) -> Result<RawAnswer> {
         let f = &*self.factory;
         let client_request_id = uuid::Uuid::new_v4().to_string();
+        let shown = url.as_str().split(['?', '#']).next().unwrap_or_default();
         let transport = |e: reqwest::Error| -> Error {
-            let message = cause_chain(&e).replace(url.as_str(), &without_query(url));
+            let message = cause_chain(&e).replace(url.as_str(), shown);
             // reqwest's error names the URL with its query (a signature): not kept.
-            let e = e.without_url();
-            TransportError::from_reqwest(SERVICE, without_query(url), message, e).into()
+            TransportError::from_reqwest(SERVICE, shown.to_owned(), message, e.without_url()).into()
         };
         // A loopback host is never reached through a proxy from the environment.
-        let http = match &f.http_direct {
-            Some(direct) if loopback::is_loopback(url) => direct,
-            _ => &f.http,
+        let http = match loopback::is_loopback(url) {
+            true => &f.http_direct,
+            false => &f.http,
         };
         let mut request = http
             .request(method.clone(), url.clone())
-            .timeout(f.timeout)
+            .timeout(f.environment.request_timeout())
             .header("accept", "application/json")
             // Per request, so that a caller's own client sends it too.
-            .header(reqwest::header::USER_AGENT, f.user_agent.clone())
+            .header(
+                reqwest::header::USER_AGENT,
+                f.environment.user_agent_header(),
+            )
             .header("x-ms-client-request-id", &client_request_id);
         if let Some(token) = token {
             request = request.bearer_auth(token.token());
@@ -530,14 +458,7 @@ impl Client {
                 Error::abandoned("data_plane_request_abandoned", message)
             })?
             .map_err(transport)?;
-        let header = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let retry_after = header("retry-after");
-        let request_id = crate::untrusted_text::service_text_opt(header("x-ms-request-id"));
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let challenges = headers
             .get_all(reqwest::header::WWW_AUTHENTICATE)
             .iter()
@@ -547,11 +468,13 @@ impl Client {
         Ok(RawAnswer {
             status,
             body,
-            retry_after,
-            request_id,
+            retry_after: header("retry-after").map(str::to_owned),
+            request_id: crate::untrusted_text::service_text_opt(
+                header("x-ms-request-id").map(str::to_owned),
+            ),
             client_request_id,
             challenges,
-            requested_at: f.clock.now(),
+            requested_at: f.environment.clock().now(),
         })
     }
 }
@@ -567,16 +490,13 @@ struct RawAnswer {
     requested_at: OffsetDateTime,
 }
 
-/// Pure: a 2xx answer's body, or the typed error for anything else.
-fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
+/// Pure: a 2xx answer's status and body, or the typed error for anything else.
+fn finish(raw: RawAnswer, what: &str) -> Result<(u16, Vec<u8>)> {
     if (200..300).contains(&raw.status) {
-        let Some(body) = raw.body else {
-            return Err(too_large(raw.status));
+        return match raw.body {
+            Some(body) => Ok((raw.status, body)),
+            None => Err(unusable(raw.status, body::too_large_reason())),
         };
-        return Ok(Answer {
-            status: raw.status,
-            body,
-        });
     }
     let (code, message) = raw
         .body
@@ -599,26 +519,10 @@ fn finish(raw: RawAnswer, what: &str) -> Result<Answer> {
     .into())
 }
 
-fn too_large(status: u16) -> Error {
-    unusable(status, crate::http::body::too_large_reason())
-}
-
 /// The data plane answered `status` (2xx) with a body the operation cannot use.
 fn unusable(status: u16, reason: impl std::fmt::Display) -> Error {
     let message = format!("the data plane answered HTTP {status} with an unusable body: {reason}");
     Error::answer("invalid_data_plane_response", message)
-}
-
-/// Pure: a 2xx body as `T`; errors never echo the body (it holds secrets).
-fn parse_json<T: DeserializeOwned>(answer: &Answer) -> Result<T> {
-    serde_json::from_slice(&answer.body).map_err(|e| {
-        let reason = redact_quoted(&e.to_string());
-        unusable(answer.status, format!("not the expected JSON ({reason})"))
-    })
-}
-
-fn to_body(value: &impl Serialize) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(crate::parser_errors::json_error)
 }
 
 /// How transport failures name this service.
@@ -634,26 +538,21 @@ fn is_data_plane_failure(error: &Error) -> bool {
 }
 
 /// Pure: split and check an identity URL: the base (scheme, host, path) and its query
-/// parameters in order.
+/// parameters in order (`api-version` dropped: every request sets its own).
 pub(crate) fn parse_identity_url(
     identity_url: &str,
     allow_http_loopback: bool,
 ) -> Result<(Url, Vec<(String, String)>)> {
-    let shown = identity_url
-        .split(['?', '#'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let url = base_url(identity_url, allow_http_loopback, true).map_err(|reason| {
-        let message = format!("identity URL `{shown}` is not usable: {reason}");
+    let mut base = base_url(identity_url, allow_http_loopback, true).map_err(|reason| {
+        let url = identity_url.split(['?', '#']).next().unwrap_or_default();
+        let message = format!("identity URL `{url}` is not usable: {reason}");
         Error::config("invalid_identity_url", "identity_url", message)
     })?;
-    let query = url
+    let query = base
         .query_pairs()
         .filter(|(k, _)| k != "api-version")
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
-    let mut base = url;
     base.set_query(None);
     base.set_fragment(None);
     Ok((base, query))
@@ -667,35 +566,17 @@ pub(crate) fn request_url(base: &Url, query: &[(String, String)], suffix: &str) 
         let path = format!("{}{suffix}", base.path().trim_end_matches('/'));
         url.set_path(&path);
     }
-    {
-        let mut pairs = url.query_pairs_mut();
-        for (k, v) in query {
-            pairs.append_pair(k, v);
-        }
-        pairs.append_pair("api-version", API_VERSION);
-    }
+    let mut pairs = url.query_pairs_mut();
+    pairs.extend_pairs(query);
+    pairs.append_pair("api-version", API_VERSION);
+    drop(pairs);
     url
-}
-
-/// `host:port` of a URL (the challenge cache key).
-fn host_key(url: &Url) -> String {
-    format!(
-        "{}:{}",
-        url.host_str().unwrap_or_default().to_ascii_lowercase(),
-        url.port_or_known_default().unwrap_or_default()
-    )
-}
-
-fn without_query(url: &Url) -> String {
-    let mut shown = url.clone();
-    shown.set_query(None);
-    shown.set_fragment(None);
-    shown.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use time::macros::datetime;
 
     const ID_URL: &str = "https://eastus.identity.azure.net/subscriptions/s/resourcegroups/g/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/c/credentials/v2/identities?arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t";

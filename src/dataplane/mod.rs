@@ -47,7 +47,7 @@
 //!
 //! | Go (`pkg/dataplane`) | Rust (`msi_dataplane::dataplane`) |
 //! |---|---|
-//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); [`ClientFactory::from_token_credential`] for an `Arc<dyn TokenCredential>` |
+//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
 //! | `ClientFactory.NewClient(identityURL)` | [`factory.client(identity_url)`](ClientFactory::client) (https only, checked before any request) |
 //! | `GET` system-assigned (`Getcred`) | [`client.get_system_assigned_identity_credentials().await`](Client::get_system_assigned_identity_credentials) |
 //! | `Client.GetUserAssignedIdentitiesCredentials(ctx, req)` | [`client.get_user_assigned_identities_credentials(&req).await`](Client::get_user_assigned_identities_credentials) |
@@ -62,7 +62,7 @@
 //! # Authentication: the challenge
 //!
 //! - **The first request** for a host and identity URL tenant goes without a token; the
-//!   401's `WWW-Authenticate` is parsed as RFC 9110 defines it ([`challenge`]: several
+//!   401's `WWW-Authenticate` is parsed as RFC 9110 defines it (several
 //!   challenges per field and across fields, quoted strings with commas and escapes,
 //!   `token68`, case-insensitive scheme; the reference compares `Bearer`
 //!   case-sensitively). The tenant in its `authorization` URL must be a GUID or a domain,
@@ -105,7 +105,7 @@
 //! ever logged or echoed, and the identity URL's query (it carries a signature) appears
 //! in no error, log or `Debug` output, nor in any public accessor of the client.
 
-pub mod challenge;
+mod challenge;
 mod client;
 mod source;
 mod types;

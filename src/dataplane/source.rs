@@ -17,8 +17,8 @@ pub type TokenFuture<'a> = Pin<Box<dyn Future<Output = Result<AccessToken>> + Se
 /// tenant a data plane challenge named.
 ///
 /// Implemented by [`ClientCertificateCredential`] (tokens in other tenants as its
-/// `additionally_allowed_tenants` allow), by [`UserAssignedIdentityCredential`] (its own
-/// tenant only) and, with the `azure_core` feature, by `AzureTokenCredential` around any
+/// `additionally_allowed_tenants` allow), by [`UserAssignedIdentityCredential`] (as the
+/// credential it holds) and, with the `azure_core` feature, by `AzureTokenCredential` around any
 /// `azure_core` `TokenCredential`. The client keeps no tokens of its own: it asks the
 /// source for every request, so a source must cache (this crate's credentials do, in the
 /// one cache all their consumers share; `azure_identity`'s credentials do too).
@@ -59,12 +59,11 @@ impl TokenSource for ClientCertificateCredential {
     }
 }
 
+/// The active credential's: a rotation changes the credential that answers, not the
+/// tenants it may serve.
 impl TokenSource for UserAssignedIdentityCredential {
     fn token<'a>(&'a self, scope: &'a str, tenant: &'a str) -> TokenFuture<'a> {
-        Box::pin(async move {
-            own_tenant(&self.current(), tenant)?;
-            self.get_token(&[scope]).await
-        })
+        Box::pin(async move { self.current().token(scope, tenant).await })
     }
 
     fn replacement_token<'a>(
@@ -75,21 +74,9 @@ impl TokenSource for UserAssignedIdentityCredential {
     ) -> TokenFuture<'a> {
         Box::pin(async move {
             let current = self.current();
-            own_tenant(&current, tenant)?;
-            current.get_token_replacing(rejected, &[scope], None).await
+            current.replacement_token(rejected, scope, tenant).await
         })
     }
-}
-
-/// A reloading credential serves its own tenant only.
-fn own_tenant(current: &ClientCertificateCredential, tenant: &str) -> Result<()> {
-    if tenant.eq_ignore_ascii_case(current.tenant_id()) {
-        return Ok(());
-    }
-    Err(crate::token::tenant::not_allowed(
-        tenant,
-        current.tenant_id(),
-    ))
 }
 
 #[cfg(feature = "azure_core")]

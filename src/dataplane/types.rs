@@ -153,12 +153,6 @@ impl UserAssignedIdentitiesRequest {
         self.delegated_resources = Some(resources.into_iter().map(Into::into).collect());
         self
     }
-
-    /// Add custom claims.
-    pub fn with_custom_claims(mut self, claims: CustomClaims) -> Self {
-        self.custom_claims = Some(claims);
-        self
-    }
 }
 
 /// The body of "move identity" (camelCase on the wire).
@@ -248,15 +242,6 @@ impl DelegatedResource {
             resource_id: Some(resource_id.into()),
             ..Default::default()
         }
-    }
-
-    /// Its user-assigned identities.
-    pub fn with_explicit_identities(
-        mut self,
-        identities: impl IntoIterator<Item = UserAssignedIdentityCredentials>,
-    ) -> Self {
-        self.explicit_identities = Some(identities.into_iter().collect());
-        self
     }
 
     /// Its system-assigned identity.

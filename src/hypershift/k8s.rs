@@ -55,16 +55,20 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use k8s_openapi::api::core::v1::{CSIVolumeSource, EnvVar, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+pub use crate::hypershift::ObjectEncoding;
+use crate::hypershift::rules::{
+    bare_name_problem, check, dns1123_label_problem, dns1123_subdomain_problem, guid_problem,
+    key_vault_name_problem, key_vault_object_name_problem,
+};
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
-    SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER, bare_name_problem,
+    SECRET_PROVIDER_CLASS_ATTRIBUTE, SECRETS_STORE_CSI_DRIVER,
 };
 
 pub use crate::hypershift::sidecar::{
@@ -177,62 +181,10 @@ fn read_only_mount(volume_name: &str, mount_path: &str) -> Result<VolumeMount> {
     })
 }
 
-/// How a Key Vault secret's value is written to its file (`objectEncoding`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum ObjectEncoding {
-    /// `utf-8`: the value as it is (the provider's default; the credential JSON).
-    #[default]
-    #[serde(rename = "utf-8")]
-    Utf8,
-    /// `hex`: the value is hex-decoded before it is written.
-    #[serde(rename = "hex")]
-    Hex,
-    /// `base64`: the value is base64-decoded before it is written.
-    #[serde(rename = "base64")]
-    Base64,
-}
-
-impl ObjectEncoding {
-    /// The value as written in `objectEncoding`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ObjectEncoding::Utf8 => "utf-8",
-            ObjectEncoding::Hex => "hex",
-            ObjectEncoding::Base64 => "base64",
-        }
-    }
-}
-
-impl fmt::Display for ObjectEncoding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The kind of Key Vault object (`objectType`). A managed-identity credential is stored
-/// as a secret, and that is the only kind this module writes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
-pub enum ObjectType {
-    /// `secret`.
-    #[default]
-    #[serde(rename = "secret")]
-    Secret,
-}
-
-impl ObjectType {
-    /// The value as written in `objectType`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ObjectType::Secret => "secret",
-        }
-    }
-}
-
-/// One entry of a SecretProviderClass's `objects` parameter: which Key Vault object to
+/// One entry of a SecretProviderClass's `objects` parameter: which Key Vault secret to
 /// mount (its file is named after it) and how. Serialized, it is the YAML map inside one
-/// `array` item.
+/// `array` item, less its `objectType` (always `secret`: a managed-identity credential is
+/// stored as a secret, and that is the only kind this module writes).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -241,8 +193,6 @@ pub struct KeyVaultObject {
     pub object_name: String,
     /// How its value is decoded into the file.
     pub object_encoding: ObjectEncoding,
-    /// Its kind (always a secret).
-    pub object_type: ObjectType,
 }
 
 impl KeyVaultObject {
@@ -251,7 +201,6 @@ impl KeyVaultObject {
         KeyVaultObject {
             object_name: name.into(),
             object_encoding: encoding,
-            object_type: ObjectType::Secret,
         }
     }
 }
@@ -275,34 +224,26 @@ impl KeyVaultObject {
 /// plain YAML scalar: nothing can escape its line), and no name may repeat (the files
 /// would collide).
 pub fn objects_parameter(objects: &[KeyVaultObject]) -> Result<String> {
-    if objects.is_empty() {
-        return Err(invalid(
-            "spec.parameters.objects",
-            "no Key Vault object is listed".to_owned(),
-        ));
-    }
+    let none = objects
+        .is_empty()
+        .then(|| "no Key Vault object is listed".to_owned());
+    check("spec.parameters.objects", none)?;
     let mut out = String::from("\narray:\n");
     for (i, object) in objects.iter().enumerate() {
         check(
             "objectName",
             key_vault_object_name_problem(&object.object_name),
         )?;
-        if objects[..i]
+        let twice = objects[..i]
             .iter()
             .any(|o| o.object_name == object.object_name)
-        {
-            return Err(invalid(
-                "objectName",
-                format!("{:?} is listed twice", object.object_name),
-            ));
-        }
+            .then(|| format!("{:?} is listed twice", object.object_name));
+        check("objectName", twice)?;
         out.push_str("  - |\n    objectName: ");
         out.push_str(&object.object_name);
         out.push_str("\n    objectEncoding: ");
         out.push_str(object.object_encoding.as_str());
-        out.push_str("\n    objectType: ");
-        out.push_str(object.object_type.as_str());
-        out.push('\n');
+        out.push_str("\n    objectType: secret\n");
     }
     Ok(out)
 }
@@ -360,16 +301,6 @@ enum Kind {
 }
 
 impl SecretProviderClass {
-    /// A SecretProviderClass with this metadata and spec, as given (no checks).
-    pub fn new(metadata: ObjectMeta, spec: SecretProviderClassSpec) -> Self {
-        SecretProviderClass {
-            api_version: ApiVersion::V1,
-            kind: Kind::SecretProviderClass,
-            metadata,
-            spec,
-        }
-    }
-
     /// `apiVersion`: [`SECRET_PROVIDER_CLASS_API_VERSION`].
     pub fn api_version(&self) -> &'static str {
         SECRET_PROVIDER_CLASS_API_VERSION
@@ -529,187 +460,16 @@ impl SecretProviderClassBuilder {
             parameters,
             other: BTreeMap::new(),
         };
-        Ok(SecretProviderClass::new(metadata, spec))
-    }
-}
-
-// ---- checks (pure) ----
-
-fn invalid(field: &'static str, reason: String) -> Error {
-    Error::config(
-        "invalid_kubernetes_object",
-        field,
-        format!("invalid {field}: {reason}"),
-    )
-}
-
-pub(super) fn check(field: &'static str, problem: Option<String>) -> Result<()> {
-    match problem {
-        Some(reason) => Err(invalid(field, reason)),
-        None => Ok(()),
+        Ok(SecretProviderClass {
+            api_version: ApiVersion::V1,
+            kind: Kind::SecretProviderClass,
+            metadata,
+            spec,
+        })
     }
 }
 
 fn required(field: &'static str, value: Option<String>) -> Result<String> {
-    value.ok_or_else(|| invalid(field, "is not set".to_owned()))
-}
-
-/// Kubernetes' DNS-1123 label (volume names, namespaces): 1 to 63 of `a-z`, `0-9`, `-`,
-/// starting and ending with a letter or digit.
-pub(super) fn dns1123_label_problem(value: &str) -> Option<String> {
-    if value.len() > 63 {
-        return Some(format!(
-            "{value:?} is {} characters; at most 63 are allowed",
-            value.len()
-        ));
-    }
-    dns1123_part_problem(value, "a DNS-1123 label")
-}
-
-/// Kubernetes' DNS-1123 subdomain (object names): at most 253 characters, dot-separated
-/// parts of `a-z`, `0-9`, `-`, each starting and ending with a letter or digit.
-pub(super) fn dns1123_subdomain_problem(value: &str) -> Option<String> {
-    if value.len() > 253 {
-        return Some(format!(
-            "{value:?} is {} characters; at most 253 are allowed",
-            value.len()
-        ));
-    }
-    if value.is_empty() {
-        return Some("is empty".to_owned());
-    }
-    let bad = value
-        .split('.')
-        .any(|part| dns1123_part_problem(part, "").is_some());
-    bad.then(|| {
-        format!(
-            "{value:?} is not a DNS-1123 subdomain (lower-case letters, digits, `-` and `.`, \
-             each part starting and ending with a letter or digit)"
-        )
-    })
-}
-
-fn dns1123_part_problem(value: &str, what: &str) -> Option<String> {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if value.is_empty() {
-        return Some("is empty".to_owned());
-    }
-    let ok = value.chars().all(|c| alnum(c) || c == '-')
-        && value.starts_with(alnum)
-        && value.ends_with(alnum);
-    (!ok).then(|| {
-        format!(
-            "{value:?} is not {what} (lower-case letters, digits and `-`, starting and ending \
-             with a letter or digit)"
-        )
-    })
-}
-
-/// Azure Key Vault's vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`, starting with a
-/// letter, ending with a letter or digit, without `--`.
-fn key_vault_name_problem(value: &str) -> Option<String> {
-    if value.is_empty() {
-        return Some("is empty".to_owned());
-    }
-    let ok = (3..=24).contains(&value.len())
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && value.starts_with(|c: char| c.is_ascii_alphabetic())
-        && value.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && !value.contains("--");
-    (!ok).then(|| {
-        format!(
-            "{value:?} is not a Key Vault name (3 to 24 letters, digits and `-`, starting with \
-             a letter, ending with a letter or digit, no `--`)"
-        )
-    })
-}
-
-/// Azure Key Vault's object names: 1 to 127 of `0-9`, `a-z`, `A-Z`, `-`.
-fn key_vault_object_name_problem(value: &str) -> Option<String> {
-    if value.is_empty() {
-        return Some("is empty".to_owned());
-    }
-    let ok = value.len() <= 127 && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-    (!ok).then(|| {
-        format!("{value:?} is not a Key Vault object name (1 to 127 letters, digits and `-`)")
-    })
-}
-
-/// A GUID in its usual form: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
-fn guid_problem(value: &str) -> Option<String> {
-    if value.is_empty() {
-        return Some("is empty".to_owned());
-    }
-    let ok = value.len() == 36
-        && value.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        });
-    (!ok).then(|| {
-        format!("{value:?} is not a GUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits)")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dns1123_labels() {
-        for ok in ["a", "cpo-cert", "a1", "0a", &"a".repeat(63)] {
-            assert_eq!(dns1123_label_problem(ok), None, "{ok}");
-        }
-        for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "é"] {
-            assert!(dns1123_label_problem(bad).is_some(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn dns1123_subdomains() {
-        for ok in ["managed-azure-cpo", "a.b-c.d", &"a".repeat(253)] {
-            assert_eq!(dns1123_subdomain_problem(ok), None, "{ok}");
-        }
-        for bad in ["", ".", "a.", ".a", "a..b", "A", "a.-b", &"a".repeat(254)] {
-            assert!(dns1123_subdomain_problem(bad).is_some(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn key_vault_names() {
-        for ok in [
-            "abc",
-            "demo-mi-kv",
-            "A1-b2",
-            &format!("a{}", "b".repeat(23)),
-        ] {
-            assert_eq!(key_vault_name_problem(ok), None, "{ok}");
-        }
-        for bad in [
-            "",
-            "ab",
-            "1abc",
-            "abc-",
-            "ab--c",
-            "ab_c",
-            &format!("a{}", "b".repeat(24)),
-        ] {
-            assert!(key_vault_name_problem(bad).is_some(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn guids() {
-        assert_eq!(guid_problem("72f988bf-86f1-41af-91ab-2d7cd011db47"), None);
-        assert_eq!(guid_problem("72F988BF-86F1-41AF-91AB-2D7CD011DB47"), None);
-        for bad in [
-            "",
-            "tenant-id",
-            "72f988bf86f141af91ab2d7cd011db47",
-            "{72f988bf-86f1-41af-91ab-2d7cd011db47}",
-            "72f988bf-86f1-41af-91ab-2d7cd011db4g",
-            "72f988bf-86f1-41af-91ab-2d7cd011db47 ",
-        ] {
-            assert!(guid_problem(bad).is_some(), "{bad}");
-        }
-    }
+    check(field, value.is_none().then(|| "is not set".to_owned()))?;
+    Ok(value.unwrap_or_default())
 }

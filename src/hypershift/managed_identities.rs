@@ -22,14 +22,13 @@
 //! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
 //! volume and mount with the `hypershift::k8s` module.
 
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::hypershift::Component;
+use crate::file::model::is_guid;
+use crate::hypershift::rules::is_key_vault_name;
+use crate::hypershift::{Component, ObjectEncoding};
 use crate::keyvault::validate_secret_name;
-
-/// The encodings the Secrets Store CSI driver's Azure provider knows (`objectEncoding`).
-pub const OBJECT_ENCODINGS: [&str; 3] = ["utf-8", "hex", "base64"];
 
 /// A validated managed identities file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,8 +60,8 @@ pub struct ComponentIdentity {
     pub client_id: String,
     /// `credentialsSecretName`: the Key Vault secret holding the credentials.
     pub credentials_secret_name: String,
-    /// `objectEncoding`: one of [`OBJECT_ENCODINGS`].
-    pub object_encoding: String,
+    /// `objectEncoding`: `utf-8`, `hex` or `base64`.
+    pub object_encoding: ObjectEncoding,
 }
 
 /// `dataPlane`.
@@ -77,107 +76,93 @@ pub struct DataPlaneIdentities {
     pub file_client_id: String,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawFile {
-    control_plane: Option<RawControlPlane>,
-    data_plane: Option<RawDataPlane>,
-}
+/// The control plane's components, by their key in the file (only `kms` is optional).
+const COMPONENTS: [(&str, Component); 9] = [
+    ("cloudProvider", Component::CloudProvider),
+    ("nodePoolManagement", Component::NodePoolManagement),
+    ("controlPlaneOperator", Component::ControlPlaneOperator),
+    ("imageRegistry", Component::ImageRegistry),
+    ("ingress", Component::Ingress),
+    ("network", Component::Network),
+    ("disk", Component::DiskCsi),
+    ("file", Component::FileCsi),
+    ("kms", Component::Kms),
+];
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawControlPlane {
-    managed_identities_key_vault: Option<RawKeyVault>,
-    cloud_provider: Option<RawIdentity>,
-    node_pool_management: Option<RawIdentity>,
-    control_plane_operator: Option<RawIdentity>,
-    image_registry: Option<RawIdentity>,
-    ingress: Option<RawIdentity>,
-    network: Option<RawIdentity>,
-    disk: Option<RawIdentity>,
-    file: Option<RawIdentity>,
-    kms: Option<RawIdentity>,
-}
-
-#[derive(Deserialize)]
-struct RawKeyVault {
-    name: Option<String>,
-    #[serde(rename = "tenantID")]
-    tenant_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawIdentity {
-    #[serde(rename = "clientID")]
-    client_id: Option<String>,
-    credentials_secret_name: Option<String>,
-    object_encoding: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct RawDataPlane {
-    #[serde(rename = "imageRegistryMSIClientID")]
-    image_registry: Option<String>,
-    #[serde(rename = "diskMSIClientID")]
-    disk: Option<String>,
-    #[serde(rename = "fileMSIClientID")]
-    file: Option<String>,
-}
-
-/// Collects every problem, each naming its field.
+/// Reads the file's values, collecting every problem, each naming its field
+/// (`base.key`).
 #[derive(Default)]
 struct Problems(Vec<String>);
 
 impl Problems {
-    fn add(&mut self, field: &str, problem: impl std::fmt::Display) {
-        self.0.push(format!("{field}: {problem}"));
+    fn add(&mut self, base: &str, key: &str, problem: impl std::fmt::Display) {
+        let dot = if base.is_empty() { "" } else { "." };
+        self.0.push(format!("{base}{dot}{key}: {problem}"));
     }
 
-    fn required<'a>(&mut self, field: &str, value: &'a Option<String>) -> Option<&'a str> {
-        match value.as_deref() {
-            None => {
-                self.add(field, "is missing");
-                None
-            }
-            Some(v) if v.trim().is_empty() => {
-                self.add(field, "is empty");
-                None
-            }
-            Some(v) => Some(v),
+    /// The object `parent.key`; a problem when it is missing (and `required`) or not an
+    /// object.
+    fn section<'a>(
+        &mut self,
+        parent: &'a Value,
+        base: &str,
+        key: &str,
+        required: bool,
+    ) -> Option<&'a Value> {
+        match parent.get(key) {
+            Some(v) if v.is_object() => return Some(v),
+            None | Some(Value::Null) if !required => {}
+            None | Some(Value::Null) => self.add(base, key, "is missing"),
+            Some(_) => self.add(base, key, "is not an object"),
         }
+        None
     }
 
-    fn guid(&mut self, field: &str, value: &Option<String>) -> String {
-        let Some(v) = self.required(field, value) else {
+    /// The string `parent.key`; a problem when it is missing, blank or not a string.
+    fn text<'a>(&mut self, parent: &'a Value, base: &str, key: &str) -> Option<&'a str> {
+        match parent.get(key) {
+            Some(Value::String(v)) if !v.trim().is_empty() => return Some(v),
+            Some(Value::String(_)) => self.add(base, key, "is empty"),
+            None | Some(Value::Null) => self.add(base, key, "is missing"),
+            Some(_) => self.add(base, key, "is not a string"),
+        }
+        None
+    }
+
+    fn guid(&mut self, parent: &Value, base: &str, key: &str) -> String {
+        let Some(v) = self.text(parent, base, key) else {
             return String::new();
         };
         if !is_guid(v) {
-            self.add(
-                field,
-                format_args!("`{}` is not a GUID", crate::untrusted_text::quoted_input(v)),
-            );
+            let shown = crate::untrusted_text::quoted_input(v);
+            self.add(base, key, format_args!("`{shown}` is not a GUID"));
         }
         v.to_owned()
     }
-}
 
-/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
-pub fn is_guid(value: &str) -> bool {
-    crate::file::model::is_guid(value)
-}
-
-/// Key Vault's rule for vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`; a letter first,
-/// a letter or digit last, no `--`.
-pub fn is_key_vault_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    (3..=24).contains(&bytes.len())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphabetic)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && !name.contains("--")
+    /// One component's identity, when every field of it is valid.
+    fn identity(&mut self, raw: &Value, base: &str) -> Option<ComponentIdentity> {
+        let before = self.0.len();
+        let client_id = self.guid(raw, base, "clientID");
+        let secret = self.text(raw, base, "credentialsSecretName");
+        if let Some(Err(e)) = secret.map(validate_secret_name) {
+            self.add(base, "credentialsSecretName", e);
+        }
+        let encoding = self.text(raw, base, "objectEncoding").and_then(|enc| {
+            let encoding = ObjectEncoding::from_name(enc);
+            if encoding.is_none() {
+                let shown = crate::untrusted_text::quoted_input(enc);
+                let problem = format_args!("`{shown}` is not one of utf-8, hex, base64");
+                self.add(base, "objectEncoding", problem);
+            }
+            encoding
+        });
+        (self.0.len() == before).then(|| ComponentIdentity {
+            client_id,
+            credentials_secret_name: secret.unwrap_or_default().to_owned(),
+            object_encoding: encoding.unwrap_or_default(),
+        })
+    }
 }
 
 impl ManagedIdentities {
@@ -194,9 +179,9 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// `json` when it is not JSON of this shape; `invalid_managed_identities` listing every missing or invalid field.
+    /// `json` when it is not JSON; `invalid_managed_identities` listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let raw: RawFile =
+        let file: Value =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
         let mut p = Problems::default();
         let mut key_vault = ManagedIdentitiesKeyVault {
@@ -204,82 +189,34 @@ impl ManagedIdentities {
             tenant_id: String::new(),
         };
         let mut components = Vec::new();
-        match &raw.control_plane {
-            None => p.add("controlPlane", "is missing"),
-            Some(cp) => {
-                match &cp.managed_identities_key_vault {
-                    None => p.add("controlPlane.managedIdentitiesKeyVault", "is missing"),
-                    Some(kv) => {
-                        let field = "controlPlane.managedIdentitiesKeyVault.name";
-                        if let Some(name) = p.required(field, &kv.name) {
-                            if !is_key_vault_name(name) {
-                                p.add(field, format_args!("`{name}` is not a Key Vault name (3-24 of letters, digits and '-', a letter first, no '--')"));
-                            }
-                            key_vault.name = name.to_owned();
-                        }
-                        key_vault.tenant_id = p.guid(
-                            "controlPlane.managedIdentitiesKeyVault.tenantID",
-                            &kv.tenant_id,
-                        );
+        if let Some(cp) = p.section(&file, "", "controlPlane", true) {
+            let base = "controlPlane.managedIdentitiesKeyVault";
+            if let Some(kv) = p.section(cp, "controlPlane", "managedIdentitiesKeyVault", true) {
+                if let Some(name) = p.text(kv, base, "name") {
+                    if !is_key_vault_name(name) {
+                        let shown = crate::untrusted_text::quoted_input(name);
+                        p.add(base, "name", format_args!("`{shown}` is not a Key Vault name (3-24 of letters, digits and '-', a letter first, no '--')"));
                     }
+                    key_vault.name = name.to_owned();
                 }
-                let all = [
-                    (
-                        "cloudProvider",
-                        Component::CloudProvider,
-                        &cp.cloud_provider,
-                        true,
-                    ),
-                    (
-                        "nodePoolManagement",
-                        Component::NodePoolManagement,
-                        &cp.node_pool_management,
-                        true,
-                    ),
-                    (
-                        "controlPlaneOperator",
-                        Component::ControlPlaneOperator,
-                        &cp.control_plane_operator,
-                        true,
-                    ),
-                    (
-                        "imageRegistry",
-                        Component::ImageRegistry,
-                        &cp.image_registry,
-                        true,
-                    ),
-                    ("ingress", Component::Ingress, &cp.ingress, true),
-                    ("network", Component::Network, &cp.network, true),
-                    ("disk", Component::DiskCsi, &cp.disk, true),
-                    ("file", Component::FileCsi, &cp.file, true),
-                    ("kms", Component::Kms, &cp.kms, false),
-                ];
-                for (key, component, identity, required) in all {
-                    let base = format!("controlPlane.{key}");
-                    match identity {
-                        None if required => p.add(&base, "is missing"),
-                        None => {}
-                        Some(id) => {
-                            if let Some(identity) = component_identity(&mut p, &base, id) {
-                                components.push((component, identity));
-                            }
-                        }
-                    }
+                key_vault.tenant_id = p.guid(kv, base, "tenantID");
+            }
+            for (key, component) in COMPONENTS {
+                let required = component != Component::Kms;
+                if let Some(raw) = p.section(cp, "controlPlane", key, required)
+                    && let Some(identity) = p.identity(raw, &format!("controlPlane.{key}"))
+                {
+                    components.push((component, identity));
                 }
             }
         }
-        let data_plane = match &raw.data_plane {
-            None => {
-                p.add("dataPlane", "is missing");
-                None
-            }
-            Some(dp) => Some(DataPlaneIdentities {
-                image_registry_client_id: p
-                    .guid("dataPlane.imageRegistryMSIClientID", &dp.image_registry),
-                disk_client_id: p.guid("dataPlane.diskMSIClientID", &dp.disk),
-                file_client_id: p.guid("dataPlane.fileMSIClientID", &dp.file),
-            }),
-        };
+        let data_plane = p
+            .section(&file, "", "dataPlane", true)
+            .map(|dp| DataPlaneIdentities {
+                image_registry_client_id: p.guid(dp, "dataPlane", "imageRegistryMSIClientID"),
+                disk_client_id: p.guid(dp, "dataPlane", "diskMSIClientID"),
+                file_client_id: p.guid(dp, "dataPlane", "fileMSIClientID"),
+            });
         match data_plane {
             Some(data_plane) if p.0.is_empty() => Ok(ManagedIdentities {
                 key_vault,
@@ -311,49 +248,15 @@ impl ManagedIdentities {
     }
 }
 
-fn component_identity(
-    p: &mut Problems,
-    base: &str,
-    raw: &RawIdentity,
-) -> Option<ComponentIdentity> {
-    let before = p.0.len();
-    let client_id = p.guid(&format!("{base}.clientID"), &raw.client_id);
-    let field = format!("{base}.credentialsSecretName");
-    let secret = p
-        .required(&field, &raw.credentials_secret_name)
-        .map(str::to_owned);
-    if let Some(name) = &secret
-        && let Err(e) = validate_secret_name(name)
-    {
-        p.add(&field, e);
-    }
-    let field = format!("{base}.objectEncoding");
-    let encoding = p.required(&field, &raw.object_encoding).map(str::to_owned);
-    if let Some(enc) = &encoding
-        && !OBJECT_ENCODINGS.contains(&enc.as_str())
-    {
-        p.add(
-            &field,
-            format_args!("`{enc}` is not one of utf-8, hex, base64"),
-        );
-    }
-    (p.0.len() == before).then(|| ComponentIdentity {
-        client_id,
-        credentials_secret_name: secret.unwrap_or_default(),
-        object_encoding: encoding.unwrap_or_default(),
-    })
-}
-
 #[cfg(feature = "k8s")]
 mod kubernetes {
     use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 
-    use super::{ComponentIdentity, ManagedIdentities};
-    use crate::error::{Error, Result};
+    use super::ManagedIdentities;
+    use crate::error::Result;
     use crate::hypershift::Component;
     use crate::hypershift::k8s::{
-        KeyVaultObject, ObjectEncoding, SecretProviderClass, certs_volume_mount, csi_volume,
-        kms_volume_mount,
+        KeyVaultObject, SecretProviderClass, certs_volume_mount, csi_volume, kms_volume_mount,
     };
 
     /// One component's Kubernetes objects (feature `k8s`).
@@ -392,45 +295,24 @@ mod kubernetes {
                         .user_assigned_identity_id(key_vault_user_client_id)
                         .object(KeyVaultObject::secret(
                             &identity.credentials_secret_name,
-                            encoding(identity)?,
+                            identity.object_encoding,
                         ))
                         .build()?;
-                    let volume = match component.volume_name() {
-                        None => None,
-                        Some(name) => {
-                            let volume = csi_volume(name, component.secret_provider_class_name())?;
-                            let mount = if *component == Component::Kms {
-                                kms_volume_mount(name)?
-                            } else {
-                                certs_volume_mount(name)?
-                            };
-                            Some((volume, mount))
-                        }
-                    };
+                    let volume = component.volume_name().map(|name| {
+                        let volume = csi_volume(name, component.secret_provider_class_name())?;
+                        let mount = match component {
+                            Component::Kms => kms_volume_mount(name)?,
+                            _ => certs_volume_mount(name)?,
+                        };
+                        Ok::<_, crate::error::Error>((volume, mount))
+                    });
                     Ok(ComponentObjects {
                         component: *component,
                         secret_provider_class: spc,
-                        volume,
+                        volume: volume.transpose()?,
                     })
                 })
                 .collect()
-        }
-    }
-
-    fn encoding(identity: &ComponentIdentity) -> Result<ObjectEncoding> {
-        match identity.object_encoding.as_str() {
-            "utf-8" => Ok(ObjectEncoding::Utf8),
-            "hex" => Ok(ObjectEncoding::Hex),
-            "base64" => Ok(ObjectEncoding::Base64),
-            other => {
-                let message =
-                    format!("invalid objectEncoding: `{other}` is not one of utf-8, hex, base64");
-                Err(Error::config(
-                    "invalid_kubernetes_object",
-                    "objectEncoding",
-                    message,
-                ))
-            }
         }
     }
 }

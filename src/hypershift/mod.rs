@@ -54,23 +54,29 @@
 //! parses and validates HyperShift's managed identities file, where a cluster's identity
 //! flow starts.
 //!
-//! This folder: `k8s` and `sidecar` (feature `k8s`), `managed_identities`. Uses `reload/`
+//! This folder: `k8s` and `sidecar` (feature `k8s`), `managed_identities`, and `rules` (the
+//! naming rules they check, below all three). Uses `reload/`
 //! (the credential from the environment) and `keyvault/` (secret names).
 
 #[cfg(feature = "k8s")]
 #[cfg_attr(docsrs, doc(cfg(feature = "k8s")))]
 pub mod k8s;
 pub mod managed_identities;
+mod rules;
 #[cfg(feature = "k8s")]
 mod sidecar;
 
 use std::ffi::OsString;
+use std::fmt;
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::reload::options::ReloadOptions;
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::options::ClientCertificateCredentialOptions;
+use rules::{bare_name_problem, text_problem};
 
 /// Environment variable naming a component's credential file (HyperShift:
 /// `config.ManagedAzureCredentialsFilePath`). HyperShift sets it to
@@ -211,6 +217,50 @@ impl Component {
         Component::ALL
             .into_iter()
             .find(|c| c.secret_provider_class_name() == name)
+    }
+}
+
+/// How a Key Vault secret's value is written to its file (`objectEncoding`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ObjectEncoding {
+    /// `utf-8`: the value as it is (the provider's default; the credential JSON).
+    #[default]
+    #[serde(rename = "utf-8")]
+    Utf8,
+    /// `hex`: the value is hex-decoded before it is written.
+    #[serde(rename = "hex")]
+    Hex,
+    /// `base64`: the value is base64-decoded before it is written.
+    #[serde(rename = "base64")]
+    Base64,
+}
+
+impl ObjectEncoding {
+    /// The encoding written `name` in `objectEncoding` (exact match).
+    pub fn from_name(name: &str) -> Option<ObjectEncoding> {
+        [
+            ObjectEncoding::Utf8,
+            ObjectEncoding::Hex,
+            ObjectEncoding::Base64,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == name)
+    }
+
+    /// The value as written in `objectEncoding`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ObjectEncoding::Utf8 => "utf-8",
+            ObjectEncoding::Hex => "hex",
+            ObjectEncoding::Base64 => "base64",
+        }
+    }
+}
+
+impl fmt::Display for ObjectEncoding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -397,39 +447,4 @@ fn required_utf8(
 fn invalid_variable(name: &'static str, reason: String) -> Error {
     let message = format!("environment variable {name} is invalid: {reason}");
     Error::config("invalid_environment_variable", name, message)
-}
-
-/// Why `value` is not a usable name or path at all, if it is not: empty, surrounding
-/// whitespace, control characters (NUL included).
-fn text_problem(value: &str) -> Option<String> {
-    if value.is_empty() {
-        Some("is empty".to_owned())
-    } else if value.chars().any(char::is_control) {
-        Some(format!(
-            "{value:?} contains a control character (NUL, newline, ...)"
-        ))
-    } else if value.trim() != value {
-        Some(format!("{value:?} has leading or trailing whitespace"))
-    } else {
-        None
-    }
-}
-
-/// Why `name` cannot be the name of a file in the credential mount, if it cannot. Shared
-/// with the `k8s` helpers, which write `/mnt/certs/<name>` into a pod's environment.
-pub(crate) fn bare_name_problem(name: &str) -> Option<String> {
-    if let Some(problem) = text_problem(name) {
-        Some(problem)
-    } else if name.contains('/') {
-        Some(format!("{name:?} contains `/`; a file name is expected"))
-    } else if name == "." || name == ".." {
-        Some(format!("{name:?} is not a file name"))
-    } else if name.len() > 255 {
-        Some(format!(
-            "is {} bytes long; file names are at most 255 bytes",
-            name.len()
-        ))
-    } else {
-        None
-    }
 }

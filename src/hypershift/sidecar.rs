@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::error::Result;
-use crate::hypershift::k8s::{check, dns1123_label_problem, dns1123_subdomain_problem};
+use crate::hypershift::rules::{check, dns1123_label_problem, dns1123_subdomain_problem};
 
 /// The port the sidecar listens on by default (the token server's default).
 pub const TOKEN_SERVER_PORT: u16 = 50342;

@@ -843,8 +843,12 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
     {
         let credential: std::sync::Arc<dyn azure_core::credentials::TokenCredential> =
             std::sync::Arc::new(reloading().await);
-        let factory =
-            ClientFactory::from_token_credential(credential, AUDIENCE, client_options()).unwrap();
+        let factory = ClientFactory::new(
+            msi_dataplane::dataplane::AzureTokenCredential(credential),
+            AUDIENCE,
+            client_options(),
+        )
+        .unwrap();
         factory
             .client(&dp.identity_url())
             .unwrap()

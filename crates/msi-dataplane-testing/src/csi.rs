@@ -108,7 +108,10 @@ impl CsiMount {
     /// A mount publishing `creds` as `credentials.json` (JSON as the CSI driver mounts
     /// it); point the reloading credential at [`CsiMount::visible_path`].
     pub fn with_credentials(creds: &msi_dataplane::UserAssignedIdentityCredentials) -> CsiMount {
-        CsiMount::new("credentials.json", &super::credentials_json(creds))
+        CsiMount::new(
+            "credentials.json",
+            &super::credentials::credentials_json(creds),
+        )
     }
 
     /// A mount publishing `creds` under `name`, as the CSI driver names the file: the
@@ -129,7 +132,7 @@ impl CsiMount {
         name: &str,
         creds: &msi_dataplane::UserAssignedIdentityCredentials,
     ) -> CsiMount {
-        CsiMount::new(name, &super::credentials_json(creds))
+        CsiMount::new(name, &super::credentials::credentials_json(creds))
     }
 
     /// Rewrite the visible file in place, through its symlinks (`<name>` → `..data/<name>`
@@ -145,7 +148,7 @@ impl CsiMount {
         &mut self,
         creds: &msi_dataplane::UserAssignedIdentityCredentials,
     ) -> Instant {
-        self.rotate(&super::credentials_json(creds))
+        self.rotate(&super::credentials::credentials_json(creds))
     }
 
     /// The directory (what a pod sees as the mount point).

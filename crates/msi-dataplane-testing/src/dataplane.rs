@@ -29,10 +29,11 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use time::OffsetDateTime;
 
-use super::entra::{EntraServer, Scripted};
+use super::answer::Scripted;
+use super::credentials::{TestCertificate, TestIdentity, credentials_json};
+use super::entra::EntraServer;
 use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
-use super::{TestCertificate, TestIdentity};
 use msi_dataplane::BundleFormat;
 
 const MAX_BODY: usize = 1 << 20;
@@ -580,7 +581,7 @@ impl Served {
             Served::Json(value) => value.clone(),
             Served::Generated { identity, cert } => {
                 let creds = identity.credentials(cert, &entra.base_url(), BundleFormat::Pem);
-                let json = super::credentials_json(&creds);
+                let json = credentials_json(&creds);
                 serde_json::from_slice(&json).unwrap_or_else(|e| {
                     panic!("DataPlaneServer: credentials JSON does not parse: {e}")
                 })

@@ -37,6 +37,9 @@ use serde_json::{Map, Value, json};
 use sha1::Sha1;
 use sha2::{Digest as _, Sha256};
 
+use super::answer::{JSON_CONTENT_TYPE, Scripted, entra_error_body, new_uuid};
+use super::credentials::{TestCertificate, TestIdentity};
+use super::jwt::{TokenClaims, TokenRejection};
 use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
 
@@ -83,23 +86,6 @@ pub struct EntraServer {
     /// Checks the scripts' expectations when the test's last handle goes (`None` in the
     /// handles other kit servers keep: see [`EntraServer::linked`]).
     _verify: Option<Arc<VerifyOnDrop>>,
-}
-
-/// An answer a script gives instead of the server's own (see [`EntraServer::on`] and
-/// [`ScriptBuilder::respond`]): a status, headers and body, a delay, or a closed
-/// connection.
-#[derive(Debug, Clone)]
-pub struct Scripted {
-    /// HTTP status (0 with `close_connection`).
-    pub status: u16,
-    /// Response headers, in order.
-    pub headers: Vec<(String, String)>,
-    /// Response body.
-    pub body: String,
-    /// Wait this long before answering.
-    pub delay: Duration,
-    /// Drop the connection without answering (after `delay`).
-    pub close_connection: bool,
 }
 
 /// Shape of successful token responses.
@@ -336,90 +322,6 @@ impl Default for TokenShape {
     }
 }
 
-impl Scripted {
-    /// Answer `code` with body `{}` and `content-type: application/json; charset=utf-8`.
-    pub fn status(code: u16) -> Self {
-        Scripted {
-            status: code,
-            headers: vec![("content-type".to_owned(), JSON_CONTENT_TYPE.to_owned())],
-            body: "{}".to_owned(),
-            delay: Duration::ZERO,
-            close_connection: false,
-        }
-    }
-
-    /// Answer an Entra-shaped error body (`AADSTS{code}: {description}`). The request
-    /// log keeps the code ([`RecordedRequest::aadsts_code`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use msi_dataplane_testing::{IdentityFixture, Outcome, Scripted};
-    ///
-    /// let fx = IdentityFixture::start().await;
-    /// fx.entra.enqueue(Scripted::aadsts(400, "invalid_request", 90002, "Tenant not found."));
-    /// let e = fx.credential.get_token(&["https://vault.azure.net/.default"]).await.unwrap_err();
-    /// assert!(e.to_string().contains("AADSTS90002"), "{e}");
-    /// let recorded = &fx.entra.requests()[0];
-    /// assert_eq!((&recorded.outcome, recorded.aadsts_code), (&Outcome::Scripted(400), Some(90002)));
-    /// # }
-    /// ```
-    pub fn aadsts(status: u16, error: &str, code: u32, description: &str) -> Self {
-        let correlation = new_uuid();
-        let body = entra_error_body(error, code, description, &correlation);
-        Scripted::status(status).body(&body)
-    }
-
-    /// Drop the connection without answering (the request is still recorded, with
-    /// `Outcome::Scripted(0)`).
-    pub fn close_connection() -> Self {
-        Scripted {
-            close_connection: true,
-            ..Scripted::status(0)
-        }
-    }
-
-    /// Same as [`Scripted::close_connection`].
-    pub fn drop_connection() -> Self {
-        Scripted::close_connection()
-    }
-
-    /// Add a `Retry-After` header.
-    pub fn retry_after(self, value: &str) -> Self {
-        self.header("retry-after", value)
-    }
-
-    /// Replace the body (raw text: malformed JSON, an HTML page, ...).
-    pub fn body(mut self, body: &str) -> Self {
-        self.body = body.to_owned();
-        self
-    }
-
-    /// Wait this long before answering.
-    pub fn delayed(mut self, d: Duration) -> Self {
-        self.delay = d;
-        self
-    }
-
-    /// Set a response header, replacing any header of the same name (case-insensitive).
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Add a response header, keeping any others of the same name.
-    pub fn append_header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Drop the connection without answering, after `delay`.
-    pub fn closing(mut self) -> Self {
-        self.close_connection = true;
-        self
-    }
-}
-
 impl EntraServer {
     /// HTTPS on 127.0.0.1 (ephemeral port), with a certificate from the kit's test CA.
     ///
@@ -597,7 +499,7 @@ impl EntraServer {
 
     /// Register `cert` for `identity` (its client id in its tenant). Its tokens carry the
     /// identity's `object_id` as `oid` and `sub`.
-    pub fn register(&self, identity: &super::TestIdentity, cert: &super::TestCertificate) {
+    pub fn register(&self, identity: &TestIdentity, cert: &TestCertificate) {
         self.state.issuer.set_object_id(
             &identity.tenant_id,
             &identity.client_id,
@@ -655,23 +557,6 @@ impl EntraServer {
             .tenants
             .entry(tenant_id.to_owned())
             .or_default();
-    }
-
-    /// Remove one registered certificate (by DER of the first CERTIFICATE block); the
-    /// client stays registered (possibly with no certificates).
-    pub fn unregister_certificate_pem(&self, client_id: &str, tenant_id: &str, leaf_pem: &[u8]) {
-        let der = CertificateDer::pem_slice_iter(leaf_pem)
-            .next()
-            .expect("EntraServer: no CERTIFICATE block in PEM")
-            .expect("EntraServer: bad CERTIFICATE PEM");
-        let mut inner = self.state.lock();
-        if let Some(certs) = inner
-            .tenants
-            .get_mut(tenant_id)
-            .and_then(|clients| clients.get_mut(client_id))
-        {
-            certs.retain(|c| c.der != der.as_ref());
-        }
     }
 
     /// Remove every certificate registered for the client (the client stays registered).
@@ -930,17 +815,13 @@ impl EntraServer {
     /// and `nbf`/`exp` by the server's clock ([`now`](Self::now), with
     /// [`TOKEN_CLOCK_SKEW_SECS`](super::TOKEN_CLOCK_SKEW_SECS) of skew). Any tenant.
     /// Garbage gets a [`TokenRejection`](super::TokenRejection), never a panic.
-    pub fn validate(
-        &self,
-        token: &str,
-        audience: &str,
-    ) -> Result<super::TokenClaims, super::TokenRejection> {
+    pub fn validate(&self, token: &str, audience: &str) -> Result<TokenClaims, TokenRejection> {
         self.validate_with(token, &[audience.to_owned()], None)
     }
 
     /// An access token's claims, its signature and issuer checked, whatever its audience
     /// and times (an expired token's claims too).
-    pub fn claims(&self, token: &str) -> Result<super::TokenClaims, super::TokenRejection> {
+    pub fn claims(&self, token: &str) -> Result<TokenClaims, TokenRejection> {
         let base_url = self.base_url();
         let rules = super::jwt::Rules {
             base_url: &base_url,
@@ -959,7 +840,7 @@ impl EntraServer {
         token: &str,
         audiences: &[String],
         tenants: Option<&[String]>,
-    ) -> Result<super::TokenClaims, super::TokenRejection> {
+    ) -> Result<TokenClaims, TokenRejection> {
         let base_url = self.base_url();
         let rules = super::jwt::Rules {
             base_url: &base_url,
@@ -1065,36 +946,6 @@ impl RegisteredCert {
 // ---------------------------------------------------------------------------------------
 // Request handling
 // ---------------------------------------------------------------------------------------
-
-const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
-
-fn new_uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
-
-fn entra_timestamp() -> String {
-    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]Z");
-    time::OffsetDateTime::now_utc()
-        .format(&fmt)
-        .expect("format timestamp")
-}
-
-fn entra_error_body(error: &str, code: u32, description: &str, correlation: &str) -> String {
-    let trace = new_uuid();
-    let ts = entra_timestamp();
-    json!({
-        "error": error,
-        "error_description": format!(
-            "AADSTS{code}: {description}\r\nTrace ID: {trace}\r\nCorrelation ID: {correlation}\r\nTimestamp: {ts}"
-        ),
-        "error_codes": [code],
-        "timestamp": ts,
-        "trace_id": trace,
-        "correlation_id": correlation,
-        "error_uri": format!("https://login.microsoftonline.com/error?code={code}"),
-    })
-    .to_string()
-}
 
 /// `der` as PEM with the `label`.
 fn pem(label: &str, der: &[u8]) -> String {

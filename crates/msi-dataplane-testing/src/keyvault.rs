@@ -30,7 +30,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{Value, json};
 
-use super::entra::{EntraServer, Scripted};
+use super::answer::Scripted;
+use super::entra::EntraServer;
 use super::script::{Facts, Match, ScriptBuilder, Scripts, VerifyOnDrop, script_methods};
 use super::serve::{self, Answer, DropConnection, Listening};
 

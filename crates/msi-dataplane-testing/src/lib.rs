@@ -300,6 +300,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod answer;
 mod credentials;
 #[cfg(unix)]
 mod csi;
@@ -316,6 +317,7 @@ mod serve;
 mod tls;
 mod wait;
 
+pub use answer::Scripted;
 pub use credentials::{
     DEFAULT_VALIDITY, TestCa, TestCertificate, TestCertificateBuilder, TestIdentity,
     credentials_json, write_credentials_file,
@@ -327,7 +329,7 @@ pub use csi::{
 pub use dataplane::{DataPlaneRequest, DataPlaneServer, IssuedIdentity};
 pub use entra::{
     CLOCK_SKEW_SECS, EntraServer, IssuedToken, JWT_BEARER, MAX_ASSERTION_LIFETIME_SECS, Outcome,
-    RecordedRequest, Scripted, TokenShape,
+    RecordedRequest, TokenShape,
 };
 #[cfg(unix)]
 pub use fixture::IdentityFixture;

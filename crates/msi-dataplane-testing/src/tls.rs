@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use super::TestCa;
+use super::credentials::TestCa;
 
 /// The process's test CA, made on first use.
 pub(crate) fn test_ca() -> &'static TestCa {

@@ -760,8 +760,8 @@ async fn scripted_answers_are_verbatim_then_service_resumes() {
 #[tokio::test]
 async fn scripted_close_connection_drops_without_answer() {
     let (server, client, fx, url) = setup().await;
-    server.enqueue(Scripted::status(200).closing());
-    server.enqueue(Scripted::drop_connection().delayed(Duration::from_millis(50)));
+    server.enqueue(Scripted::close_connection());
+    server.enqueue(Scripted::close_connection().delayed(Duration::from_millis(50)));
     let a = Assertion::new(&fx, &url).sign(&fx.key);
     let form = assertion_form(&fx, SCOPE, &a);
     for n in 1..=2 {
@@ -770,7 +770,7 @@ async fn scripted_close_connection_drops_without_answer() {
         assert_eq!(server.token_requests(), n);
     }
     let outcomes: Vec<Outcome> = server.requests().into_iter().map(|r| r.outcome).collect();
-    assert_eq!(outcomes, vec![Outcome::Scripted(200), Outcome::Scripted(0)]);
+    assert_eq!(outcomes, vec![Outcome::Scripted(0), Outcome::Scripted(0)]);
     // Normal service after that.
     post_assertion(&client, &url, &fx, SCOPE, &a)
         .await

@@ -120,7 +120,7 @@ async fn a_scoped_script_is_removed_with_its_guard() {
             .on(Match::any().method("POST"))
             .respond(Scripted::status(500))
             .until_cleared()
-            .expect_at_least(2)
+            .expect(2..)
             .mount_scoped();
         assert!(cred.get_token(&[ARM]).await.is_err());
         assert!(cred.get_token(&[VAULT]).await.is_err());
@@ -156,7 +156,7 @@ async fn a_failed_expectation_says_what_the_server_received() {
     // At most one: the second request fails it, and dropping the guard panics.
     let at_most_one = entra
         .on(Match::any().client_id(&a.client_id))
-        .expect_at_most(1)
+        .expect(msi_dataplane_testing::Expected::at_most(1))
         .mount_scoped();
     cred.get_token(&[VAULT]).await.unwrap();
     cred.get_token(&["api://other/.default"]).await.unwrap();
