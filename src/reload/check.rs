@@ -203,18 +203,19 @@ impl Reloader {
         self.decided.fetch_add(1, Ordering::AcqRel);
         // One count per file decided on: the file last decided on, read again, is
         // `unchanged` (as `msi-credential watch` prints it).
-        let reason = match (&error, outcome) {
-            _ if !new_file => "none",
+        let refused = match (&error, outcome) {
             (Some(e), _) => telemetry::reload_reason(e),
             (None, ReloadOutcome::NotNewer) => "not_newer",
             (None, _) => "none",
         };
+        let reason = if new_file { refused } else { "none" };
         let label = if new_file {
             outcome_label(outcome)
         } else {
             "unchanged"
         };
         telemetry::reload(client_id, label, reason);
+        telemetry::file_rejected(client_id, refused);
         self.follow_target().await;
         let now = self.client_options.environment().clock().now();
         let active = self.active.load_full();
