@@ -1,7 +1,6 @@
 //! What a reloading credential is serving and how its last re-read went
-//! ([`ReloadStatus`]), as health endpoints, metrics and logs see it: [`ReloadStatus`]
-//! and [`ReloadOutcome`] as JSON (`Serialize`), as one line of text (`Display`), and
-//! compared (`PartialEq`).
+//! ([`ReloadStatus`]), as health endpoints, metrics and logs see it: as JSON
+//! (`Serialize`), as one line of text (`Display`), and compared (`PartialEq`).
 //!
 //! Errors appear as their stable [`code`](crate::ErrorKind::code), their message (which
 //! the crate keeps free of secrets: it names the file and the field, never their
@@ -18,6 +17,7 @@ use time::OffsetDateTime;
 use crate::clock::Rfc3339;
 use crate::error::Error;
 use crate::reload::rule::ReloadOutcome;
+use crate::token::credential::ClientCertificateCredential;
 
 /// What a reloading credential is serving, and how its last re-read went: for health
 /// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
@@ -58,31 +58,6 @@ pub struct ReloadStatus {
     pub last_prefetch_error: Option<Error>,
 }
 
-impl ReloadOutcome {
-    /// The outcome's stable name: `swapped`, `unchanged`, `not_newer` or `invalid` (its
-    /// JSON and `Display` form).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReloadOutcome::Swapped => "swapped",
-            ReloadOutcome::Unchanged => "unchanged",
-            ReloadOutcome::NotNewer => "not_newer",
-            ReloadOutcome::Invalid => "invalid",
-        }
-    }
-}
-
-impl fmt::Display for ReloadOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for ReloadOutcome {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
 /// An error as a status shows it: `{"code", "message", "transient"}`.
 struct ErrorSummary<'a>(&'a Error);
 
@@ -107,10 +82,10 @@ impl Serialize for Time {
 
 /// `{"path", "not_before", "not_after", "thumbprint_sha256", "loaded_at", "last_check",
 /// "last_outcome", "last_new_file", "last_error": {"code", "message", "transient"}, "reloads",
-/// "watching"}`; absent values are `null`.
+/// "watching", "last_prefetch_error"}`; absent values are `null`.
 impl Serialize for ReloadStatus {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("ReloadStatus", 11)?;
+        let mut s = serializer.serialize_struct("ReloadStatus", 12)?;
         s.serialize_field("path", &self.path.to_string_lossy())?;
         s.serialize_field("not_before", &Time(self.not_before))?;
         s.serialize_field("not_after", &Time(self.not_after))?;
@@ -122,6 +97,8 @@ impl Serialize for ReloadStatus {
         s.serialize_field("last_error", &self.last_error.as_ref().map(ErrorSummary))?;
         s.serialize_field("reloads", &self.reloads)?;
         s.serialize_field("watching", &self.watching)?;
+        let prefetch = self.last_prefetch_error.as_ref().map(ErrorSummary);
+        s.serialize_field("last_prefetch_error", &prefetch)?;
         s.end()
     }
 }
@@ -162,23 +139,41 @@ impl fmt::Display for ReloadStatus {
 /// Every field equal; errors compared by code and message (see the module docs).
 impl PartialEq for ReloadStatus {
     fn eq(&self, other: &Self) -> bool {
-        let same_error = match (&self.last_error, &other.last_error) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                a.kind().code() == b.kind().code() && a.to_string() == b.to_string()
-            }
-            _ => false,
-        };
-        same_error
-            && self.path == other.path
-            && self.not_before == other.not_before
-            && self.not_after == other.not_after
-            && self.thumbprint_sha256 == other.thumbprint_sha256
-            && self.loaded_at == other.loaded_at
-            && self.last_check == other.last_check
-            && self.last_outcome == other.last_outcome
-            && self.last_new_file == other.last_new_file
-            && self.reloads == other.reloads
-            && self.watching == other.watching
+        fn errors(s: &ReloadStatus) -> [Option<(&'static str, String)>; 2] {
+            [&s.last_error, &s.last_prefetch_error]
+                .map(|e| e.as_ref().map(|e| (e.kind().code(), e.to_string())))
+        }
+        fn fields(s: &ReloadStatus) -> impl PartialEq + '_ {
+            let times = (s.not_before, s.not_after, s.loaded_at, s.last_check);
+            let check = (s.last_outcome, s.last_new_file, s.reloads, s.watching);
+            (&s.path, &s.thumbprint_sha256, times, check)
+        }
+        errors(self) == errors(other) && fields(self) == fields(other)
+    }
+}
+
+impl ReloadStatus {
+    /// A first load's status: `credential` at `path`, active since `now`.
+    pub(crate) fn new(
+        path: PathBuf,
+        credential: &ClientCertificateCredential,
+        now: OffsetDateTime,
+        watching: bool,
+    ) -> Self {
+        let window = credential.window();
+        ReloadStatus {
+            path,
+            not_before: window.not_before,
+            not_after: window.end,
+            thumbprint_sha256: credential.certificate().thumbprint_sha256_hex(),
+            loaded_at: now,
+            last_check: None,
+            last_outcome: None,
+            last_new_file: false,
+            last_error: None,
+            reloads: 0,
+            watching,
+            last_prefetch_error: None,
+        }
     }
 }
