@@ -9,9 +9,9 @@
 //! as I/O errors that cannot be compared). Times are RFC 3339 in UTC, to the second.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde::ser::{Serialize, SerializeStruct as _, Serializer};
+use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 
 use crate::clock::Rfc3339;
@@ -22,21 +22,27 @@ use crate::token::credential::ClientCertificateCredential;
 /// What a reloading credential is serving, and how its last re-read went: for health
 /// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
 /// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
-/// `PartialEq` (errors compared by code and message).
-#[derive(Clone, Debug)]
+/// `PartialEq` (errors compared by code and message). Its JSON has its fields, in order;
+/// absent values are `null`.
+#[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
 pub struct ReloadStatus {
     /// The credential file's visible path.
+    #[serde(serialize_with = "path")]
     pub path: PathBuf,
     /// The active credential's effective `not_before` (the file's, else the leaf's).
+    #[serde(serialize_with = "time")]
     pub not_before: OffsetDateTime,
     /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
+    #[serde(serialize_with = "time")]
     pub not_after: OffsetDateTime,
     /// Lower-case hex SHA-256 thumbprint of the active leaf certificate.
     pub thumbprint_sha256: String,
     /// When the active credential became active.
+    #[serde(serialize_with = "time")]
     pub loaded_at: OffsetDateTime,
     /// When the file was last re-read (`None`: not since the first load).
+    #[serde(serialize_with = "maybe_time")]
     pub last_check: Option<OffsetDateTime>,
     /// How the last re-read ended.
     pub last_outcome: Option<ReloadOutcome>,
@@ -46,6 +52,7 @@ pub struct ReloadStatus {
     /// a second time). The metrics count a refusal only when this is `true`.
     pub last_new_file: bool,
     /// The error of the last re-read, if it failed (`None` when the last one did not).
+    #[serde(serialize_with = "error")]
     pub last_error: Option<Error>,
     /// How many times a newer credential was swapped in.
     pub reloads: u64,
@@ -55,52 +62,29 @@ pub struct ReloadStatus {
     /// scopes its predecessor had served), `None` when the last such fetch succeeded or
     /// none was made. Set as soon as it fails, before any caller asks: a new credential
     /// that Entra rejects shows here while the old one may still be valid.
+    #[serde(serialize_with = "error")]
     pub last_prefetch_error: Option<Error>,
 }
 
+fn path<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&path.display())
+}
+
+fn time<S: Serializer>(time: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&Rfc3339(*time))
+}
+
+fn maybe_time<S: Serializer>(time: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+    time.map(|t| Rfc3339(t).to_string()).serialize(s)
+}
+
 /// An error as a status shows it: `{"code", "message", "transient"}`.
-struct ErrorSummary<'a>(&'a Error);
-
-impl Serialize for ErrorSummary<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Error", 3)?;
-        s.serialize_field("code", self.0.kind().code())?;
-        s.serialize_field("message", &self.0.to_string())?;
-        s.serialize_field("transient", &self.0.is_transient())?;
-        s.end()
-    }
-}
-
-/// A time as RFC 3339 text.
-struct Time(OffsetDateTime);
-
-impl Serialize for Time {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&Rfc3339(self.0))
-    }
-}
-
-/// `{"path", "not_before", "not_after", "thumbprint_sha256", "loaded_at", "last_check",
-/// "last_outcome", "last_new_file", "last_error": {"code", "message", "transient"}, "reloads",
-/// "watching", "last_prefetch_error"}`; absent values are `null`.
-impl Serialize for ReloadStatus {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("ReloadStatus", 12)?;
-        s.serialize_field("path", &self.path.to_string_lossy())?;
-        s.serialize_field("not_before", &Time(self.not_before))?;
-        s.serialize_field("not_after", &Time(self.not_after))?;
-        s.serialize_field("thumbprint_sha256", &self.thumbprint_sha256)?;
-        s.serialize_field("loaded_at", &Time(self.loaded_at))?;
-        s.serialize_field("last_check", &self.last_check.map(Time))?;
-        s.serialize_field("last_outcome", &self.last_outcome)?;
-        s.serialize_field("last_new_file", &self.last_new_file)?;
-        s.serialize_field("last_error", &self.last_error.as_ref().map(ErrorSummary))?;
-        s.serialize_field("reloads", &self.reloads)?;
-        s.serialize_field("watching", &self.watching)?;
-        let prefetch = self.last_prefetch_error.as_ref().map(ErrorSummary);
-        s.serialize_field("last_prefetch_error", &prefetch)?;
-        s.end()
-    }
+fn error<S: Serializer>(error: &Option<Error>, s: S) -> Result<S::Ok, S::Error> {
+    let summary = |e: &Error| {
+        let (code, message, transient) = (e.kind().code(), e.to_string(), e.is_transient());
+        serde_json::json!({ "code": code, "message": message, "transient": transient })
+    };
+    error.as_ref().map(summary).serialize(s)
 }
 
 /// One line: `<path>: serving <thumbprint> (valid <not_before> to <not_after>, since

@@ -113,10 +113,8 @@ impl UserAssignedIdentityCredential {
         let clock = options.environment().clock().clone();
         let watching = watch.as_ref().is_some_and(FileWatch::is_armed);
         let status = ReloadStatus::new(path.clone(), &active.credential, clock.now(), watching);
-        let cancel = match &reload.cancellation {
-            Some(parent) => parent.child_token(),
-            None => CancellationToken::new(),
-        };
+        let parent = reload.cancellation.as_ref();
+        let cancel = parent.map_or_else(CancellationToken::new, CancellationToken::child_token);
         telemetry::reload_client(active.credential.client_id());
         tracing::info!(path = %path.display(), "loaded credential file");
         let inner = Arc::new(Reloader {
@@ -144,6 +142,7 @@ impl UserAssignedIdentityCredential {
         }
         Ok(UserAssignedIdentityCredential { inner })
     }
+
     /// Get an access token for `scopes` from the active credential (cached, single
     /// flight, refresh ahead: see [`ClientCertificateCredential::get_token`]).
     pub async fn get_token(&self, scopes: &[&str]) -> Result<AccessToken> {
@@ -207,16 +206,13 @@ impl UserAssignedIdentityCredential {
     }
 }
 
+/// Its [`status`](UserAssignedIdentityCredential::status), which holds no secret.
 impl fmt::Debug for UserAssignedIdentityCredential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let status = self.status();
-        f.debug_struct("UserAssignedIdentityCredential")
-            .field("path", &status.path)
-            .field("thumbprint_sha256", &status.thumbprint_sha256)
-            .field("not_before", &status.not_before)
-            .field("not_after", &status.not_after)
-            .field("reloads", &status.reloads)
-            .finish_non_exhaustive()
+        f.debug_tuple("UserAssignedIdentityCredential")
+            .field(&status)
+            .finish()
     }
 }
 
@@ -239,13 +235,9 @@ impl Active {
 /// (the same failure again is the same file).
 type FileKey = std::result::Result<[u8; 32], &'static str>;
 
-/// The last file refused, and what was decided about it.
+/// The last file refused, and what was decided about it (its outcome and error).
 #[derive(Clone)]
-struct Refusal {
-    file: FileKey,
-    outcome: ReloadOutcome,
-    error: Option<Error>,
-}
+struct Refusal(FileKey, ReloadOutcome, Option<Error>);
 
 /// What one read of the file found.
 enum Read {
@@ -278,7 +270,9 @@ impl Drop for Reloader {
 }
 
 impl Reloader {
-    /// One re-read, in a `credential_reload` span.
+    /// One re-read, in a `credential_reload` span, under the lock from the read to the
+    /// status, so that re-reads decide one after another, each on what it read: read and
+    /// build (off the async threads), decide, swap, record. `get_token` never waits for it.
     async fn check(&self, trigger: &'static str) -> ReloadOutcome {
         let client_id = self.active.load().credential.client_id().to_owned();
         let span = tracing::info_span!(
@@ -289,29 +283,18 @@ impl Reloader {
             reason = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
-        let started = Instant::now();
-        let (outcome, label, reason) = self
-            .check_file(trigger, &client_id)
-            .instrument(span.clone())
-            .await;
-        span.record("outcome", label);
-        span.record("reason", reason);
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        outcome
+        self.check_file(trigger, &client_id, Instant::now())
+            .instrument(span)
+            .await
     }
 
-    /// [`check`](Self::check)'s work, under the lock from the read to the status, so that
-    /// re-reads decide one after another, each on what it read: read and build (off the
-    /// async threads), decide, swap, record. `get_token` never waits for it.
-    async fn check_file(
-        &self,
-        trigger: &'static str,
-        client_id: &str,
-    ) -> (ReloadOutcome, &'static str, &'static str) {
+    async fn check_file(&self, trigger: &str, client_id: &str, started: Instant) -> ReloadOutcome {
         let mut refused = self.refused.lock().await;
         let active = self.active.load_full();
         let (file, built) = match self.read(&active, refused.clone()).await {
-            Read::Seen(outcome, error) => return self.record(client_id, outcome, error, false),
+            Read::Seen(outcome, error) => {
+                return self.record(client_id, started, outcome, error, false);
+            }
             Read::New(file, built) => (file, built),
         };
         let active_not_before = active.credential.window().not_before;
@@ -333,47 +316,42 @@ impl Reloader {
                 // request still in flight on it); the new one sets them.
                 active.credential.gauges().retire();
                 self.active.store(Active::new(new.clone(), digest));
-                let recorded = self.record(client_id, outcome, None, true);
+                let recorded = self.record(client_id, started, outcome, None, true);
                 // Only now that it is active: its tokens replace the old ones.
                 self.prefetch(&active, new);
                 recorded
             }
             (built, file) => {
                 let error = built.err();
+                let why = error.as_ref().map_or_else(
+                    || {
+                        format!(
+                            "not newer than the active one ({})",
+                            Rfc3339(active_not_before)
+                        )
+                    },
+                    ToString::to_string,
+                );
                 let path = self.path.display();
-                if let Some(error) = &error {
-                    tracing::warn!(%path, trigger, %error, "credential file unusable; keeping the active credential");
-                } else if let Some(file_not_before) = not_before {
-                    tracing::warn!(
-                        %path,
-                        trigger,
-                        active_not_before = %Rfc3339(active_not_before),
-                        file_not_before = %Rfc3339(file_not_before),
-                        "credential file is not newer than the active credential; keeping the active one"
-                    );
-                }
-                let refusal = Refusal {
-                    file,
-                    outcome,
-                    error: error.clone(),
-                };
-                *refused = Some(refusal);
-                self.record(client_id, outcome, error, true)
+                tracing::warn!(%path, trigger, %why, "credential file refused; keeping the active credential");
+                *refused = Some(Refusal(file, outcome, error.clone()));
+                self.record(client_id, started, outcome, error, true)
             }
         }
     }
 
     /// Where every re-read's outcome is decided and recorded: the metrics (one count per
-    /// file decided on: a file decided on before, read again, counts as `unchanged`), then
-    /// the status (so that whoever waits for the status sees the count). `new_file`: the
-    /// file was not decided on before. Returns the outcome and its metric labels.
+    /// file decided on: a file decided on before, read again, counts as `unchanged`), the
+    /// span, then the status (so that whoever waits for the status sees the count).
+    /// `new_file`: the file was not decided on before.
     fn record(
         &self,
         client_id: &str,
+        started: Instant,
         outcome: ReloadOutcome,
         error: Option<Error>,
         new_file: bool,
-    ) -> (ReloadOutcome, &'static str, &'static str) {
+    ) -> ReloadOutcome {
         let (label, reason) = match (outcome, &error) {
             _ if !new_file => ("unchanged", "none"),
             (ReloadOutcome::Swapped, _) => ("swapped", "none"),
@@ -381,6 +359,10 @@ impl Reloader {
             (_, None) => ("kept_last_good", "not_newer"),
         };
         telemetry::reload(client_id, label, reason);
+        let span = tracing::Span::current();
+        span.record("outcome", label);
+        span.record("reason", reason);
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
         let now = self.options.environment().clock().now();
         let active = self.active.load();
         self.status.send_modify(|s| {
@@ -396,7 +378,7 @@ impl Reloader {
             s.last_new_file = new_file;
             s.last_error = error;
         });
-        (outcome, label, reason)
+        outcome
     }
 
     /// Read the file and, unless it is one decided on before, build a credential from
@@ -413,8 +395,8 @@ impl Reloader {
             if file == Ok(active_digest) {
                 return Read::Seen(ReloadOutcome::Unchanged, None);
             }
-            if let Some(r) = refused.filter(|r| r.file == file) {
-                return Read::Seen(r.outcome, r.error);
+            if let Some(Refusal(_, outcome, error)) = refused.filter(|r| r.0 == file) {
+                return Read::Seen(outcome, error);
             }
             Read::New(file, bytes.and_then(|b| rule::build(&path, &b, options)))
         })
@@ -431,10 +413,8 @@ impl Reloader {
     /// failure shows at once: a `tracing` warning, and `last_prefetch_error`.
     fn prefetch(&self, old: &Active, new: ClientCertificateCredential) {
         let old_not_after = old.credential.window().end;
-        let clock = self.options.environment().clock();
         for scopes in old.credential.live_scopes(MAX_PREFETCH) {
-            let (new, status, clock) = (new.clone(), self.status.clone(), clock.clone());
-            let path = self.path.clone();
+            let (new, status, path) = (new.clone(), self.status.clone(), self.path.clone());
             tokio::spawn(async move {
                 let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
                 let Err(error) = new.get_token(&refs).await else {
@@ -443,8 +423,7 @@ impl Reloader {
                 tracing::warn!(
                     path = %path.display(),
                     scope = %crate::untrusted_text::service_text(&scopes.join(" ")),
-                    error = %error,
-                    old_still_valid = clock.now() < old_not_after,
+                    %error,
                     old_not_after = %Rfc3339(old_not_after),
                     "the new credential's token request failed; callers will see this error"
                 );
@@ -482,10 +461,6 @@ impl Task {
         let mut backstop = saturating_add(clock.now(), interval);
         'run: loop {
             let armed = self.watch.as_ref().is_some_and(FileWatch::is_armed);
-            match self.reloader.upgrade() {
-                Some(reloader) => reloader.set_watching(armed),
-                None => break,
-            }
             let trigger = tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 Some(signal) = self.signals.recv() => {
@@ -510,14 +485,20 @@ impl Task {
                     backstop = saturating_add(clock.now(), interval);
                     "backstop"
                 }
+                // The watch is lost (its directory removed or moved away): re-arm it once
+                // the directory is back, whoever does, and re-read what it holds.
                 _ = tokio::time::sleep(REARM_POLL), if self.watch.is_some() && !armed => {
                     self.with_watch(FileWatch::rearm).await;
-                    continue;
+                    if !self.watch.as_ref().is_some_and(FileWatch::is_armed) {
+                        continue;
+                    }
+                    "watch re-armed"
                 }
             };
             let Some(reloader) = self.reloader.upgrade() else {
                 break;
             };
+            reloader.set_watching(self.watch.as_ref().is_some_and(FileWatch::is_armed));
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 _ = reloader.check(trigger) => {}
@@ -545,11 +526,11 @@ impl Task {
         std::thread::Builder::new()
             .name("msi-dataplane-reload".into())
             .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
+                let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt.block_on(self.run()),
+                    .build();
+                match runtime {
+                    Ok(runtime) => runtime.block_on(self.run()),
                     // Dropping the task records that nothing follows the file.
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot start the reload thread's runtime")

@@ -16,11 +16,11 @@
 //! watcher ends with the last watch.
 //!
 //! A directory that is removed or moved away loses its watch. Its credentials' reload
-//! tasks then call [`FileWatch::rearm`] about once a second until the directory is back.
+//! tasks then call [`FileWatch::rearm`] about once a second until the directory is back,
+//! and re-read when it is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
@@ -33,8 +33,8 @@ pub(crate) enum DirSignal {
     /// Something in the directory may have changed: re-read after the debounce (a plain
     /// write may be partial).
     Changed,
-    /// What the directory holds is complete: a symlink was created or renamed into place
-    /// (the AtomicWriter's `..data` rename), or its lost watch was re-armed. Re-read at once.
+    /// The AtomicWriter's `..data` symlink was created or renamed into place: the new
+    /// content is complete. Re-read at once.
     Complete,
 }
 
@@ -48,7 +48,7 @@ static WATCHER: Mutex<Option<RecommendedWatcher>> = Mutex::new(None);
 
 #[derive(Default)]
 struct Dir {
-    subscribers: Vec<(u64, UnboundedSender<DirSignal>)>,
+    subscribers: Vec<UnboundedSender<DirSignal>>,
     /// Whether the watch is in place (false: the directory went away, or watching failed).
     armed: bool,
 }
@@ -85,11 +85,8 @@ impl FileWatch {
     /// Watch `path`'s directory, and the one it resolves to. Blocking (`stat`,
     /// `inotify_add_watch`): call it off the async threads.
     pub(crate) fn new(path: &Path, tx: UnboundedSender<DirSignal>) -> Self {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let dir = Subscription::new(dir, tx.clone());
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let dir = Subscription::new(dir.unwrap_or(Path::new(".")).to_path_buf(), tx.clone());
         let mut watch = FileWatch {
             path: path.to_path_buf(),
             tx,
@@ -123,52 +120,42 @@ impl FileWatch {
         }
     }
 
-    /// Re-arm the directory's lost watch if the directory is back, and tell every
-    /// credential in it ([`DirSignal::Complete`]). Blocking.
+    /// Re-arm the directory's lost watch if the directory is back. Blocking.
     pub(crate) fn rearm(&mut self) {
         let dir = &self.dir.dir;
         let mut watcher = lock(&WATCHER);
-        if self.is_armed() || !dir.is_dir() {
-            return;
-        }
-        // A directory moved away is still watched where it went.
-        if let Some(w) = watcher.as_mut() {
-            let _ = w.unwatch(dir);
-        }
-        if arm(&mut watcher, dir) {
-            tracing::debug!(dir = %dir.display(), "watching the credential directory again");
-            if let Some(d) = lock(&DIRS).get(dir) {
-                d.subscribers.iter().for_each(|(_, tx)| {
-                    let _ = tx.send(DirSignal::Complete);
-                });
+        if !self.is_armed() && dir.is_dir() {
+            // A directory moved away is still watched where it went.
+            if let Some(w) = watcher.as_mut() {
+                let _ = w.unwatch(dir);
             }
+            let _ = arm(&mut watcher, dir);
         }
     }
 }
 
-/// One subscriber's place in a directory's watch.
+/// One subscriber's place in a directory's watch (its channel, once in each directory).
 struct Subscription {
     dir: PathBuf,
-    id: u64,
+    tx: UnboundedSender<DirSignal>,
 }
 
 impl Subscription {
     /// Subscribe `tx` to `dir`'s changes, watching it if no one does yet. Blocking.
     fn new(dir: PathBuf, tx: UnboundedSender<DirSignal>) -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         // As the watcher names the paths of its events.
         let dir = std::path::absolute(&dir).unwrap_or(dir);
         let mut watcher = lock(&WATCHER);
         let mut dirs = lock(&DIRS);
         let subscribers = &mut dirs.entry(dir.clone()).or_default().subscribers;
-        subscribers.push((id, tx));
+        subscribers.push(tx.clone());
         let first = subscribers.len() == 1;
         drop(dirs);
-        if first && !arm(&mut watcher, &dir) {
-            tracing::warn!(dir = %dir.display(), "cannot watch the credential directory; relying on the backstop until it can be");
+        if first && let Err(error) = arm(&mut watcher, &dir) {
+            let dir = dir.display();
+            tracing::warn!(%dir, %error, "cannot watch the credential directory; relying on the backstop until it can be");
         }
-        Subscription { dir, id }
+        Subscription { dir, tx }
     }
 }
 
@@ -179,7 +166,7 @@ impl Drop for Subscription {
         let Some(d) = dirs.get_mut(&self.dir) else {
             return;
         };
-        d.subscribers.retain(|(id, _)| *id != self.id);
+        d.subscribers.retain(|tx| !tx.same_channel(&self.tx));
         if !d.subscribers.is_empty() {
             return;
         }
@@ -196,32 +183,30 @@ impl Drop for Subscription {
 }
 
 /// Watch `dir` with the process's watcher (started if need be), holding its lock; record
-/// and return whether the watch is in place.
-fn arm(watcher: &mut Option<RecommendedWatcher>, dir: &Path) -> bool {
-    if watcher.is_none() {
-        *watcher = notify::recommended_watcher(on_event)
-            .map_err(|e| tracing::warn!(error = %e, "cannot start the file watcher"))
-            .ok();
-    }
-    let armed = watcher.as_mut().is_some_and(|w| {
-        w.watch(dir, RecursiveMode::NonRecursive)
-            .map_err(
-                |e| tracing::debug!(dir = %dir.display(), error = %e, "cannot watch the directory"),
-            )
-            .is_ok()
-    });
+/// whether the watch is in place.
+fn arm(watcher: &mut Option<RecommendedWatcher>, dir: &Path) -> notify::Result<()> {
+    let watcher = match watcher {
+        Some(w) => w,
+        None => watcher.insert(notify::recommended_watcher(on_event)?),
+    };
+    let armed = watcher.watch(dir, RecursiveMode::NonRecursive);
     if let Some(d) = lock(&DIRS).get_mut(dir) {
-        d.armed = armed;
+        d.armed = armed.is_ok();
     }
     armed
 }
+
+/// The one access that may change content: closing a file written to.
+const WRITTEN: AccessKind = AccessKind::Close(AccessMode::Write);
 
 /// The watcher's event handler (on its thread): tell the subscribers of the directory an
 /// event is in, or of every directory on a watcher error; note a watched directory that
 /// went away.
 fn on_event(event: notify::Result<notify::Event>) {
     let event = match event {
-        Ok(event) if !may_change_content(&event.kind) => return,
+        // Reads (opening, reading, closing without writing) change nothing; our own
+        // re-reads cause them, so reacting to them would re-read forever.
+        Ok(event) if matches!(event.kind, EventKind::Access(a) if a != WRITTEN) => return,
         Ok(event) => Some(event),
         Err(e) => {
             tracing::debug!(error = %e, "file watcher error; re-reading the credential files");
@@ -229,39 +214,33 @@ fn on_event(event: notify::Result<notify::Event>) {
         }
     };
     let signal = match &event {
-        Some(event) if is_symlink_swap(event) => DirSignal::Complete,
+        Some(event) if is_atomic_swap(event) => DirSignal::Complete,
         _ => DirSignal::Changed,
     };
     for (dir, d) in lock(&DIRS).iter_mut() {
+        // The directory itself removed or moved away: its watch is gone.
         if let Some(event) = &event
             && event.paths.contains(dir)
-            && removes_or_moves(&event.kind)
+            && matches!(
+                event.kind,
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+            )
         {
             d.armed = false;
         }
         let paths = event.as_ref().map(|e| e.paths.as_slice());
         if paths.is_none_or(|paths| paths.iter().any(|p| p == dir || p.parent() == Some(dir))) {
-            d.subscribers.iter().for_each(|(_, tx)| {
+            d.subscribers.iter().for_each(|tx| {
                 let _ = tx.send(signal);
             });
         }
     }
 }
 
-/// Reads (opening, reading, closing without writing) change nothing; our own re-reads
-/// cause them, so reacting to them would re-read forever. Everything else may.
-fn may_change_content(kind: &EventKind) -> bool {
-    match kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-        EventKind::Access(_) => false,
-        _ => true,
-    }
-}
-
-/// A symlink created or renamed into place (the AtomicWriter's `..data_tmp` created and
-/// renamed over `..data`): a swap whose new content is already complete. Runs on the
-/// watcher's thread (an `lstat` per path), never on an async worker.
-fn is_symlink_swap(event: &notify::Event) -> bool {
+/// The AtomicWriter's `..data` symlink created or renamed into place (over `..data`,
+/// from `..data_tmp`): a swap whose new content is already complete. Any other change
+/// (a plain write may be partial) waits for the debounce.
+fn is_atomic_swap(event: &notify::Event) -> bool {
     let lands = matches!(
         event.kind,
         EventKind::Create(_)
@@ -269,23 +248,6 @@ fn is_symlink_swap(event: &notify::Event) -> bool {
                 RenameMode::To | RenameMode::Both | RenameMode::Any
             ))
     );
-    lands && event.paths.iter().any(|p| is_swap_target(p))
-}
-
-/// `..data`, or any path that is now a symlink, except `..data_tmp`: the AtomicWriter's
-/// staging link, whose creation changes nothing a reader of the visible path sees (the
-/// rename that follows is the swap; reacting to both would re-read twice).
-fn is_swap_target(path: &Path) -> bool {
-    match path.file_name() {
-        Some(n) if n == "..data" => true,
-        Some(n) if n == "..data_tmp" => false,
-        _ => std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()),
-    }
-}
-
-fn removes_or_moves(kind: &EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
-    )
+    let data = |p: &PathBuf| p.file_name().is_some_and(|n| n == "..data");
+    lands && event.paths.iter().any(data)
 }
