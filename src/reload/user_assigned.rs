@@ -36,6 +36,7 @@ const MAX_PREFETCH: usize = 16;
 /// How often the task tries to re-arm its directory's lost watch. Real time, not the
 /// credential's clock: it looks at the real file system.
 const REARM_POLL: Duration = Duration::from_secs(1);
+
 /// A user-assigned managed identity read from its credential file and kept current as
 /// the file is rotated: the Rust counterpart of Go's
 /// `dataplane.NewUserAssignedIdentityCredential(ctx, path, opts...)`.
