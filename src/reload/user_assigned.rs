@@ -324,17 +324,16 @@ impl Reloader {
             }
             (built, file) => {
                 let error = built.err();
-                let why = error.as_ref().map_or_else(
-                    || {
-                        format!(
-                            "not newer than the active one ({})",
-                            Rfc3339(active_not_before)
-                        )
-                    },
-                    ToString::to_string,
-                );
                 let path = self.path.display();
-                tracing::warn!(%path, trigger, %why, "credential file refused; keeping the active credential");
+                let active_not_before = Rfc3339(active_not_before);
+                match &error {
+                    Some(error) => {
+                        tracing::warn!(%path, trigger, %error, "credential file unusable; keeping the active credential")
+                    }
+                    None => {
+                        tracing::warn!(%path, trigger, %active_not_before, "credential file not newer than the active credential; keeping the active one")
+                    }
+                }
                 *refused = Some(Refusal(file, outcome, error.clone()));
                 self.record(client_id, started, outcome, error, true)
             }
