@@ -1,6 +1,6 @@
 //! The costs behind the cache's hit-path design (BENCHMARKS.md, "How the hit path got
-//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what a
-//! reload task does once a second while its directory's watch is lost (`stat`).
+//! there"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what the
+//! directory re-arm thread does for each watched directory once a second (`stat`).
 //!
 //! `cargo bench --bench probes`
 
