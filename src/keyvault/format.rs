@@ -2,7 +2,6 @@
 //! place for every writer (the store here, or any other client).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -254,7 +253,7 @@ fn missing(field: &'static str) -> Error {
 }
 
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyVaultSecret {
     name: String,
     value: SecretString,
@@ -335,16 +334,5 @@ impl KeyVaultSecret {
         let tags: usize = self.tags.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
         let hint = value.len() + value.len() / 8 + tags + 192;
         crate::file::model::secret_json(&body, hint)
-    }
-}
-
-impl fmt::Debug for KeyVaultSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyVaultSecret")
-            .field("name", &self.name)
-            .field("value", &self.value)
-            .field("attributes", &self.attributes)
-            .field("tags", &self.tags)
-            .finish()
     }
 }
