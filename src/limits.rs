@@ -17,5 +17,5 @@ pub use crate::http::body::MAX_RESPONSE_BYTES;
 pub use crate::token::assertion::ASSERTION_LIFETIME;
 pub use crate::token::refresh::REFRESH_WINDOW as MIN_REFRESH_WINDOW;
 pub use crate::token::refresh::{
-    EXPIRY_MARGIN, FAILURE_MEMORY, MAX_CACHED_SCOPES, MIN_REFRESH_BACKOFF,
+    EXPIRY_MARGIN, FAILURE_MEMORY, MAX_CACHED_SCOPES, MIN_REFRESH_BACKOFF, NEAR_END,
 };

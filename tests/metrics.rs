@@ -105,6 +105,22 @@ fn gauge(
         })
 }
 
+/// The gauge `name` of `client_id` with the file refusal's `reason`.
+fn refusal_gauge(
+    all: &BTreeMap<String, Vec<(Labels, DebugValue)>>,
+    client_id: &str,
+    reason: &str,
+) -> f64 {
+    let want = labels(&[("client_id", client_id), ("reason", reason)]);
+    let name = telemetry::CREDENTIAL_FILE_REJECTED;
+    let mut found = all.get(name).into_iter().flatten();
+    let found = found.find(|(have, _)| *have == want);
+    match found.map(|(_, v)| v) {
+        Some(DebugValue::Gauge(g)) => g.into_inner(),
+        other => panic!("{name} {client_id} {reason}: {other:?}"),
+    }
+}
+
 /// How many samples the histogram `name` with these labels took since the last snapshot.
 fn samples(
     all: &BTreeMap<String, Vec<(Labels, DebugValue)>>,
@@ -158,6 +174,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
             all.get(telemetry::RELOADS)
         );
         assert_eq!(counter(&all, telemetry::RELOADS, &l), 0);
+        assert_eq!(refusal_gauge(&all, cid, reason), 0.0);
     }
     let first = [
         ("client_id", cid),
@@ -269,6 +286,12 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         expiry > now + 3000.0 && expiry < now + 3700.0,
         "{expiry} vs {now}"
     );
+    // Of the two tokens cached (the refused scope has none), the sooner's end.
+    let soonest = gauge(&all, telemetry::TOKEN_SOONEST_EXPIRY, cid).unwrap();
+    assert!(
+        soonest <= expiry && soonest > now + 3000.0,
+        "{soonest} vs {expiry}"
+    );
 
     // 4. A rotation: swapped, and the gauges follow the new certificate.
     let next = TestCertificate::builder()
@@ -326,6 +349,9 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
         all.get(reloads)
     );
     assert_ne!(reason, "none");
+    // The file refused now: its reason at 1, the others at 0.
+    assert_eq!(refusal_gauge(&all, cid, reason), 1.0);
+    assert_eq!(refusal_gauge(&all, cid, "not_newer"), 0.0);
     assert_eq!(
         gauge(&all, telemetry::CREDENTIAL_NOT_AFTER, cid),
         Some(next_end)
@@ -366,6 +392,8 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
             "{name} = {value}: the previous credential's"
         );
     }
+    // A good file in use: no refusal any more.
+    assert_eq!(refusal_gauge(&all, cid, reason), 0.0);
 
     // 6. A renewal: the data plane rotates the identity; the pass renews it in the vault.
     let tenant = fx.identity.tenant_id.clone();

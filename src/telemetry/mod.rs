@@ -14,8 +14,9 @@
 //! [`describe`] after installing a recorder for the help texts, and [`initialize`] for the
 //! label sets known in advance at 0. Install the recorder before building credentials:
 //! each credential sets its own series at 0 when it is built (its token requests'
-//! `success`, its run of failures, every `outcome` and `reason` of its reloads), so that
-//! `increase()` sees a first failure or a first refused file.
+//! `success`, its run of failures, every `outcome` and `reason` of its reloads and of its
+//! file rejected gauge), so that `increase()` sees a first failure or a first refused
+//! file.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,11 +37,13 @@
 //! | `msi_dataplane_token_requests_total` | counter | `client_id`, `outcome`, `error_code` |
 //! | `msi_dataplane_token_request_duration_seconds` | histogram | `client_id`, `outcome` |
 //! | `msi_dataplane_token_expiry_timestamp_seconds` | gauge | `client_id` |
+//! | `msi_dataplane_token_soonest_expiry_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_token_consecutive_failures` | gauge | `client_id` |
 //! | `msi_dataplane_credential_not_after_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_credential_renew_after_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_credential_cannot_renew_after_timestamp_seconds` | gauge | `client_id` |
 //! | `msi_dataplane_reloads_total` | counter | `client_id`, `outcome`, `reason` |
+//! | `msi_dataplane_credential_file_rejected` | gauge | `client_id`, `reason` |
 //! | `msi_dataplane_data_plane_requests_total` | counter | `operation`, `outcome`, `error_code` |
 //! | `msi_dataplane_data_plane_request_duration_seconds` | histogram | `operation`, `outcome` |
 //! | `msi_dataplane_keyvault_requests_total` | counter | `operation`, `outcome`, `error_code` |
@@ -51,7 +54,9 @@
 //! What each tells: a token request is one exchange with Entra, and its duration; the
 //! consecutive failures count the token requests failed in a row since the last success;
 //! the credential gauges are the Unix times of the credential in use, the expiry that of
-//! the newest token; a reload is one re-read of the file; data plane and Key Vault
+//! the newest token, the soonest expiry that of the token a caller would lose first; a
+//! reload is one re-read of the file, and the file rejected gauge the outcome of the
+//! file last checked (1 for the reason it was refused, else 0); data plane and Key Vault
 //! requests are calls of the [`dataplane`](crate::dataplane) client and the
 //! [`keyvault`](crate::keyvault) store; a renewal is a pass of the store's `renew_due`;
 //! `serve_requests` are the answers of the `msi-credential` crate's token server.
@@ -95,7 +100,9 @@
 //! swap); a time the credential in use does not have (`renew_after`, `cannot_renew_after` are optional in the file) is
 //! `NaN`, never the previous credential's, and no comparison with `NaN` is true, so no
 //! rule fires on it. The token expiry is that of the newest token obtained for the client
-//! id; the consecutive failures count the token requests of the client id that failed
+//! id; the soonest expiry the earliest end of the tokens its cache holds that a caller
+//! can still lose (not yet expired, or expired while its scope's requests fail; `NaN`
+//! when none), set when a token request ends; the consecutive failures count the token requests of the client id that failed
 //! since its last success, and hold between requests: a rule on them stays true through
 //! a retry backoff of any length. Token requests count each HTTP
 //! exchange (a retried request counts each attempt); data plane and Key Vault operations
@@ -118,7 +125,15 @@
 //! # Alerts
 //!
 //! Prometheus rules for the conditions that break an identity, each with a runbook line
-//! (what it means, what to do):
+//! (what it means, what to do, when it resolves). Each reads a gauge of the state now,
+//! so each resolves at the first evaluation after its fault ends: a renewed credential
+//! loaded (`MsiCredentialRenewalOverdue`, `MsiCredentialExpiresSoon`), a good file
+//! checked (`MsiCredentialFileRejected`), the identity's first successful token request
+//! (`MsiTokenRequestsFailing`, `MsiTokenExpiresWhileFailing`). That request comes at a
+//! caller's request for a token not cached (5 s after a failure at most), or at the
+//! cached token's background refresh, 30 s after a failure within 10 minutes of the
+//! token's end, otherwise after the run's backoff (up to 10 minutes, +10%); a cached
+//! token is refreshed only when a caller asks for it.
 //!
 //! ```yaml
 #![doc = include_str!("alerts.yaml")]
@@ -128,9 +143,15 @@
 //! proves the rules with Prometheus's own tools: `promtool check rules` on it,
 //! `promtool test rules src/telemetry/alerts_test.yaml` (a case per alert: a first-ever
 //! rejection, a 90-minute outage under the refresh's backoff, a credential 3 days from
-//! its end fire; a healthy rotation, 30 days out, a file swapped for one without renewal
-//! times stay silent), and `promtool check metrics` on live scrapes of
-//! `msi-credential watch --metrics` and `serve --metrics` after a rotation and a refusal.
+//! its end, an older token ending while the newest is far out fire; a good file after a
+//! rejected one and the first success after an outage resolve; a healthy rotation, 30
+//! days out, a file swapped for one without renewal times stay silent), `promtool check
+//! metrics` on live scrapes of `msi-credential watch --metrics` and `serve --metrics`
+//! after a rotation and a refusal, and a real Prometheus server scraping `serve
+//! --metrics` every second with these rules (only their `for:` scaled from minutes to
+//! seconds), on which each alert goes pending, fires for its identity's `client_id` and
+//! resolves once its fault ends, a few seconds later (the msi-credential crate's
+//! `alerts_live` test).
 
 mod labels;
 mod names;
@@ -138,15 +159,16 @@ mod record;
 
 pub(crate) use labels::reload_reason;
 pub use names::{
-    CREDENTIAL_CANNOT_RENEW_AFTER, CREDENTIAL_NOT_AFTER, CREDENTIAL_RENEW_AFTER,
-    DATAPLANE_REQUEST_DURATION, DATAPLANE_REQUESTS, KEYVAULT_REQUEST_DURATION, KEYVAULT_REQUESTS,
-    RELOADS, RENEWALS, SERVE_REQUESTS, TOKEN_CONSECUTIVE_FAILURES, TOKEN_EXPIRY,
-    TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
+    CREDENTIAL_CANNOT_RENEW_AFTER, CREDENTIAL_FILE_REJECTED, CREDENTIAL_NOT_AFTER,
+    CREDENTIAL_RENEW_AFTER, DATAPLANE_REQUEST_DURATION, DATAPLANE_REQUESTS,
+    KEYVAULT_REQUEST_DURATION, KEYVAULT_REQUESTS, RELOADS, RENEWALS, SERVE_REQUESTS,
+    TOKEN_CONSECUTIVE_FAILURES, TOKEN_EXPIRY, TOKEN_REQUEST_DURATION, TOKEN_REQUESTS,
+    TOKEN_SOONEST_EXPIRY,
 };
 #[cfg_attr(not(feature = "keyvault"), allow(unused_imports))]
 pub(crate) use record::{
-    CredentialGauges, Service, end_span, reload, reload_client, renewals, service_call,
-    token_client, token_expiry, token_request,
+    CredentialGauges, Service, end_span, file_rejected, reload, reload_client, renewals,
+    service_call, token_client, token_expiry, token_request, token_soonest_expiry,
 };
 
 /// The Prometheus alerting rules above, as YAML (to write out or check in a test).

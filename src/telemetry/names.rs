@@ -7,6 +7,11 @@ pub const TOKEN_REQUESTS: &str = "msi_dataplane_token_requests_total";
 pub const TOKEN_REQUEST_DURATION: &str = "msi_dataplane_token_request_duration_seconds";
 /// Gauge: Unix time the newest token obtained for `client_id` expires.
 pub const TOKEN_EXPIRY: &str = "msi_dataplane_token_expiry_timestamp_seconds";
+/// Gauge: Unix time the soonest-ending token of `client_id` a caller can still lose
+/// expires: of the tokens its cache holds, those not yet expired and those whose scope's
+/// last request failed (`NaN` when it holds none). Set when a token request of the
+/// client id ends.
+pub const TOKEN_SOONEST_EXPIRY: &str = "msi_dataplane_token_soonest_expiry_timestamp_seconds";
 /// Gauge: token requests for `client_id` that failed in a row since its last success (0
 /// after a success, and from the credential's creation). It holds its value between
 /// requests, so an alert on it stays true through any backoff.
@@ -26,6 +31,11 @@ pub const CREDENTIAL_CANNOT_RENEW_AFTER: &str =
 /// `unreadable`, `malformed_json`, `bad_bundle`, `outside_validity`, `other`). A re-read
 /// of the file last decided on is `unchanged`: each file is refused once.
 pub const RELOADS: &str = "msi_dataplane_reloads_total";
+/// Gauge: 1 while the credential file of `client_id` last checked was refused for
+/// `reason` (`not_newer`, `not_found`, `unreadable`, `malformed_json`, `bad_bundle`,
+/// `outside_validity`, `other`), 0 for the other reasons; all 0 once the file checked is
+/// the credential in use (a good file swapped in, or the one in use put back).
+pub const CREDENTIAL_FILE_REJECTED: &str = "msi_dataplane_credential_file_rejected";
 /// Counter: MSI data plane operations by `operation`, `outcome` and `error_code`.
 pub const DATAPLANE_REQUESTS: &str = "msi_dataplane_data_plane_requests_total";
 /// Histogram: MSI data plane operations' duration (retries included) by `operation` and
@@ -61,6 +71,11 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
         "Unix time the newest token of the client id expires.",
     ),
     (
+        TOKEN_SOONEST_EXPIRY,
+        Kind::Gauge,
+        "Unix time the soonest-ending token of the client id expires, of those not yet expired or whose refresh fails (NaN: none cached).",
+    ),
+    (
         TOKEN_CONSECUTIVE_FAILURES,
         Kind::Gauge,
         "Token requests of the client id that failed in a row since its last success.",
@@ -84,6 +99,11 @@ pub(crate) const ALL: &[(&str, Kind, &str)] = &[
         RELOADS,
         Kind::Counter,
         "Re-reads of a credential file, by outcome and the reason the last good credential was kept; a file is refused once.",
+    ),
+    (
+        CREDENTIAL_FILE_REJECTED,
+        Kind::Gauge,
+        "1 while the credential file last checked is refused for this reason, else 0; the last good credential is in use.",
     ),
     (
         DATAPLANE_REQUESTS,

@@ -113,6 +113,33 @@ pub(crate) fn reload_client(client_id: &str) {
             )
             .increment(0);
         }
+        if *reason != labels::NONE {
+            metrics::gauge!(
+                names::CREDENTIAL_FILE_REJECTED,
+                "client_id" => client_id.to_owned(),
+                "reason" => *reason,
+            )
+            .increment(0.0);
+        }
+    }
+}
+
+/// The credential file of `client_id` was checked: refused for `reason`, or, with
+/// `"none"`, the one in use (swapped in or read again). Every other reason's gauge goes
+/// to 0, so that a good file ends the refusal at once.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn file_rejected(client_id: &str, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    for each in labels::RELOAD_REASONS
+        .iter()
+        .filter(|r| **r != labels::NONE)
+    {
+        metrics::gauge!(
+            names::CREDENTIAL_FILE_REJECTED,
+            "client_id" => client_id.to_owned(),
+            "reason" => *each,
+        )
+        .set(if *each == reason { 1.0 } else { 0.0 });
     }
 }
 
@@ -218,6 +245,16 @@ impl CredentialGauges {
 pub(crate) fn token_expiry(client_id: &str, expires_on: OffsetDateTime) {
     #[cfg(feature = "metrics")]
     metrics::gauge!(names::TOKEN_EXPIRY, "client_id" => client_id.to_owned()).set(unix(expires_on));
+}
+
+/// The soonest expiry (Unix ms) of the tokens of `client_id` a caller can still lose, as
+/// `soonest` finds it (a scan of the cache, run only with the `metrics` feature); `None`
+/// (`NaN`) when it has none.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn token_soonest_expiry(client_id: &str, soonest: impl FnOnce() -> Option<i64>) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(names::TOKEN_SOONEST_EXPIRY, "client_id" => client_id.to_owned())
+        .set(soonest().map_or(f64::NAN, |ms| (ms / 1000) as f64));
 }
 
 /// A reload of a credential file ended: `outcome` is `swapped`, `unchanged` or

@@ -27,14 +27,19 @@ use crate::error::{Error, ErrorKind, Result, TokenError};
 use crate::http::exchange;
 use crate::http::retry::jitter;
 use crate::log_budget::LogBudget;
+use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::options::ClientCertificateCredentialOptions;
-use crate::token::refresh::{Freshness, evict_count, freshness, refresh_at, settled};
+use crate::token::refresh::{
+    Freshness, evict_count, freshness, losable, near_end_quiet, refresh_at, settled,
+};
 use crate::untrusted_text::service_text;
 
 /// The cache (see the module docs), shared with its requests in flight.
 pub(crate) struct TokenCache {
     table: RwLock<Map>,
+    /// The credential's client id: its warnings and gauges name it.
+    client_id: Arc<str>,
     clock: Arc<dyn Clock>,
     /// Refresh tokens at least this long before they expire ([`refresh_at`]).
     window: Duration,
@@ -114,13 +119,16 @@ enum Step {
 }
 
 impl TokenCache {
-    /// An empty cache whose times come from `clock`, bounded as `options` say.
+    /// An empty cache of `client_id`'s tokens whose times come from `clock`, bounded as
+    /// `options` say.
     pub(crate) fn new(
+        client_id: &str,
         clock: Arc<dyn Clock>,
         options: &ClientCertificateCredentialOptions,
     ) -> Arc<Self> {
         Arc::new(TokenCache {
             table: RwLock::new(HashMap::new()),
+            client_id: Arc::from(client_id),
             clock,
             window: options.refresh_window,
             max_entries: options.max_cached_scopes,
@@ -389,18 +397,25 @@ impl Flight {
         }
         let failed = result.as_ref().err().zip(next.error_until);
         slot.failed = failed.map(|(error, until)| (error.clone(), until));
-        (slot.failures, slot.quiet_until) = (next.failures, next.quiet_until);
+        let quiet_until = near_end_quiet(now, next, slot.expires_on);
+        (slot.failures, slot.quiet_until) = (next.failures, quiet_until);
         slot.inflight = None;
         let serving_cached = matches!(step(slot, now, None), Some(Step::Hit(_)));
+        telemetry::token_soonest_expiry(&cache.client_id, || {
+            let cached = table.values().filter(|s| s.token.is_some());
+            let losable = cached.filter(|s| losable(now, s.expires_on, s.failures));
+            losable.map(|s| s.expires_on).min()
+        });
         drop(table);
         if let Err(error) = &result
             && let Some(left_out) = cache.failure_log.admit(now)
         {
             tracing::warn!(
+                client_id = %cache.client_id,
                 scope = %service_text(&self.scope),
                 error = %error,
                 failures = next.failures,
-                retry_in_secs = (next.quiet_until - now) / 1000,
+                retry_in_secs = (quiet_until - now) / 1000,
                 serving_cached,
                 left_out,
                 "token request failed (left_out: failures of this credential not logged since the last line, at most 5 lines every 10 s)"

@@ -33,7 +33,7 @@ impl Fetch for PanicsOnce {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_panics_ends_for_its_callers_and_the_next_one_starts_afresh() {
     let options = ClientCertificateCredentialOptions::default();
-    let cache = TokenCache::new(Arc::new(SystemClock), &options);
+    let cache = TokenCache::new("client", Arc::new(SystemClock), &options);
     let fetcher = Arc::new(PanicsOnce(AtomicUsize::new(0)));
     let scopes = ["https://management.azure.com/.default"];
     let get = || cache.get(None, &scopes, &fetcher, None, || true);

@@ -184,7 +184,7 @@ impl ClientCertificateCredential {
             times,
             expiry: ExpiryWarning::new(options.expiry_warning_margin),
             http,
-            cache: TokenCache::new(environment.clock().clone(), &options),
+            cache: TokenCache::new(client_id, environment.clock().clone(), &options),
             environment: environment.clone(),
             authority,
             tenants,

@@ -169,6 +169,34 @@ pub(crate) fn settled(
     }
 }
 
+/// A cached token this close to its end is tried again at most
+/// [`MIN_REFRESH_BACKOFF`] after a failed refresh, however many failures came before
+/// (its callers are about to lose it); the alert on a token ending while its requests
+/// fail uses the same 10 minutes.
+pub const NEAR_END: Duration = Duration::from_secs(10 * 60);
+
+/// Pure: the end of the backoff after a request that ended at `now` (Unix ms) as
+/// [`settled`] says, for a slot whose token expires at `expires_on`: within
+/// [`NEAR_END`] of that end no later than [`MIN_REFRESH_BACKOFF`] from now (its callers
+/// are about to lose it, and a try after the service's recovery ends the failures at
+/// once), never before the error's own memory ends (a `Retry-After` it holds).
+pub(crate) fn near_end_quiet(now: i64, next: Settled, expires_on: i64) -> i64 {
+    let near_end = i64::try_from(NEAR_END.as_millis()).unwrap_or(i64::MAX);
+    if expires_on.saturating_sub(now) > near_end {
+        return next.quiet_until;
+    }
+    let soon = after(now, MIN_REFRESH_BACKOFF);
+    let memory = next.error_until.unwrap_or(i64::MIN);
+    next.quiet_until.min(soon).max(memory)
+}
+
+/// Pure: whether a cached token expiring at `expires_on` (Unix ms) is one a caller can
+/// still lose at `now`: not yet expired, or its scope's requests fail (`failures` > 0).
+/// An expired token of a scope no one asks for again is not.
+pub(crate) fn losable(now: i64, expires_on: i64, failures: u32) -> bool {
+    now < expires_on || failures > 0
+}
+
 /// `now` (Unix ms) plus `wait`.
 fn after(now: i64, wait: Duration) -> i64 {
     now.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
@@ -246,6 +274,35 @@ mod tests {
         let secs = |n| refresh_backoff(n, 0.0).as_secs();
         assert_eq!([secs(1), secs(2), secs(3), secs(30)], [30, 60, 120, 600]);
         assert!(refresh_backoff(1, 0.99) <= Duration::from_secs(33));
+    }
+
+    #[test]
+    fn a_token_near_its_end_is_retried_at_the_first_backoff_however_long_the_run() {
+        let (now, memory) = (1_000_000, Duration::from_secs(5));
+        let tenth = settled(now, 9, Some(true), memory, 0.0);
+        assert_eq!(tenth.quiet_until, now + 600_000);
+        // An hour from its end: the run's backoff (10 minutes).
+        assert_eq!(near_end_quiet(now, tenth, now + 3_600_000), now + 600_000);
+        // Within 10 minutes of it, or past it: 30 s.
+        assert_eq!(near_end_quiet(now, tenth, now + 600_000), now + 30_000);
+        assert_eq!(near_end_quiet(now, tenth, now - 1), now + 30_000);
+        // Never before the error's own memory ends (a long Retry-After it holds).
+        let held = Settled {
+            error_until: Some(now + 120_000),
+            ..tenth
+        };
+        assert_eq!(near_end_quiet(now, held, now + 60_000), now + 120_000);
+        // A success has no backoff to shorten.
+        let ok = settled(now, 9, None, memory, 0.0);
+        assert_eq!(near_end_quiet(now, ok, now + 60_000), i64::MIN);
+    }
+
+    #[test]
+    fn an_expired_token_counts_for_the_soonest_expiry_only_while_its_scope_fails() {
+        assert!(losable(1_000, 2_000, 0));
+        assert!(losable(3_000, 2_000, 1));
+        assert!(!losable(3_000, 2_000, 0));
+        assert!(!losable(2_000, 2_000, 0));
     }
 
     #[test]

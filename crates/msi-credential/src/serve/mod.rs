@@ -18,9 +18,15 @@
 //! - **Identities**: one or more [`ServedIdentity`], each a reloading credential; a
 //!   request names one by `client_id`, `object_id` (or its alias `principal_id`) or
 //!   `mi_res_id`; with none, the only one when there is one.
-//! - **Tokens** come from the identity's cache, refreshed at least [`SERVED_TOKEN_REFRESH_WINDOW`]
-//!   (15 minutes) ahead when loaded with [`ServedIdentity::load`], so a served token keeps
-//!   comfortably more than the clients' 5-minute staleness margin. The token is requested
+//! - **Tokens** come from the identity's cache. Loaded with [`ServedIdentity::load`], a
+//!   token is refreshed at Entra's `refresh_in` when it sent one, else at half its
+//!   lifetime when it lives over 2 hours, else [`SERVED_TOKEN_REFRESH_WINDOW`] (15
+//!   minutes) before its end; never later than that, nor than half its lifetime (so a
+//!   token under 30 minutes at half-life); up to 10% (at most 60 s) of the time until
+//!   then earlier, at random; by a background request the first call after that point
+//!   starts. An hour's token is served with more than the clients' 5-minute staleness
+//!   margin left; a 620 s token is refreshed about 5 minutes in, a 120 s one about 1
+//!   minute in. The token is requested
 //!   for `<resource>/.default` (a resource that already ends with `/.default` as is).
 //! - **Failures**: every error answer is JSON with `statusCode`, `message`,
 //!   `correlationId`, `error` and `error_description`, and, when Entra's answer carried

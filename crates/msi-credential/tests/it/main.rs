@@ -5,6 +5,7 @@ mod serving;
 #[path = "../../../../tests/support/mod.rs"]
 mod support;
 
+mod alerts_live;
 mod cli;
 mod cli_serve;
 mod cli_vault;
