@@ -371,7 +371,10 @@ impl CredentialStore {
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
         observed("put", async {
             let name = secret.name();
-            let body = set_secret_body(secret)?;
+            // The body rendered once from the formatted secret: the SDK's
+            // `SetSecretParameters` would take copies of the value and tags first.
+            let json = secret.render_set_secret_body(Some("application/json"))?;
+            let body: RequestContent<SetSecretParameters> = RequestContent::from(json.into_bytes());
             let response = self
                 .client
                 .set_secret(name, body, None)
@@ -397,7 +400,7 @@ impl CredentialStore {
         version: Option<&str>,
     ) -> Result<Stored<ManagedIdentityCredentials>> {
         let name = keyvault::identifier_for_managed_identity_credentials(identifier);
-        self.get_typed(&name, version).await
+        self.get_typed(&name, version, parse_managed).await
     }
 
     /// The `UserAssignedIdentityCredentials` stored as `uamsi-<identifier>`.
@@ -411,7 +414,7 @@ impl CredentialStore {
         version: Option<&str>,
     ) -> Result<Stored<UserAssignedIdentityCredentials>> {
         let name = keyvault::identifier_for_user_assigned_identity_credentials(identifier);
-        self.get_typed(&name, version).await
+        self.get_typed(&name, version, parse_user_assigned).await
     }
 
     /// A stored credential by secret name, of either kind.
@@ -429,14 +432,16 @@ impl CredentialStore {
         })
     }
 
-    async fn get_typed<T: FromStored>(
+    async fn get_typed<T>(
         &self,
         name: &str,
         version: Option<&str>,
+        parse: fn(&str, &str) -> Result<T>,
     ) -> Result<Stored<T>> {
         let (value, properties) = self.get_value(name, version).await?;
+        let credentials = parse(name, value.expose_secret())?;
         Ok(Stored {
-            credentials: T::from_stored(name, value.expose_secret())?,
+            credentials,
             properties,
         })
     }
@@ -750,10 +755,7 @@ impl CredentialStore {
 
     async fn renew_once(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
         let Some((_, identifier)) = StoredKind::of(name) else {
-            return Err(invalid(
-                name,
-                "the name has neither the `msi-` nor the `uamsi-` prefix",
-            ));
+            return Err(invalid(name, NO_PREFIX));
         };
         let (stored, fresh) = match self.get(name, None).await?.credentials {
             AnyCredentials::UserAssignedIdentity(stored) => {
@@ -829,7 +831,7 @@ impl CredentialStore {
 /// valid Key Vault name; anything else a vault lists is skipped, so no name this crate
 /// returns holds more than ASCII letters, digits and `-`.
 fn stored_name(id: Option<&str>) -> Option<String> {
-    let name = id.and_then(name_of_id)?;
+    let (name, _) = split_id(id?)?;
     if validate_secret_name(&name).is_err() {
         tracing::debug!(
             name = %service_text(&name),
@@ -886,53 +888,33 @@ impl AnyCredentials {
     fn parse(name: &str, value: &str) -> Result<Self> {
         match StoredKind::of(name) {
             Some((StoredKind::ManagedIdentity, _)) => {
-                ManagedIdentityCredentials::from_stored(name, value).map(Self::ManagedIdentity)
+                parse_managed(name, value).map(Self::ManagedIdentity)
             }
             Some((StoredKind::UserAssignedIdentity, _)) => {
-                UserAssignedIdentityCredentials::from_stored(name, value)
-                    .map(Self::UserAssignedIdentity)
+                parse_user_assigned(name, value).map(Self::UserAssignedIdentity)
             }
-            None => Err(ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
-            })
-            .into()),
+            None => Err(invalid(name, NO_PREFIX)),
         }
     }
 }
 
-/// Parsing a stored value into a typed object.
-pub(crate) trait FromStored: Sized {
-    fn from_stored(name: &str, value: &str) -> Result<Self>;
+/// The reason a name of neither kind is refused.
+const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
+
+/// A stored value as `ManagedIdentityCredentials`; serde_json's line and column, never
+/// the value.
+fn parse_managed(name: &str, value: &str) -> Result<ManagedIdentityCredentials> {
+    serde_json::from_str(value).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        let reason = format!("not ManagedIdentityCredentials JSON (line {line}, column {column})");
+        invalid(name, &reason)
+    })
 }
 
-impl FromStored for ManagedIdentityCredentials {
-    fn from_stored(name: &str, value: &str) -> Result<Self> {
-        serde_json::from_str(value).map_err(|e| {
-            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                // serde_json's message names the line and column, never the value.
-                reason: format!(
-                    "not ManagedIdentityCredentials JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
-            })
-            .into()
-        })
-    }
-}
-
-impl FromStored for UserAssignedIdentityCredentials {
-    fn from_stored(name: &str, value: &str) -> Result<Self> {
-        UserAssignedIdentityCredentials::from_slice(value.as_bytes()).map_err(|e| {
-            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: format!("not UserAssignedIdentityCredentials: {e}"),
-            })
-            .into()
-        })
-    }
+/// A stored value as `UserAssignedIdentityCredentials`.
+fn parse_user_assigned(name: &str, value: &str) -> Result<UserAssignedIdentityCredentials> {
+    UserAssignedIdentityCredentials::from_slice(value.as_bytes())
+        .map_err(|e| invalid(name, &format!("not UserAssignedIdentityCredentials: {e}")))
 }
 
 /// `https://vault/secrets/<name>[/<version>]` → `(name, version)`. Plain string work on
@@ -952,18 +934,6 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
     let name = segments.next().filter(|s| !s.is_empty())?.to_owned();
     let version = segments.next().filter(|s| !s.is_empty()).map(str::to_owned);
     Some((name, version))
-}
-
-/// The "Set Secret" body, rendered once from the formatted secret (value, content type,
-/// attributes and tags as [`crate::keyvault`] decided them): the SDK's
-/// `SetSecretParameters` would take a copy of the value and of the tags, then render them.
-fn set_secret_body(secret: &KeyVaultSecret) -> Result<RequestContent<SetSecretParameters>> {
-    let json = secret.render_set_secret_body(Some("application/json"))?;
-    Ok(RequestContent::from(json.into_bytes()))
-}
-
-fn name_of_id(id: &str) -> Option<String> {
-    split_id(id).map(|(name, _)| name)
 }
 
 fn properties_of(
@@ -1027,11 +997,10 @@ fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
 }
 
 fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-        name: name.to_owned(),
-        reason: format!("Key Vault's answer cannot be read: {}", e.kind()),
-    })
-    .into()
+    invalid(
+        name,
+        &format!("Key Vault's answer cannot be read: {}", e.kind()),
+    )
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
