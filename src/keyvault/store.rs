@@ -259,8 +259,9 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`] naming
-    /// `vault_url` when it is not an `https` URL;
+    /// [`ConfigError::InvalidArgument`] naming `vault_url` when it is not an `https` URL
+    /// with a host and without user information, query or fragment (the rule of every
+    /// service URL the crate is given);
     /// [`ConfigError::HttpClient`] when the HTTP client cannot be built;
     /// [`ConfigError::ConflictingOptions`] when both an HTTP client and extra roots are set.
     pub fn new(
