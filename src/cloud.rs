@@ -29,6 +29,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
+use crate::http::base_url::base_url;
 
 /// An Azure cloud: its canonical name, Entra authority host, ARM endpoint and ARM audience.
 ///
@@ -284,18 +285,9 @@ pub fn default_scope(resource: &str) -> String {
 }
 
 fn https_url(field: &'static str, value: String) -> Result<String> {
-    let value = value.trim().to_owned();
-    let url = url::Url::parse(&value).map_err(|e| invalid_cloud(field, &e.to_string()))?;
-    if url.scheme() != "https" {
-        return Err(invalid_cloud(field, "must be an https URL"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(invalid_cloud(field, "has no host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid_cloud(field, "must not have a query or fragment"));
-    }
-    Ok(value)
+    let value = value.trim();
+    base_url(value, false, false).map_err(|reason| invalid_cloud(field, &reason))?;
+    Ok(value.to_owned())
 }
 
 fn invalid_cloud(field: &'static str, reason: &str) -> Error {

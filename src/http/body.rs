@@ -1,10 +1,9 @@
-//! Reading answers safely (a bounded body, the one message for a body over the limit,
-//! `Retry-After`), and a form body that is wiped once sent.
+//! Reading answers safely: a bounded body, the one message for a body over the limit,
+//! `Retry-After`.
 
 use std::time::Duration;
 
 use time::OffsetDateTime;
-use zeroize::Zeroizing;
 
 /// Answer bodies (token endpoint, data plane, Key Vault) larger than this are refused.
 pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -52,30 +51,6 @@ pub(crate) fn parse_retry_after(value: &str, now: OffsetDateTime) -> Option<Dura
     } else {
         Duration::ZERO
     })
-}
-
-/// A url-encoded form, in a buffer this crate owns and zeroizes when the HTTP stack drops
-/// its last reference (for a form that carries a secret). Sized up front
-/// (percent-encoding turns a byte into at most 3) so that no reallocation frees a copy.
-pub(crate) fn zeroizing_form(fields: &[(&str, &str)]) -> bytes::Bytes {
-    let capacity = fields
-        .iter()
-        .map(|(k, v)| 3 * (k.len() + v.len()) + 2)
-        .sum();
-    let mut body = String::with_capacity(capacity);
-    url::form_urlencoded::Serializer::new(&mut body)
-        .extend_pairs(fields)
-        .finish();
-    bytes::Bytes::from_owner(ZeroizingBody(Zeroizing::new(body.into_bytes())))
-}
-
-/// Owner of a request body: zeroized on drop.
-struct ZeroizingBody(Zeroizing<Vec<u8>>);
-
-impl AsRef<[u8]> for ZeroizingBody {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! HTTP plumbing shared by the token, data plane and Key Vault layers: the crate's own
 //! client ([`client`]; which client a request uses is the `Environment`'s choice), where
-//! exchanges run ([`exchange`]), bounded answers, `Retry-After` and the zeroizing form
-//! body ([`body`]), which hosts are loopback ([`loopback`]), the rule for a configured
+//! exchanges run ([`exchange`]), bounded answers and `Retry-After`
+//! ([`body`]), which hosts are loopback ([`loopback`]), the rule for a configured
 //! service URL ([`base_url`]), retries ([`retry`]), Azure's error bodies ([`azure_error_body`]), the links
 //! a service hands back ([`service_link`]), the bundled roots ([`roots`]) and the
 //! `User-Agent` every request carries ([`user_agent`]). Uses only
@@ -15,6 +15,7 @@ pub(crate) mod exchange;
 pub(crate) mod loopback;
 pub(crate) mod retry;
 pub(crate) mod roots;
+#[cfg(feature = "keyvault")]
 pub(crate) mod service_link;
 pub(crate) mod user_agent;
 

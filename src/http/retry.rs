@@ -35,10 +35,10 @@ use crate::error::{Error, ErrorKind};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// At least 1.
-    max_attempts: u32,
-    initial_delay: Duration,
-    max_delay: Duration,
-    max_total: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) initial_delay: Duration,
+    pub(crate) max_delay: Duration,
+    pub(crate) max_total: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -85,30 +85,6 @@ impl RetryPolicy {
     pub fn with_max_total(mut self, total: Duration) -> Self {
         self.max_total = total;
         self
-    }
-
-    /// The most requests made in all, the first included (at least 1).
-    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
-    pub(crate) fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The delay before the first retry.
-    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
-    pub(crate) fn initial_delay(&self) -> Duration {
-        self.initial_delay
-    }
-
-    /// The longest computed delay between attempts.
-    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
-    pub(crate) fn max_delay(&self) -> Duration {
-        self.max_delay
-    }
-
-    /// The longest total time from the first attempt to the start of the last.
-    #[cfg_attr(not(feature = "keyvault"), allow(dead_code))]
-    pub(crate) fn max_total(&self) -> Duration {
-        self.max_total
     }
 }
 

@@ -7,20 +7,15 @@
 //! neither keep a listing running forever nor have the client send its bearer token to
 //! another host.
 
-#[cfg(feature = "keyvault")]
 use std::collections::HashSet;
 
-#[cfg(feature = "keyvault")]
 use url::{Origin, Url};
 
-#[cfg(feature = "keyvault")]
 use crate::untrusted_text::service_text;
 
-#[cfg(feature = "keyvault")]
 use crate::error::LinkFault;
 
 /// Checks each link of one walk through a service's pages.
-#[cfg(feature = "keyvault")]
 pub(crate) struct LinkGuard {
     origin: Origin,
     /// SHA-256 of each link followed: a fixed size per page, whatever a link's length.
@@ -29,7 +24,6 @@ pub(crate) struct LinkGuard {
     max_pages: usize,
 }
 
-#[cfg(feature = "keyvault")]
 impl LinkGuard {
     /// A walk on the origin of `service_url`, of at most `max_pages` pages (the first
     /// page included).
@@ -69,7 +63,6 @@ impl LinkGuard {
 }
 
 #[cfg(test)]
-#[cfg(feature = "keyvault")]
 mod tests {
     use super::*;
 

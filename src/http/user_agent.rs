@@ -47,12 +47,7 @@ pub(crate) fn header_value(application_id: Option<&str>) -> HeaderValue {
     // Every character is ASCII and visible (OS and ARCH names, a checked id), so this
     // never falls back; the fallback still names the crate.
     HeaderValue::from_str(&text).unwrap_or_else(|_| {
-        HeaderValue::from_static(concat!(
-            "azsdk-rust-",
-            env!("CARGO_PKG_NAME"),
-            "/",
-            env!("CARGO_PKG_VERSION")
-        ))
+        HeaderValue::from_static(concat!("azsdk-rust-", env!("CARGO_PKG_NAME")))
     })
 }
 

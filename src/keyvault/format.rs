@@ -2,7 +2,6 @@
 //! place for every writer (the store here, or any other client).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -256,7 +255,7 @@ pub(crate) fn invalid_stored_secret(name: &str, reason: impl std::fmt::Display) 
 }
 
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyVaultSecret {
     name: String,
     value: SecretString,
@@ -337,16 +336,5 @@ impl KeyVaultSecret {
         let tags: usize = self.tags.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
         let hint = value.len() + value.len() / 8 + tags + 192;
         crate::file::model::secret_json(&body, hint)
-    }
-}
-
-impl fmt::Debug for KeyVaultSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyVaultSecret")
-            .field("name", &self.name)
-            .field("value", &self.value)
-            .field("attributes", &self.attributes)
-            .field("tags", &self.tags)
-            .finish()
     }
 }

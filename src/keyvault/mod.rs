@@ -100,20 +100,19 @@
 //! those values. The store's cost against a hand-made request is in the
 //! [`performance`](crate::guide::performance) chapter.
 //!
+//! Key Vault's answers reach the store through the HTTP stack and the SDK's model: a
+//! secret's value, the credential JSON with its key material, is held there in memory this
+//! crate does not own and cannot wipe (SECURITY.md); the store hands it on as a
+//! [`SecretString`](crate::SecretString).
+//!
 //! This folder holds the storage format (re-exported here), the store over the Azure SDK
-//! (`store`; `answer` reads Key Vault's answers without stray copies of the value) and
+//! (`store`) and
 //! renewal (`renewal`: pure decisions, and what renewing did). Uses `file/` for the
 //! credential model and `dataplane/` for what it stores and renews.
 
-#[cfg(feature = "keyvault")]
-mod answer;
 mod format;
-#[cfg(feature = "keyvault")]
-mod listing;
 pub mod renewal;
 #[cfg(feature = "keyvault")]
 pub mod store;
 
 pub use format::*;
-#[cfg(feature = "keyvault")]
-pub use listing::{DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS};

@@ -46,7 +46,7 @@ use crate::clock::rfc3339;
 #[cfg(feature = "keyvault")]
 use crate::error::Error;
 
-use crate::keyvault::{
+use crate::keyvault::format::{
     CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };

@@ -41,12 +41,13 @@ use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
-use azure_core::http::pager::PagerContinuation;
+use azure_core::http::pager::{Page, Pager, PagerContinuation};
 use azure_core::http::{
     ClientOptions, ExponentialRetryOptions, RequestContent, RetryOptions, Transport,
 };
 use azure_security_keyvault_secrets::models::{
-    DeletedSecret, SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
+    DeletedSecret, ListDeletedSecretPropertiesResult, Secret, SecretAttributes as SdkAttributes,
+    SecretClientGetSecretOptions, SecretClientListDeletedSecretPropertiesOptions,
     SecretClientListSecretPropertiesOptions, SetSecretParameters,
 };
 use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
@@ -61,21 +62,18 @@ use crate::error::{
     cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
+use crate::http::base_url::base_url;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
-use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
-use crate::keyvault::format::invalid_stored_secret;
-use crate::keyvault::listing::{
-    self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
+use crate::keyvault::format::{
+    self as keyvault, KeyVaultSecret, format_managed_identity_credentials_for_storage,
+    format_user_assigned_identity_credentials_for_storage, validate_secret_name,
+    validate_secret_version,
 };
 use crate::keyvault::renewal::{
     RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal, should_store,
 };
-use crate::keyvault::{
-    self, KeyVaultSecret, format_managed_identity_credentials_for_storage,
-    format_user_assigned_identity_credentials_for_storage, validate_secret_name,
-    validate_secret_version,
-};
+use crate::secret::SecretString;
 use crate::telemetry::{self, Service};
 use crate::untrusted_text::{service_text, service_text_opt};
 
@@ -84,6 +82,12 @@ pub const MAX_PAGE_SIZE: i32 = 25;
 
 /// The default of [`StoreOptions::with_max_list_pages`].
 pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
+
+/// The default of [`StoreOptions::with_max_list_items`].
+pub const DEFAULT_MAX_LIST_ITEMS: usize = 100_000;
+
+/// The default of [`StoreOptions::with_max_list_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_LIST_BYTES: usize = 64 * 1024 * 1024;
 
 /// Options for [`CredentialStore::new`]: the vault's own settings, and the
 /// [`Environment`] (HTTP, retries) set with [`with_environment`](Self::with_environment).
@@ -94,7 +98,7 @@ pub const DEFAULT_MAX_LIST_PAGES: usize = 10_000;
 /// let options = StoreOptions::default().with_page_size(100);
 /// assert!(format!("{options:?}").contains("page_size: 25"));
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct StoreOptions {
     // Each setting is documented on its setter.
     environment: Environment,
@@ -172,7 +176,8 @@ impl StoreOptions {
     }
 
     /// Take at most this many items (at least 1) in one listing; past it the listing
-    /// fails with `refused_link`. Default [`DEFAULT_MAX_LIST_ITEMS`]
+    /// fails with `refused_link`
+    ///. Default [`DEFAULT_MAX_LIST_ITEMS`]
     /// (100,000).
     pub fn with_max_list_items(mut self, max_list_items: usize) -> Self {
         self.max_list_items = max_list_items.max(1);
@@ -200,21 +205,6 @@ impl StoreOptions {
     pub fn with_api_version(mut self, version: impl Into<String>) -> Self {
         self.api_version = Some(version.into());
         self
-    }
-}
-
-impl fmt::Debug for StoreOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("environment", &self.environment)
-            .field("verify_challenge_resource", &self.verify_challenge_resource)
-            .field("page_size", &self.page_size)
-            .field("api_version", &self.api_version)
-            .field("max_list_pages", &self.max_list_pages)
-            .field("max_list_items", &self.max_list_items)
-            .field("max_list_bytes", &self.max_list_bytes)
-            .field("list_deadline", &self.list_deadline)
-            .finish_non_exhaustive()
     }
 }
 
@@ -249,18 +239,15 @@ pub struct CredentialStore {
     vault_url: String,
     /// `vault_url`, parsed: the origin every `nextLink` must share.
     vault: url::Url,
-    page_size: i32,
-    max_list_pages: usize,
-    max_list_items: usize,
-    max_list_bytes: usize,
-    list_deadline: Duration,
+    /// The listing's settings (the environment in it is spent on the client).
+    options: StoreOptions,
 }
 
 impl fmt::Debug for CredentialStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CredentialStore")
             .field("vault_url", &self.vault_url)
-            .field("page_size", &self.page_size)
+            .field("page_size", &self.options.page_size)
             .finish_non_exhaustive()
     }
 }
@@ -272,20 +259,20 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// `invalid_argument` naming `vault_url` when it is not an `https` URL; `http_client`
-    /// when the HTTP client cannot be built; `conflicting_options` when both an HTTP client and extra roots are set.
+    /// `invalid_argument` naming `vault_url` when it is not an `https` URL
+    /// with a host and without user information, query or fragment (the rule of every
+    /// service URL the crate is given);
+    /// `http_client` when the HTTP client cannot be built;
+    /// `conflicting_options` when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
         options: StoreOptions,
     ) -> Result<Self> {
-        let parsed = url::Url::parse(vault_url).map_err(|e| {
-            Error::invalid_argument("vault_url", format!("`{vault_url}` is not a URL: {e}"))
+        let parsed = base_url(vault_url, false, false).map_err(|reason| {
+            let shown = crate::untrusted_text::quoted_input(vault_url);
+            Error::invalid_argument("vault_url", format!("`{shown}`: {reason}"))
         })?;
-        if parsed.scheme() != "https" || parsed.host_str().is_none() {
-            let reason = format!("`{vault_url}` is not an https URL with a host");
-            return Err(Error::invalid_argument("vault_url", reason));
-        }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::http::loopback::is_loopback(&parsed);
         let http = options.environment.client(direct)?;
@@ -306,21 +293,16 @@ impl CredentialStore {
             verify_challenge_resource: Some(options.verify_challenge_resource),
             ..Default::default()
         };
-        if let Some(version) = options.api_version {
-            sdk_options.api_version = version;
+        if let Some(version) = &options.api_version {
+            sdk_options.api_version = version.clone();
         }
         let client = SecretClient::new(parsed.as_str(), credential, Some(sdk_options))
-            .map_err(|e| Error::invalid_argument("vault_url", e))?;
+            .map_err(|e| Error::invalid_argument("vault_url", e.to_string()))?;
         Ok(CredentialStore {
             client: Arc::new(client),
             vault_url: parsed.as_str().to_owned(),
             vault: parsed,
-            // Clamped by their setters.
-            page_size: options.page_size,
-            max_list_pages: options.max_list_pages,
-            max_list_items: options.max_list_items,
-            max_list_bytes: options.max_list_bytes,
-            list_deadline: options.list_deadline,
+            options,
         })
     }
 
@@ -344,7 +326,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// As [`keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
+    /// As [`crate::keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
     /// a [`ServiceError`] saying to purge or recover on Key Vault's 409, and
     /// [`ErrorKind::Service`] / [`ErrorKind::Transport`].
     pub async fn put_managed_identity(
@@ -380,20 +362,18 @@ impl CredentialStore {
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
         observed("put", async {
             let name = secret.name();
-            let body = set_secret_body(secret)?;
+            // The body rendered once from the formatted secret: the SDK's
+            // `SetSecretParameters` would take copies of the value and tags first.
+            let json = secret.render_set_secret_body(Some("application/json"))?;
+            let body: RequestContent<SetSecretParameters> = RequestContent::from(json.into_bytes());
             let response = self
                 .client
                 .set_secret(name, body, None)
                 .await
                 .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
-            let stored: PropertiesAnswer = answer::parse(name, response.body())?;
+            let stored = response.into_model().map_err(|e| invalid_answer(name, e))?;
             tracing::info!(secret = name, "stored a credential in Key Vault");
-            Ok(properties_of(
-                name,
-                stored.id.as_deref(),
-                stored.attributes.as_ref(),
-                stored.tags,
-            ))
+            Ok(secret_properties(name, stored).1)
         })
         .await
     }
@@ -411,7 +391,7 @@ impl CredentialStore {
         version: Option<&str>,
     ) -> Result<Stored<ManagedIdentityCredentials>> {
         let name = keyvault::identifier_for_managed_identity_credentials(identifier);
-        self.get_typed(&name, version).await
+        self.get_typed(&name, version, parse_managed).await
     }
 
     /// The `UserAssignedIdentityCredentials` stored as `uamsi-<identifier>`.
@@ -425,7 +405,7 @@ impl CredentialStore {
         version: Option<&str>,
     ) -> Result<Stored<UserAssignedIdentityCredentials>> {
         let name = keyvault::identifier_for_user_assigned_identity_credentials(identifier);
-        self.get_typed(&name, version).await
+        self.get_typed(&name, version, parse_user_assigned).await
     }
 
     /// A stored credential by secret name, of either kind.
@@ -443,14 +423,16 @@ impl CredentialStore {
         })
     }
 
-    async fn get_typed<T: FromStored>(
+    async fn get_typed<T>(
         &self,
         name: &str,
         version: Option<&str>,
+        parse: fn(&str, &str) -> Result<T>,
     ) -> Result<Stored<T>> {
         let (value, properties) = self.get_value(name, version).await?;
+        let credentials = parse(name, value.expose_secret())?;
         Ok(Stored {
-            credentials: T::from_stored(name, value.expose_secret())?,
+            credentials,
             properties,
         })
     }
@@ -467,7 +449,7 @@ impl CredentialStore {
         &self,
         name: &str,
         version: Option<&str>,
-    ) -> Result<(crate::secret::SecretString, StoredProperties)> {
+    ) -> Result<(SecretString, StoredProperties)> {
         observed("get", async {
             validate_secret_name(name)?;
             if let Some(version) = version {
@@ -482,15 +464,11 @@ impl CredentialStore {
                 .get_secret(name, Some(options))
                 .await
                 .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
-            let secret: GetSecretAnswer<'_> = answer::parse(name, response.body())?;
-            let value = secret.value(name)?;
-            let properties = properties_of(
-                name,
-                secret.id.as_deref(),
-                secret.attributes.as_ref(),
-                secret.tags,
-            );
-            Ok((value, properties))
+            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+            match secret_properties(name, secret) {
+                (Some(value), properties) => Ok((value, properties)),
+                (None, _) => Err(invalid(name, "Key Vault returned no value")),
+            }
         })
         .await
     }
@@ -569,14 +547,9 @@ impl CredentialStore {
                 .recover_deleted_secret(name, None)
                 .await
                 .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
-            let secret: PropertiesAnswer = answer::parse(name, response.body())?;
+            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
             tracing::info!(secret = name, "recovered a deleted credential");
-            Ok(properties_of(
-                name,
-                secret.id.as_deref(),
-                secret.attributes.as_ref(),
-                secret.tags,
-            ))
+            Ok(secret_properties(name, secret).1)
         })
         .await
     }
@@ -620,119 +593,86 @@ impl CredentialStore {
     where
         F: FnMut(StoredProperties) + Send,
     {
-        const OPERATION: &str = "list";
-        let walk = async {
-            let options = SecretClientListSecretPropertiesOptions {
-                maxresults: Some(self.page_size),
-                ..Default::default()
-            };
-            let mut pages = self
-                .client
-                .list_secret_properties(Some(options))
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-                .into_pages();
-            let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
-            let mut budget = ListingBudget::new(self.max_list_items, self.max_list_bytes);
-            let mut handed = 0;
-            while let Some(page) = pages
-                .try_next()
-                .await
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-            {
-                let page = page
-                    .into_model()
-                    .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
-                for item in page.value {
-                    let Some(name) = stored_name(item.id.as_deref()) else {
-                        continue;
-                    };
-                    let properties =
-                        properties_of(&name, None, item.attributes.as_ref(), item.tags);
-                    budget
-                        .take(listing::weight(&properties))
-                        .map_err(|fault| refused_link(OPERATION, fault))?;
-                    each(properties);
-                    handed += 1;
-                }
-                check_next_link(&mut guard, pages.continuation(), OPERATION)?;
-            }
-            Ok(handed)
+        let options = SecretClientListSecretPropertiesOptions {
+            maxresults: Some(self.options.page_size),
+            ..Default::default()
         };
-        observed("list", self.within_deadline(OPERATION, walk)).await
-    }
-
-    /// `walk`, or `refused_link` once [`StoreOptions::with_list_deadline`] passed.
-    async fn within_deadline<T>(
-        &self,
-        operation: &'static str,
-        walk: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.list_deadline, walk).await {
-            Ok(result) => result,
-            Err(_) => Err(refused_link(
-                operation,
-                LinkFault::Deadline {
-                    after: self.list_deadline,
-                },
-            )),
-        }
+        let pager = self.client.list_secret_properties(Some(options));
+        let walk = self.walk("list", pager, |item| each(item.properties));
+        observed("list", walk).await
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
     /// recovery), across all pages (Key Vault's `GET /deletedsecrets` and its `nextLink`),
-    /// without any value: Go's `GetDeletedCredentialsObjectPager`, read to the end.
+    /// without any value: Go's `GetDeletedCredentialsObjectPager`, read to the end. Bounded
+    /// as [`list_with`](Self::list_with).
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Service`], [`ErrorKind::Transport`].
+    /// As [`list_with`](Self::list_with).
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
-        const OPERATION: &str = "list deleted";
+        let options = SecretClientListDeletedSecretPropertiesOptions {
+            maxresults: Some(self.options.page_size),
+            ..Default::default()
+        };
+        let pager = self.client.list_deleted_secret_properties(Some(options));
+        let mut listed = Vec::new();
+        let walk = self.walk("list deleted", pager, |item| listed.push(item));
+        observed("list_deleted", walk).await?;
+        Ok(listed)
+    }
+
+    /// One listing: every stored credential of its pages handed to `each` as its page
+    /// arrives (both listings' pages read as the deleted one's, whose items add three
+    /// fields), within the store's bounds (pages, links, items, bytes, deadline); the
+    /// number handed.
+    async fn walk<P: Page + serde::de::DeserializeOwned + Send>(
+        &self,
+        operation: &'static str,
+        pager: azure_core::Result<Pager<P>>,
+        mut each: impl FnMut(DeletedCredential) + Send,
+    ) -> Result<usize> {
+        let fail = |e| map_error(&self.vault_url, operation, "*", e);
+        let refuse = |fault| Err(refused_link(operation, fault));
         let walk = async {
-            use azure_security_keyvault_secrets::models::{
-                DeletedSecretProperties, SecretClientListDeletedSecretPropertiesOptions,
-            };
-            let options = SecretClientListDeletedSecretPropertiesOptions {
-                maxresults: Some(self.page_size),
-                ..Default::default()
-            };
-            let mut pages = self
-                .client
-                .list_deleted_secret_properties(Some(options))
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-                .into_pages();
-            let mut guard = LinkGuard::new(&self.vault, self.max_list_pages);
-            let mut budget = ListingBudget::new(self.max_list_items, self.max_list_bytes);
-            let mut listed = Vec::new();
-            while let Some(page) = pages
-                .try_next()
-                .await
-                .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?
-            {
-                let page = page
-                    .into_model()
-                    .map_err(|e| map_error(&self.vault_url, OPERATION, "*", e))?;
+            let mut pages = pager.map_err(fail)?.into_pages();
+            let mut guard = LinkGuard::new(&self.vault, self.options.max_list_pages);
+            let (mut handed, mut bytes) = (0, 0usize);
+            while let Some(page) = pages.try_next().await.map_err(fail)? {
+                let page: ListDeletedSecretPropertiesResult = page.body().json().map_err(fail)?;
                 for item in page.value {
-                    let item: DeletedSecretProperties = item;
                     let Some(name) = stored_name(item.id.as_deref()) else {
                         continue;
                     };
                     let properties =
                         properties_of(&name, None, item.attributes.as_ref(), item.tags);
-                    budget
-                        .take(listing::weight(&properties))
-                        .map_err(|fault| refused_link(OPERATION, fault))?;
-                    listed.push(DeletedCredential {
+                    bytes = bytes.saturating_add(weight(&properties));
+                    if handed >= self.options.max_list_items {
+                        let limit = self.options.max_list_items;
+                        return refuse(LinkFault::TooManyItems { limit });
+                    }
+                    if bytes > self.options.max_list_bytes {
+                        let limit = self.options.max_list_bytes;
+                        return refuse(LinkFault::TooManyBytes { limit });
+                    }
+                    each(DeletedCredential {
                         properties,
                         recovery_id: item.recovery_id.map(|id| service_text(&id)),
                         deleted_date: item.deleted_date,
                         scheduled_purge_date: item.scheduled_purge_date,
                     });
+                    handed += 1;
                 }
-                check_next_link(&mut guard, pages.continuation(), OPERATION)?;
+                check_next_link(&mut guard, pages.continuation(), operation)?;
             }
-            Ok(listed)
+            Ok(handed)
         };
-        observed("list_deleted", self.within_deadline(OPERATION, walk)).await
+        match tokio::time::timeout(self.options.list_deadline, walk).await {
+            Ok(result) => result,
+            Err(_) => refuse(LinkFault::Deadline {
+                after: self.options.list_deadline,
+            }),
+        }
     }
 
     /// Renew the identity stored as `name` (`msi-<id>` or `uamsi-<id>`): ask `dataplane`
@@ -805,76 +745,58 @@ impl CredentialStore {
     }
 
     async fn renew_once(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
-        let Some((kind, identifier)) = StoredKind::of(name) else {
-            return Err(invalid(
-                name,
-                "the name has neither the `msi-` nor the `uamsi-` prefix",
-            ));
+        let Some((_, identifier)) = StoredKind::of(name) else {
+            return Err(invalid(name, NO_PREFIX));
         };
-        match kind {
-            StoredKind::UserAssignedIdentity => {
-                let stored: Stored<UserAssignedIdentityCredentials> =
-                    self.get_user_assigned_identity(identifier, None).await?;
-                let stored_nbf = format_user_assigned_identity_credentials_for_storage(
-                    identifier,
-                    &stored.credentials,
-                )?
-                .attributes()
-                .not_before;
+        let (stored, fresh) = match self.get(name, None).await?.credentials {
+            AnyCredentials::UserAssignedIdentity(stored) => {
                 let resource_id = stored
-                    .credentials
                     .resource_id
                     .clone()
                     .ok_or_else(|| invalid(name, "the stored credential has no resource_id"))?;
+                let request = UserAssignedIdentitiesRequest::new([resource_id.as_str()]);
                 let fresh = dataplane
-                    .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new(
-                        [resource_id.as_str()],
-                    ))
+                    .get_user_assigned_identities_credentials(&request)
                     .await?;
                 let offered = fresh
                     .user_assigned_identity(&resource_id)
                     .ok_or_else(|| invalid(name, "the data plane did not return this identity"))?;
-                let secret =
-                    format_user_assigned_identity_credentials_for_storage(identifier, offered)?;
-                self.store_if_newer(name, stored_nbf, &secret).await
+                (
+                    format_user_assigned_identity_credentials_for_storage(identifier, &stored)?,
+                    format_user_assigned_identity_credentials_for_storage(identifier, offered)?,
+                )
             }
-            StoredKind::ManagedIdentity => {
-                let stored: Stored<ManagedIdentityCredentials> =
-                    self.get_managed_identity(identifier, None).await?;
-                let stored_nbf = format_managed_identity_credentials_for_storage(
-                    identifier,
-                    &stored.credentials,
-                )?
-                .attributes()
-                .not_before;
-                let ids: Vec<String> = stored
-                    .credentials
-                    .user_assigned_identities()
+            AnyCredentials::ManagedIdentity(stored) => {
+                let identities = stored.user_assigned_identities();
+                let ids: Vec<String> = identities
                     .iter()
                     .filter_map(|i| i.resource_id.clone())
                     .collect();
-                let fresh = if stored.credentials.user_assigned_identities().is_empty() {
+                let fresh = if identities.is_empty() {
                     dataplane.get_system_assigned_identity_credentials().await?
-                } else if ids.len() == stored.credentials.user_assigned_identities().len() {
+                } else if ids.len() == identities.len() {
+                    let request = UserAssignedIdentitiesRequest::new(ids);
                     dataplane
-                        .get_user_assigned_identities_credentials(
-                            &UserAssignedIdentitiesRequest::new(ids),
-                        )
+                        .get_user_assigned_identities_credentials(&request)
                         .await?
                 } else {
                     return Err(invalid(name, "an explicit identity has no resource_id"));
                 };
-                let secret = format_managed_identity_credentials_for_storage(identifier, &fresh)?;
-                self.store_if_newer(name, stored_nbf, &secret).await
+                (
+                    format_managed_identity_credentials_for_storage(identifier, &stored)?,
+                    format_managed_identity_credentials_for_storage(identifier, &fresh)?,
+                )
             }
-        }
+        };
+        self.store_if_newer(name, stored.attributes().not_before, &fresh)
+            .await
     }
 
     async fn store_if_newer(
         &self,
         name: &str,
         stored_not_before: OffsetDateTime,
-        secret: &crate::keyvault::KeyVaultSecret,
+        secret: &KeyVaultSecret,
     ) -> Result<RenewalOutcome> {
         let offered_not_before = secret.attributes().not_before;
         if !should_store(stored_not_before, offered_not_before) {
@@ -900,7 +822,7 @@ impl CredentialStore {
 /// valid Key Vault name; anything else a vault lists is skipped, so no name this crate
 /// returns holds more than ASCII letters, digits and `-`.
 fn stored_name(id: Option<&str>) -> Option<String> {
-    let name = id.and_then(name_of_id)?;
+    let (name, _) = split_id(id?)?;
     if validate_secret_name(&name).is_err() {
         tracing::debug!(
             name = %service_text(&name),
@@ -937,13 +859,13 @@ fn check_next_link(
             guard.follow(link).map_err(|f| refused_link(operation, f))
         }
         // Key Vault pages by link only; anything else is not followed.
-        Some(other) => {
-            let other = crate::untrusted_text::quoted_input(other.as_ref());
-            Err(unusable(
-                operation,
-                format!("a continuation that is not a link: `{other}`"),
-            ))
-        }
+        Some(other) => Err(unusable(
+            operation,
+            format!(
+                "a continuation that is not a link: `{}`",
+                crate::untrusted_text::quoted_input(other.as_ref())
+            ),
+        )),
     }
 }
 
@@ -960,43 +882,33 @@ impl AnyCredentials {
     fn parse(name: &str, value: &str) -> Result<Self> {
         match StoredKind::of(name) {
             Some((StoredKind::ManagedIdentity, _)) => {
-                ManagedIdentityCredentials::from_stored(name, value).map(Self::ManagedIdentity)
+                parse_managed(name, value).map(Self::ManagedIdentity)
             }
             Some((StoredKind::UserAssignedIdentity, _)) => {
-                UserAssignedIdentityCredentials::from_stored(name, value)
-                    .map(Self::UserAssignedIdentity)
+                parse_user_assigned(name, value).map(Self::UserAssignedIdentity)
             }
-            None => Err(invalid(
-                name,
-                "the name has neither the `msi-` nor the `uamsi-` prefix",
-            )),
+            None => Err(invalid(name, NO_PREFIX)),
         }
     }
 }
 
-/// Parsing a stored value into a typed object.
-pub(crate) trait FromStored: Sized {
-    fn from_stored(name: &str, value: &str) -> Result<Self>;
+/// The reason a name of neither kind is refused.
+const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
+
+/// A stored value as `ManagedIdentityCredentials`; serde_json's line and column, never
+/// the value.
+fn parse_managed(name: &str, value: &str) -> Result<ManagedIdentityCredentials> {
+    serde_json::from_str(value).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        let reason = format!("not ManagedIdentityCredentials JSON (line {line}, column {column})");
+        invalid(name, &reason)
+    })
 }
 
-impl FromStored for ManagedIdentityCredentials {
-    fn from_stored(name: &str, value: &str) -> Result<Self> {
-        serde_json::from_str(value).map_err(|e| {
-            // serde_json's message names the line and column, never the value.
-            let (line, column) = (e.line(), e.column());
-            let reason =
-                format!("not ManagedIdentityCredentials JSON (line {line}, column {column})");
-            invalid_stored_secret(name, reason)
-        })
-    }
-}
-
-impl FromStored for UserAssignedIdentityCredentials {
-    fn from_stored(name: &str, value: &str) -> Result<Self> {
-        UserAssignedIdentityCredentials::from_slice(value.as_bytes()).map_err(|e| {
-            invalid_stored_secret(name, format!("not UserAssignedIdentityCredentials: {e}"))
-        })
-    }
+/// A stored value as `UserAssignedIdentityCredentials`.
+fn parse_user_assigned(name: &str, value: &str) -> Result<UserAssignedIdentityCredentials> {
+    UserAssignedIdentityCredentials::from_slice(value.as_bytes())
+        .map_err(|e| invalid(name, &format!("not UserAssignedIdentityCredentials: {e}")))
 }
 
 /// `https://vault/secrets/<name>[/<version>]` → `(name, version)`. Plain string work on
@@ -1016,18 +928,6 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
     let name = segments.next().filter(|s| !s.is_empty())?.to_owned();
     let version = segments.next().filter(|s| !s.is_empty()).map(str::to_owned);
     Some((name, version))
-}
-
-/// The "Set Secret" body, rendered once from the formatted secret (value, content type,
-/// attributes and tags as [`crate::keyvault`] decided them): the SDK's
-/// `SetSecretParameters` would take a copy of the value and of the tags, then render them.
-fn set_secret_body(secret: &KeyVaultSecret) -> Result<RequestContent<SetSecretParameters>> {
-    let json = secret.render_set_secret_body(Some("application/json"))?;
-    Ok(RequestContent::from(json.into_bytes()))
-}
-
-fn name_of_id(id: &str) -> Option<String> {
-    split_id(id).map(|(name, _)| name)
 }
 
 fn properties_of(
@@ -1051,6 +951,31 @@ fn properties_of(
     properties
 }
 
+/// A secret Key Vault returned: its value (which the SDK's model holds as a plain
+/// `String`: see SECURITY.md), and its properties.
+fn secret_properties(name: &str, secret: Secret) -> (Option<SecretString>, StoredProperties) {
+    let properties = properties_of(
+        name,
+        secret.id.as_deref(),
+        secret.attributes.as_ref(),
+        secret.tags,
+    );
+    (secret.value.map(SecretString::from), properties)
+}
+
+/// Pure: about the bytes `properties` hold in a listing (its strings and a fixed part per
+/// field), counted against [`StoreOptions::with_max_list_bytes`].
+fn weight(properties: &StoredProperties) -> usize {
+    const FIXED: usize = std::mem::size_of::<StoredProperties>();
+    const PER_TAG: usize = 64;
+    let tags: usize = properties
+        .tags
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + PER_TAG)
+        .sum();
+    FIXED + properties.name.len() + properties.version.as_ref().map_or(0, String::len) + tags
+}
+
 fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
     DeletedCredential {
         properties: properties_of(
@@ -1066,9 +991,9 @@ fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
 }
 
 fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    invalid_stored_secret(
+    invalid(
         name,
-        format!("Key Vault's answer cannot be read: {}", e.kind()),
+        &format!("Key Vault's answer cannot be read: {}", e.kind()),
     )
 }
 
@@ -1163,15 +1088,15 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
 
 /// The crate's retry policy as the SDK's options (the SDK counts retries, not attempts).
 fn sdk_retry(policy: &RetryPolicy) -> RetryOptions {
-    if policy.max_attempts() <= 1 {
+    if policy.max_attempts <= 1 {
         return RetryOptions::none();
     }
     let span = |d: Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
     RetryOptions::exponential(ExponentialRetryOptions {
-        initial_delay: span(policy.initial_delay()),
-        max_retries: policy.max_attempts() - 1,
-        max_total_elapsed: span(policy.max_total()),
-        max_delay: span(policy.max_delay()),
+        initial_delay: span(policy.initial_delay),
+        max_retries: policy.max_attempts - 1,
+        max_total_elapsed: span(policy.max_total),
+        max_delay: span(policy.max_delay),
     })
 }
 
@@ -1190,7 +1115,7 @@ fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T
 
 /// The stored secret `name` cannot be renewed, for `reason`.
 fn invalid(name: &str, reason: &str) -> Error {
-    invalid_stored_secret(name, reason)
+    crate::keyvault::format::invalid_stored_secret(name, reason)
 }
 
 /// One store operation in its `keyvault_request` span, counted by outcome with its

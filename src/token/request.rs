@@ -12,7 +12,6 @@ use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
 use crate::error::{Error, Result, TransportError, cause_chain};
-use crate::http::body::zeroizing_form;
 use crate::http::{exchange, retry};
 use crate::secret::SecretString;
 use crate::telemetry;
@@ -138,8 +137,7 @@ impl Inner {
             .header("x-client-sku", SKU)
             .header("x-client-ver", VERSION)
             .header("x-ms-lib-capability", "retry-after, h429")
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(zeroizing_form(&form));
+            .form(&form);
         let transport = |e: reqwest::Error| -> Error {
             TransportError::from_reqwest("token", token_url.as_str(), cause_chain(&e), e).into()
         };
