@@ -50,7 +50,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::socket::Deadlined;
+use crate::serve::socket::{self, Deadlined};
 
 /// The largest request head (request line and headers) hyper reads, and the size of its
 /// read and write buffers; a bigger head is answered 431 (or 414 for a long target) with
@@ -189,6 +189,21 @@ impl Registry {
     fn open(&self) -> usize {
         self.lock().len()
     }
+
+    /// Wait (at most [`EVICTION_GRACE`]) until fewer than `max` connections are open;
+    /// whether they are.
+    async fn below(&self, max: usize) -> bool {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if self.open() < max {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(EVICTION_GRACE, wait).await.is_ok()
+    }
 }
 
 /// An open connection as [`to_close`] weighs it.
@@ -313,10 +328,15 @@ pub(crate) async fn serve<H, F>(
                 continue;
             }
         };
-        if registry.open() >= limits.max_connections {
-            registry.close_one_idle();
+        // A hard cap: the new connection waits for an idle one to close for it (at once,
+        // or within its grace when it has just started answering), else it is reset.
+        if registry.open() >= limits.max_connections
+            && !(registry.close_one_idle() && registry.below(limits.max_connections).await)
+        {
+            socket::reset(stream);
+            continue;
         }
-        let _ = stream.set_nodelay(true);
+        socket::accepted(&stream, limits.write_timeout);
         let (id, conn) = registry.insert();
         tokio::spawn(connection(
             stream,
@@ -367,8 +387,9 @@ async fn connection<H, F>(
             match first { Ok(Ok(n)) if n > 0 => Some(()), _ => None }
         }
     };
-    if first.is_some() {
-        serve_connection(stream, &registry, &conn, limits, &stop, handler).await;
+    match first {
+        Some(()) => serve_connection(stream, &registry, &conn, limits, &stop, handler).await,
+        None => socket::reset(stream),
     }
     registry.remove(id);
 }
@@ -406,7 +427,13 @@ async fn serve_connection<H, F>(
             }
         })
     };
-    let io = Deadlined::new(stream, limits.write_timeout, conn.unsent.clone());
+    let graceful = Arc::new(AtomicBool::new(false));
+    let io = Deadlined::new(
+        stream,
+        limits.write_timeout,
+        conn.unsent.clone(),
+        graceful.clone(),
+    );
     let served = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
@@ -415,8 +442,12 @@ async fn serve_connection<H, F>(
         .max_buf_size(HEAD_LIMIT_BYTES)
         .serve_connection(TokioIo::new(io), service);
     let mut served = std::pin::pin!(served);
+    // Only a connection whose serving ended normally (the peer closed it, or its last
+    // answer was written) closes gracefully; every other close is a reset.
+    let ended =
+        |result: Result<(), hyper::Error>| graceful.store(result.is_ok(), Ordering::Release);
     let grace = tokio::select! {
-        _ = served.as_mut() => return,
+        result = served.as_mut() => return ended(result),
         // Closed for a new connection: an idle one goes at once (an answer held back
         // with it), one answering a request finishes that answer first.
         _ = conn.close.cancelled() => {
@@ -428,7 +459,9 @@ async fn serve_connection<H, F>(
         _ = stop.cancelled() => DRAIN,
     };
     served.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(grace, served).await;
+    if let Ok(result) = tokio::time::timeout(grace, served.as_mut()).await {
+        ended(result);
+    }
 }
 
 #[cfg(test)]
