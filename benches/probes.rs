@@ -1,6 +1,6 @@
 //! The costs behind the cache's hit-path design (BENCHMARKS.md, "The hit path's parts and
-//! the re-arm thread"): reading the clock three ways, hashing a scope, cloning an `Arc`; and what the
-//! directory re-arm thread does for each watched directory once a second (`stat`).
+//! the re-arm poll"): reading the clock three ways, hashing a scope, cloning an `Arc`; and
+//! what a reload task does once a second while its directory's watch is lost (`stat`).
 //!
 //! `cargo bench --bench probes`
 

@@ -143,12 +143,11 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
         0,
         "a multi-threaded runtime's requests started the I/O thread: {during:?}"
     );
-    // The re-arm thread (`msi-dataplane-rearm` shows as `msi-dataplane-r`) and notify's.
-    assert_eq!(count(&during, "msi-dataplane-rearm"), 1, "{during:?}");
+    // The watcher's thread: notify's.
     assert_eq!(count(&during, "notify-rs inotify loop"), 1, "{during:?}");
     drop(cred);
-    wait_until("the re-arm and watcher threads to end", |now| {
-        count(now, "msi-dataplane-rearm") == 0 && count(now, "notify-rs inotify loop") == 0
+    wait_until("the watcher's thread to end", |now| {
+        count(now, "notify-rs inotify loop") == 0
     });
     drop(mt);
 
@@ -167,9 +166,8 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
     let during = threads();
     assert_documented(&before, &during);
     // The threads this setup must start, each under the name the chapter gives it.
-    // `msi-dataplane-reload` and `msi-dataplane-rearm` look alike in `comm`: two of them.
     assert!(count(&during, "msi-dataplane-io") >= 1, "{during:?}");
-    assert_eq!(count(&during, "msi-dataplane-reload"), 2, "{during:?}");
+    assert_eq!(count(&during, "msi-dataplane-reload"), 1, "{during:?}");
     assert_eq!(count(&during, "notify-rs inotify loop"), 1, "{during:?}");
     assert!(
         count(&during, "msi-dataplane-test-server") >= 1,
@@ -177,10 +175,9 @@ fn every_thread_the_library_starts_is_in_the_guide_and_ends_as_it_says() {
     );
 
     // The chapter: the reload thread ends with its task, the watcher's thread with the
-    // last credential in the directory, the re-arm thread within a second of the last
-    // watch; the I/O thread lives on.
+    // last watched directory; the I/O thread lives on.
     drop(cred);
-    wait_until("the reload, re-arm and watcher threads to end", |now| {
+    wait_until("the reload and watcher threads to end", |now| {
         count(now, "msi-dataplane-reload") == 0 && count(now, "notify-rs inotify loop") == 0
     });
     assert!(

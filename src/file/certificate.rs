@@ -14,50 +14,6 @@ use crate::file::bundle::{self, BundleFormat};
 use crate::file::key::{self, LoadedKey};
 use crate::file::model::UserAssignedIdentityCredentials;
 
-/// The latest `notBefore` among the certificates of a credential file's bundle (its
-/// `client_secret`), decoded without loading the key (`None`: no certificate). The
-/// leaf's is at most this.
-pub(crate) fn latest_not_before(client_secret: &str) -> Result<Option<OffsetDateTime>> {
-    let bytes = bundle::decode_base64(client_secret)?;
-    let raw = bundle::decode_bundle(&bytes)?;
-    let mut latest = None;
-    for (index, der) in raw.certificates.iter().enumerate() {
-        let (_, cert) = X509Certificate::from_der(der).map_err(|e| {
-            ErrorKind::File(FileError::InvalidCertificate {
-                index,
-                reason: crate::parser_errors::x509(&e),
-            })
-        })?;
-        let not_before = cert.validity().not_before.to_datetime();
-        latest = latest.max(Some(not_before));
-    }
-    Ok(latest)
-}
-
-/// For the crate's tests: how many times a certificate's key was loaded and an
-/// assertion signed with it, by the leaf's SHA-256 thumbprint (thumbprints are unique
-/// per test, so tests running at once do not disturb each other's counts).
-#[cfg(test)]
-pub(crate) mod probe {
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-
-    /// Keys loaded.
-    pub(crate) static KEY_LOADS: Mutex<BTreeMap<[u8; 32], usize>> = Mutex::new(BTreeMap::new());
-    /// Assertions signed.
-    pub(crate) static SIGNATURES: Mutex<BTreeMap<[u8; 32], usize>> = Mutex::new(BTreeMap::new());
-
-    pub(crate) fn record(counts: &Mutex<BTreeMap<[u8; 32], usize>>, thumbprint: &[u8; 32]) {
-        let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
-        *counts.entry(*thumbprint).or_default() += 1;
-    }
-
-    pub(crate) fn count(counts: &Mutex<BTreeMap<[u8; 32], usize>>, thumbprint: &[u8; 32]) -> usize {
-        let counts = counts.lock().unwrap_or_else(|e| e.into_inner());
-        counts.get(thumbprint).copied().unwrap_or(0)
-    }
-}
-
 /// A decoded certificate bundle, ready to sign client assertions.
 ///
 /// The **leaf** is the certificate whose public key matches the private key, wherever it
@@ -118,10 +74,7 @@ impl ClientCertificate {
     pub fn from_bundle(bytes: &[u8]) -> Result<Self> {
         let raw = bundle::decode_bundle(bytes)?;
         let loaded = key::load(raw.key)?;
-        let cert = Self::assemble(loaded, raw.certificates, raw.format)?;
-        #[cfg(test)]
-        probe::record(&probe::KEY_LOADS, &cert.sha256);
-        Ok(cert)
+        Self::assemble(loaded, raw.certificates, raw.format)
     }
 
     fn assemble(

@@ -1,7 +1,6 @@
 //! What a reloading credential is serving and how its last re-read went
-//! ([`ReloadStatus`]), as health endpoints, metrics and logs see it: [`ReloadStatus`]
-//! and [`ReloadOutcome`] as JSON (`Serialize`), as one line of text (`Display`), and
-//! compared (`PartialEq`).
+//! ([`ReloadStatus`]), as health endpoints, metrics and logs see it: as JSON
+//! (`Serialize`), as one line of text (`Display`), and compared (`PartialEq`).
 //!
 //! Errors appear as their stable [`code`](crate::ErrorKind::code), their message (which
 //! the crate keeps free of secrets: it names the file and the field, never their
@@ -10,33 +9,40 @@
 //! as I/O errors that cannot be compared). Times are RFC 3339 in UTC, to the second.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde::ser::{Serialize, SerializeStruct as _, Serializer};
+use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 
 use crate::clock::Rfc3339;
 use crate::error::Error;
 use crate::reload::rule::ReloadOutcome;
+use crate::token::credential::ClientCertificateCredential;
 
 /// What a reloading credential is serving, and how its last re-read went: for health
 /// endpoints, metrics and the CLI. Secrets are not included. It is `Serialize` (times RFC
 /// 3339, the error as `{"code", "message", "transient"}`), `Display` (one line) and
-/// `PartialEq` (errors compared by code and message).
-#[derive(Clone, Debug)]
+/// `PartialEq` (errors compared by code and message). Its JSON has its fields, in order;
+/// absent values are `null`.
+#[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
 pub struct ReloadStatus {
     /// The credential file's visible path.
+    #[serde(serialize_with = "path")]
     pub path: PathBuf,
     /// The active credential's effective `not_before` (the file's, else the leaf's).
+    #[serde(serialize_with = "time")]
     pub not_before: OffsetDateTime,
     /// The active credential's end: the earlier of the file's `not_after` and the leaf's.
+    #[serde(serialize_with = "time")]
     pub not_after: OffsetDateTime,
     /// Lower-case hex SHA-256 thumbprint of the active leaf certificate.
     pub thumbprint_sha256: String,
     /// When the active credential became active.
+    #[serde(serialize_with = "time")]
     pub loaded_at: OffsetDateTime,
     /// When the file was last re-read (`None`: not since the first load).
+    #[serde(serialize_with = "maybe_time")]
     pub last_check: Option<OffsetDateTime>,
     /// How the last re-read ended.
     pub last_outcome: Option<ReloadOutcome>,
@@ -46,6 +52,7 @@ pub struct ReloadStatus {
     /// a second time). The metrics count a refusal only when this is `true`.
     pub last_new_file: bool,
     /// The error of the last re-read, if it failed (`None` when the last one did not).
+    #[serde(serialize_with = "error")]
     pub last_error: Option<Error>,
     /// How many times a newer credential was swapped in.
     pub reloads: u64,
@@ -55,75 +62,29 @@ pub struct ReloadStatus {
     /// scopes its predecessor had served), `None` when the last such fetch succeeded or
     /// none was made. Set as soon as it fails, before any caller asks: a new credential
     /// that Entra rejects shows here while the old one may still be valid.
+    #[serde(serialize_with = "error")]
     pub last_prefetch_error: Option<Error>,
 }
 
-impl ReloadOutcome {
-    /// The outcome's stable name: `swapped`, `unchanged`, `not_newer` or `invalid` (its
-    /// JSON and `Display` form).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReloadOutcome::Swapped => "swapped",
-            ReloadOutcome::Unchanged => "unchanged",
-            ReloadOutcome::NotNewer => "not_newer",
-            ReloadOutcome::Invalid => "invalid",
-        }
-    }
+fn path<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&path.display())
 }
 
-impl fmt::Display for ReloadOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+fn time<S: Serializer>(time: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&Rfc3339(*time))
 }
 
-impl Serialize for ReloadOutcome {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
+fn maybe_time<S: Serializer>(time: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+    time.map(|t| Rfc3339(t).to_string()).serialize(s)
 }
 
 /// An error as a status shows it: `{"code", "message", "transient"}`.
-struct ErrorSummary<'a>(&'a Error);
-
-impl Serialize for ErrorSummary<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Error", 3)?;
-        s.serialize_field("code", self.0.kind().code())?;
-        s.serialize_field("message", &self.0.to_string())?;
-        s.serialize_field("transient", &self.0.is_transient())?;
-        s.end()
-    }
-}
-
-/// A time as RFC 3339 text.
-struct Time(OffsetDateTime);
-
-impl Serialize for Time {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&Rfc3339(self.0))
-    }
-}
-
-/// `{"path", "not_before", "not_after", "thumbprint_sha256", "loaded_at", "last_check",
-/// "last_outcome", "last_new_file", "last_error": {"code", "message", "transient"}, "reloads",
-/// "watching"}`; absent values are `null`.
-impl Serialize for ReloadStatus {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("ReloadStatus", 11)?;
-        s.serialize_field("path", &self.path.to_string_lossy())?;
-        s.serialize_field("not_before", &Time(self.not_before))?;
-        s.serialize_field("not_after", &Time(self.not_after))?;
-        s.serialize_field("thumbprint_sha256", &self.thumbprint_sha256)?;
-        s.serialize_field("loaded_at", &Time(self.loaded_at))?;
-        s.serialize_field("last_check", &self.last_check.map(Time))?;
-        s.serialize_field("last_outcome", &self.last_outcome)?;
-        s.serialize_field("last_new_file", &self.last_new_file)?;
-        s.serialize_field("last_error", &self.last_error.as_ref().map(ErrorSummary))?;
-        s.serialize_field("reloads", &self.reloads)?;
-        s.serialize_field("watching", &self.watching)?;
-        s.end()
-    }
+fn error<S: Serializer>(error: &Option<Error>, s: S) -> Result<S::Ok, S::Error> {
+    let summary = |e: &Error| {
+        let (code, message, transient) = (e.kind().code(), e.to_string(), e.is_transient());
+        serde_json::json!({ "code": code, "message": message, "transient": transient })
+    };
+    error.as_ref().map(summary).serialize(s)
 }
 
 /// One line: `<path>: serving <thumbprint> (valid <not_before> to <not_after>, since
@@ -162,23 +123,41 @@ impl fmt::Display for ReloadStatus {
 /// Every field equal; errors compared by code and message (see the module docs).
 impl PartialEq for ReloadStatus {
     fn eq(&self, other: &Self) -> bool {
-        let same_error = match (&self.last_error, &other.last_error) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                a.kind().code() == b.kind().code() && a.to_string() == b.to_string()
-            }
-            _ => false,
-        };
-        same_error
-            && self.path == other.path
-            && self.not_before == other.not_before
-            && self.not_after == other.not_after
-            && self.thumbprint_sha256 == other.thumbprint_sha256
-            && self.loaded_at == other.loaded_at
-            && self.last_check == other.last_check
-            && self.last_outcome == other.last_outcome
-            && self.last_new_file == other.last_new_file
-            && self.reloads == other.reloads
-            && self.watching == other.watching
+        fn errors(s: &ReloadStatus) -> [Option<(&'static str, String)>; 2] {
+            [&s.last_error, &s.last_prefetch_error]
+                .map(|e| e.as_ref().map(|e| (e.kind().code(), e.to_string())))
+        }
+        fn fields(s: &ReloadStatus) -> impl PartialEq + '_ {
+            let times = (s.not_before, s.not_after, s.loaded_at, s.last_check);
+            let check = (s.last_outcome, s.last_new_file, s.reloads, s.watching);
+            (&s.path, &s.thumbprint_sha256, times, check)
+        }
+        errors(self) == errors(other) && fields(self) == fields(other)
+    }
+}
+
+impl ReloadStatus {
+    /// A first load's status: `credential` at `path`, active since `now`.
+    pub(crate) fn new(
+        path: PathBuf,
+        credential: &ClientCertificateCredential,
+        now: OffsetDateTime,
+        watching: bool,
+    ) -> Self {
+        let window = credential.window();
+        ReloadStatus {
+            path,
+            not_before: window.not_before,
+            not_after: window.end,
+            thumbprint_sha256: credential.certificate().thumbprint_sha256_hex(),
+            loaded_at: now,
+            last_check: None,
+            last_outcome: None,
+            last_new_file: false,
+            last_error: None,
+            reloads: 0,
+            watching,
+            last_prefetch_error: None,
+        }
     }
 }

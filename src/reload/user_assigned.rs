@@ -1,76 +1,41 @@
-//! `UserAssignedIdentityCredential`: the credential file, followed through every rotation
-//! (a re-read: [`check`](super::check); the background task: [`task`](super::task)).
+//! `UserAssignedIdentityCredential`: the credential file, followed through every rotation.
+//!
+//! The whole path of a rotation is here: the background task ([`Task::run`]) turns the
+//! directory watch's signals ([`watch`](super::watch): debounced, an atomic swap at once)
+//! and the backstop into re-reads; one re-read ([`Reloader::check`]) reads the file, tells
+//! a file already decided on from a new one, applies the swap rule ([`rule`](super::rule)),
+//! swaps, and records the outcome ([`Reloader::record`]: log, metrics, status); after a
+//! swap the new credential fetches the old one's scopes ahead ([`Reloader::prefetch`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
-use crate::error::Result;
-use crate::reload::check::{Refusal, abandoned};
+use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
+use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::file::model::read_limited;
 use crate::reload::options::ReloadOptions;
 use crate::reload::rule::{self, ReloadOutcome};
 use crate::reload::status::ReloadStatus;
-use crate::reload::target::{resolved_dir, watched_dir};
-use crate::reload::task::{ReloadTask, spawn_dedicated};
-use crate::reload::watch::{DirSignal, Subscription, subscribe as watch_dir};
+use crate::reload::watch::{DirSignal, FileWatch};
 use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::ClientCertificateCredential;
 use crate::token::options::ClientCertificateCredentialOptions;
 
-/// The active credential, and its file's digest.
-pub(super) struct Active {
-    pub(super) credential: ClientCertificateCredential,
-    /// SHA-256 of the file's bytes.
-    pub(super) digest: [u8; 32],
-}
+/// At most this many scope sets are fetched ahead after a swap.
+const MAX_PREFETCH: usize = 16;
 
-impl Active {
-    /// The credential in use from now on (its gauges set, with the `metrics` feature).
-    pub(super) fn new(credential: ClientCertificateCredential, digest: [u8; 32]) -> Self {
-        credential.gauges().record();
-        Active { credential, digest }
-    }
-}
-
-/// Shared by the handles and (weakly) by the background task.
-pub(super) struct Reloader {
-    pub(super) path: PathBuf,
-    pub(super) client_options: ClientCertificateCredentialOptions,
-    /// Swapped whole on a rotation; the one swapped out is freed when the last call that
-    /// loaded it returns.
-    pub(super) active: ArcSwap<Active>,
-    pub(super) status: watch::Sender<ReloadStatus>,
-    pub(super) cancel: CancellationToken,
-    /// Serializes re-reads (task and `check_now`); holds the last file that was refused,
-    /// so the same bad bytes (or the same read failure) are not decided, logged and
-    /// counted again.
-    pub(super) check: AsyncMutex<Option<Refusal>>,
-    /// Re-reads decided so far: a check whose read began before another's decision
-    /// reads again (its bytes may be older than what was decided meanwhile).
-    pub(super) decided: AtomicU64,
-    /// For the crate's tests: the next `check_now` stops between its read and the lock.
-    #[cfg(test)]
-    pub(super) pause: Mutex<Option<super::check::Pause>>,
-    /// For subscribing to the directory the visible path resolves to (`None`: not
-    /// watching).
-    pub(super) target_tx: Option<UnboundedSender<DirSignal>>,
-    /// The watch on that directory, when it is not the visible directory.
-    pub(super) target: Mutex<Option<(PathBuf, Subscription)>>,
-}
-
-impl Drop for Reloader {
-    fn drop(&mut self) {
-        // The task holds only a weak reference; this wakes it to stop.
-        self.cancel.cancel();
-    }
-}
+/// How often the task tries to re-arm its directory's lost watch. Real time, not the
+/// credential's clock: it looks at the real file system.
+const REARM_POLL: Duration = Duration::from_secs(1);
 
 /// A user-assigned managed identity read from its credential file and kept current as
 /// the file is rotated: the Rust counterpart of Go's
@@ -135,59 +100,44 @@ impl UserAssignedIdentityCredential {
         reload: ReloadOptions,
     ) -> Result<Self> {
         let path = path.into();
-        let (changed_tx, changed) = unbounded_channel();
-        let target_tx = reload.watch.then(|| changed_tx.clone());
-        let subscribe = reload.watch.then(|| (watched_dir(&path), changed_tx));
+        let (tx, signals) = unbounded_channel();
+        let (load_path, load_options, watching) = (path.clone(), options.clone(), reload.watch);
+        let (watch, active) = tokio::task::spawn_blocking(move || {
+            // Watch first: a change after the load is then never missed.
+            let watch = watching.then(|| FileWatch::new(&load_path, tx));
+            let bytes = read_limited(&load_path)?;
+            let credential = rule::build(&load_path, &bytes, load_options)?;
+            Ok::<_, Error>((watch, Active::new(credential, rule::digest_of(&bytes))))
+        })
+        .await
+        .map_err(|_| abandoned())??;
         let clock = options.environment().clock().clone();
-        let (watcher, target, active) =
-            load_blocking(path.clone(), options.clone(), subscribe).await?;
-        let now = clock.now();
-        let window = active.credential.window();
-        let status = ReloadStatus {
-            path: path.clone(),
-            not_before: window.not_before,
-            not_after: window.end,
-            thumbprint_sha256: active.credential.certificate().thumbprint_sha256_hex(),
-            loaded_at: now,
-            last_check: None,
-            last_outcome: None,
-            last_new_file: false,
-            last_error: None,
-            reloads: 0,
-            watching: watcher.as_ref().is_some_and(Subscription::is_armed),
-            last_prefetch_error: None,
-        };
-        let cancel = match &reload.cancellation {
-            Some(parent) => parent.child_token(),
-            None => CancellationToken::new(),
-        };
+        let watching = watch.as_ref().is_some_and(FileWatch::is_armed);
+        let status = ReloadStatus::new(path.clone(), &active.credential, clock.now(), watching);
+        let parent = reload.cancellation.as_ref();
+        let cancel = parent.map_or_else(CancellationToken::new, CancellationToken::child_token);
+        telemetry::reload_client(active.credential.client_id());
+        tracing::info!(path = %path.display(), "loaded credential file");
         let inner = Arc::new(Reloader {
-            path: path.clone(),
-            client_options: options,
-            active: ArcSwap::from_pointee(active),
+            path,
+            options,
+            active: ArcSwap::new(active),
             status: watch::channel(status).0,
             cancel: cancel.clone(),
-            check: AsyncMutex::new(None),
-            decided: AtomicU64::new(0),
-            #[cfg(test)]
-            pause: Mutex::new(None),
-            target_tx,
-            target: Mutex::new(target),
+            refused: AsyncMutex::new(None),
         });
-        telemetry::reload_client(inner.active.load().credential.client_id());
-        tracing::info!(path = %path.display(), "loaded credential file");
         let dedicated = reload.dedicated_thread;
-        let task = ReloadTask {
+        let task = Task {
             reloader: Arc::downgrade(&inner),
             cancel,
             clock,
             options: reload,
-            watcher,
-            changed,
+            watch,
+            signals,
             ended: false,
         };
         if dedicated {
-            spawn_dedicated(task)?;
+            task.spawn_dedicated()?;
         } else {
             tokio::spawn(task.run());
         }
@@ -257,57 +207,382 @@ impl UserAssignedIdentityCredential {
     }
 }
 
+/// Its [`status`](UserAssignedIdentityCredential::status), which holds no secret.
 impl fmt::Debug for UserAssignedIdentityCredential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let status = self.status();
-        f.debug_struct("UserAssignedIdentityCredential")
-            .field("path", &status.path)
-            .field("thumbprint_sha256", &status.thumbprint_sha256)
-            .field("not_before", &status.not_before)
-            .field("not_after", &status.not_after)
-            .field("reloads", &status.reloads)
-            .finish_non_exhaustive()
+        f.debug_tuple("UserAssignedIdentityCredential")
+            .field(&status)
+            .finish()
     }
 }
 
-/// On a blocking thread: subscribe to the directory's changes (first: a change after the
-/// load is then never missed), then read and build.
-async fn load_blocking(
+/// The active credential, and its file's digest.
+struct Active {
+    credential: ClientCertificateCredential,
+    /// SHA-256 of the file's bytes.
+    digest: [u8; 32],
+}
+
+impl Active {
+    /// The credential in use from now on (its gauges set, with the `metrics` feature).
+    fn new(credential: ClientCertificateCredential, digest: [u8; 32]) -> Arc<Self> {
+        credential.gauges().record();
+        Arc::new(Active { credential, digest })
+    }
+}
+
+/// A file as the last refusal remembers it: its bytes' digest, or why it could not be read
+/// (the same failure again is the same file).
+type FileKey = std::result::Result<[u8; 32], &'static str>;
+
+/// The last file refused, and what was decided about it (its outcome and error).
+#[derive(Clone)]
+struct Refusal(FileKey, ReloadOutcome, Option<Error>);
+
+/// What one read of the file found.
+enum Read {
+    /// A file decided on before (the active credential's, or the last refused): its
+    /// outcome and error again.
+    Seen(ReloadOutcome, Option<Error>),
+    /// A file not decided on before, and what building a credential from it gave.
+    New(FileKey, Result<ClientCertificateCredential>),
+}
+
+/// Shared by the handles and (weakly) by the background task.
+struct Reloader {
     path: PathBuf,
     options: ClientCertificateCredentialOptions,
-    subscribe: Option<(PathBuf, tokio::sync::mpsc::UnboundedSender<DirSignal>)>,
-) -> Result<(
-    Option<Subscription>,
-    Option<(PathBuf, Subscription)>,
-    Active,
-)> {
-    tokio::task::spawn_blocking(move || {
-        let target = subscribe.as_ref().and_then(|(_, tx)| {
-            let dir = resolved_dir(&path).flatten()?;
-            Some((dir.clone(), watch_dir(dir, tx.clone())))
+    /// Swapped whole on a rotation; the one swapped out is freed when the last call that
+    /// loaded it returns.
+    active: ArcSwap<Active>,
+    status: watch::Sender<ReloadStatus>,
+    cancel: CancellationToken,
+    /// Serializes re-reads (the task's and `check_now`'s), and holds the last refused
+    /// file: the same bad file is not decided, logged and counted again.
+    refused: AsyncMutex<Option<Refusal>>,
+}
+
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        // The task holds only a weak reference; this wakes it to stop.
+        self.cancel.cancel();
+    }
+}
+
+impl Reloader {
+    /// One re-read, in a `credential_reload` span, under the lock from the read to the
+    /// status, so that re-reads decide one after another, each on what it read: read and
+    /// build (off the async threads), decide, swap, record. `get_token` never waits for it.
+    async fn check(&self, trigger: &'static str) -> ReloadOutcome {
+        let client_id = self.active.load().credential.client_id().to_owned();
+        let span = tracing::info_span!(
+            "credential_reload",
+            client_id = %client_id,
+            trigger,
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        self.check_file(trigger, &client_id, Instant::now())
+            .instrument(span)
+            .await
+    }
+
+    async fn check_file(&self, trigger: &str, client_id: &str, started: Instant) -> ReloadOutcome {
+        let mut refused = self.refused.lock().await;
+        let active = self.active.load_full();
+        let (file, built) = match self.read(&active, refused.clone()).await {
+            Read::Seen(outcome, error) => {
+                return self.record(client_id, started, outcome, error, false);
+            }
+            Read::New(file, built) => (file, built),
+        };
+        let active_not_before = active.credential.window().not_before;
+        let not_before = built.as_ref().ok().map(|c| c.window().not_before);
+        let outcome = rule::decide(active_not_before, not_before);
+        match (built, file) {
+            (Ok(new), Ok(digest)) if outcome == ReloadOutcome::Swapped => {
+                tracing::info!(
+                    path = %self.path.display(),
+                    trigger,
+                    old_not_before = %Rfc3339(active_not_before),
+                    new_not_before = %Rfc3339(new.window().not_before),
+                    thumbprint_sha256 = %new.certificate().thumbprint_sha256_hex(),
+                    "credential file rotated; the new credential is active"
+                );
+                *refused = None;
+                telemetry::reload_client(new.client_id());
+                // The old credential writes no gauge from now on (not even for a token
+                // request still in flight on it); the new one sets them.
+                active.credential.gauges().retire();
+                self.active.store(Active::new(new.clone(), digest));
+                let recorded = self.record(client_id, started, outcome, None, true);
+                // Only now that it is active: its tokens replace the old ones.
+                self.prefetch(&active, new);
+                recorded
+            }
+            (built, file) => {
+                let error = built.err();
+                let path = self.path.display();
+                let active_not_before = Rfc3339(active_not_before);
+                match &error {
+                    Some(error) => {
+                        tracing::warn!(%path, trigger, %error, "credential file unusable; keeping the active credential")
+                    }
+                    None => {
+                        tracing::warn!(%path, trigger, %active_not_before, "credential file not newer than the active credential; keeping the active one")
+                    }
+                }
+                *refused = Some(Refusal(file, outcome, error.clone()));
+                self.record(client_id, started, outcome, error, true)
+            }
+        }
+    }
+
+    /// Where every re-read's outcome is decided and recorded: the metrics (one count per
+    /// file decided on: a file decided on before, read again, counts as `unchanged`), the
+    /// span, then the status (so that whoever waits for the status sees the count).
+    /// `new_file`: the file was not decided on before.
+    fn record(
+        &self,
+        client_id: &str,
+        started: Instant,
+        outcome: ReloadOutcome,
+        error: Option<Error>,
+        new_file: bool,
+    ) -> ReloadOutcome {
+        // Why the file now in place is refused, read again or not ("none": it is in use).
+        let refused = match (outcome, &error) {
+            (ReloadOutcome::Swapped | ReloadOutcome::Unchanged, _) => "none",
+            (_, Some(error)) => telemetry::reload_reason(error),
+            (_, None) => "not_newer",
+        };
+        let (label, reason) = match outcome {
+            _ if !new_file => ("unchanged", "none"),
+            ReloadOutcome::Swapped => ("swapped", "none"),
+            _ => ("kept_last_good", refused),
+        };
+        telemetry::reload(client_id, label, reason);
+        telemetry::file_rejected(client_id, refused);
+        let span = tracing::Span::current();
+        span.record("outcome", label);
+        span.record("reason", reason);
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        let now = self.options.environment().clock().now();
+        let active = self.active.load();
+        self.status.send_modify(|s| {
+            if new_file && outcome == ReloadOutcome::Swapped {
+                let shown = ReloadStatus::new(s.path.clone(), &active.credential, now, s.watching);
+                *s = ReloadStatus {
+                    reloads: s.reloads + 1,
+                    ..shown
+                };
+            }
+            s.last_check = Some(now);
+            s.last_outcome = Some(outcome);
+            s.last_new_file = new_file;
+            s.last_error = error;
         });
-        let watcher = subscribe.map(|(dir, tx)| watch_dir(dir, tx));
-        let bytes = rule::read(&path)?;
-        let credential = rule::build(&path, &bytes, options)?;
-        Ok((
-            watcher,
-            target,
-            Active::new(credential, rule::digest_of(&bytes)),
-        ))
+        outcome
+    }
+
+    /// Read the file and, unless it is one decided on before, build a credential from
+    /// it: off the async threads.
+    async fn read(&self, active: &Active, refused: Option<Refusal>) -> Read {
+        let (path, options, active_digest) =
+            (self.path.clone(), self.options.clone(), active.digest);
+        tokio::task::spawn_blocking(move || {
+            let bytes = read_limited(&path);
+            let file = bytes
+                .as_deref()
+                .map(|b| rule::digest_of(b))
+                .map_err(telemetry::reload_reason);
+            if file == Ok(active_digest) {
+                return Read::Seen(ReloadOutcome::Unchanged, None);
+            }
+            if let Some(Refusal(_, outcome, error)) = refused.filter(|r| r.0 == file) {
+                return Read::Seen(outcome, error);
+            }
+            Read::New(file, bytes.and_then(|b| rule::build(&path, &b, options)))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            let error = abandoned();
+            Read::New(Err(telemetry::reload_reason(&error)), Err(error))
+        })
+    }
+
+    /// In the background, fetch tokens with the new (now active) credential for the
+    /// scopes the old one served recently (at most [`MAX_PREFETCH`]; single flight as for
+    /// any caller), so that the first `get_token` after the swap finds them cached. A
+    /// failure shows at once: a `tracing` warning, and `last_prefetch_error`.
+    fn prefetch(&self, old: &Active, new: ClientCertificateCredential) {
+        let old_not_after = old.credential.window().end;
+        for scopes in old.credential.live_scopes(MAX_PREFETCH) {
+            let (new, status, path) = (new.clone(), self.status.clone(), self.path.clone());
+            tokio::spawn(async move {
+                let refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+                let Err(error) = new.get_token(&refs).await else {
+                    return;
+                };
+                tracing::warn!(
+                    path = %path.display(),
+                    scope = %crate::untrusted_text::service_text(&scopes.join(" ")),
+                    %error,
+                    old_not_after = %Rfc3339(old_not_after),
+                    "the new credential's token request failed; callers will see this error"
+                );
+                status.send_modify(|s| s.last_prefetch_error = Some(error));
+            });
+        }
+    }
+
+    /// The watch's state, as the status shows it.
+    fn set_watching(&self, watching: bool) {
+        self.status
+            .send_if_modified(|s| std::mem::replace(&mut s.watching, watching) != watching);
+    }
+}
+
+/// The background task: file events (debounced; a complete change at once), the backstop,
+/// and the watch (its state in the status, re-armed when lost, moved after each re-read).
+struct Task {
+    reloader: Weak<Reloader>,
+    cancel: CancellationToken,
+    /// The environment's clock: the backstop and the debounce.
+    clock: Arc<dyn Clock>,
+    options: ReloadOptions,
+    watch: Option<FileWatch>,
+    signals: UnboundedReceiver<DirSignal>,
+    /// Set when `run` ends by itself; a task dropped before that was dropped with its
+    /// runtime.
+    ended: bool,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let clock = self.clock.clone();
+        let interval = to_time(self.options.backstop_interval);
+        let mut backstop = saturating_add(clock.now(), interval);
+        'run: loop {
+            let armed = self.watch.as_ref().is_some_and(FileWatch::is_armed);
+            let trigger = tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                Some(signal) = self.signals.recv() => {
+                    // Debounce: let the writer finish, then read once for all its events;
+                    // a complete change (an atomic swap) ends the wait. On the injected
+                    // clock, like every timer here.
+                    let settled = saturating_add(clock.now(), to_time(self.options.debounce));
+                    let mut complete = signal == DirSignal::Complete;
+                    while !complete {
+                        tokio::select! {
+                            _ = self.cancel.cancelled() => break 'run,
+                            _ = clock.sleep_until(settled) => break,
+                            Some(signal) = self.signals.recv() => {
+                                complete = signal == DirSignal::Complete;
+                            }
+                        }
+                    }
+                    while self.signals.try_recv().is_ok() {}
+                    "file event"
+                }
+                _ = clock.sleep_until(backstop) => {
+                    backstop = saturating_add(clock.now(), interval);
+                    "backstop"
+                }
+                // The watch is lost (its directory removed or moved away): re-arm it once
+                // the directory is back, whoever does, and re-read what it holds.
+                _ = tokio::time::sleep(REARM_POLL), if self.watch.is_some() && !armed => {
+                    self.with_watch(FileWatch::rearm).await;
+                    if !self.watch.as_ref().is_some_and(FileWatch::is_armed) {
+                        continue;
+                    }
+                    "watch re-armed"
+                }
+            };
+            let Some(reloader) = self.reloader.upgrade() else {
+                break;
+            };
+            reloader.set_watching(self.watch.as_ref().is_some_and(FileWatch::is_armed));
+            tokio::select! {
+                _ = self.cancel.cancelled() => break,
+                _ = reloader.check(trigger) => {}
+            }
+            drop(reloader);
+            // Each AtomicWriter swap moves the directory the path resolves to.
+            self.with_watch(FileWatch::follow).await;
+        }
+        self.ended = true;
+    }
+
+    /// Run `f` on the watch, off the async threads.
+    async fn with_watch(&mut self, f: fn(&mut FileWatch)) {
+        if let Some(mut watch) = self.watch.take() {
+            let done = tokio::task::spawn_blocking(move || {
+                f(&mut watch);
+                watch
+            });
+            self.watch = done.await.ok();
+        }
+    }
+
+    /// Run on a thread of its own with a single-threaded runtime.
+    fn spawn_dedicated(self) -> Result<()> {
+        std::thread::Builder::new()
+            .name("msi-dataplane-reload".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(runtime) => runtime.block_on(self.run()),
+                    // Dropping the task records that nothing follows the file.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start the reload thread's runtime")
+                    }
+                }
+            })
+            .map(drop)
+            .map_err(|e| Error::from(ErrorKind::from(e)))
+    }
+}
+
+impl Drop for Task {
+    /// The watch ends with the task. A task dropped before it ended was dropped with its
+    /// runtime: the status says so, where callers look.
+    fn drop(&mut self) {
+        let Some(reloader) = self.reloader.upgrade() else {
+            return;
+        };
+        if !self.ended && !reloader.cancel.is_cancelled() {
+            tracing::warn!(
+                path = %reloader.path.display(),
+                "the runtime running the credential reload task shut down; the file is no longer followed"
+            );
+            let reason = "the Tokio runtime running the reload task shut down";
+            let stopped = ErrorKind::Reload(ReloadError::Stopped { reason });
+            reloader
+                .status
+                .send_modify(|s| s.last_error = Some(stopped.into()));
+        }
+        reloader.set_watching(false);
+    }
+}
+
+fn abandoned() -> Error {
+    ErrorKind::Reload(ReloadError::ReadAbandoned {
+        reason: "the blocking task reading the credential file did not finish",
     })
-    .await
-    .map_err(|_| abandoned())?
+    .into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::environment::Environment;
-    use crate::reload::check::Pause;
-    use crate::reload::lock;
-    use std::time::Duration;
-    // The kit's copy of this crate (unit tests link a second one): its file type and format.
-    use msi_dataplane_testing::msi_dataplane::{BundleFormat, UserAssignedIdentityCredentials};
+    // The kit's copy of this crate (unit tests link a second one): its file format.
+    use msi_dataplane_testing::msi_dataplane::BundleFormat;
     use msi_dataplane_testing::write_credentials_file;
     use msi_dataplane_testing::{EntraServer, TempDir, TestCertificate, TestIdentity};
 
@@ -376,123 +651,5 @@ mod tests {
         UserAssignedIdentityCredential::new(path, options, reload)
             .await
             .unwrap()
-    }
-
-    /// Write `creds` to a temporary file beside `path` and rename it over `path`: the
-    /// watcher never sees a partial file.
-    fn replace(path: &Path, creds: &UserAssignedIdentityCredentials) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        write_credentials_file(&tmp, creds);
-        std::fs::rename(&tmp, path)
-    }
-
-    fn thumbprint(cert: &TestCertificate) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        out.copy_from_slice(
-            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert.certificate_der()).as_ref(),
-        );
-        out
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_check_held_at_the_lock_while_the_watcher_swaps_a_newer_file_in_refuses_nothing() {
-        let server = EntraServer::start().await;
-        let identity = TestIdentity::new();
-        let v1 = TestCertificate::self_signed();
-        let v2 = TestCertificate::builder().renewing(&v1).self_signed();
-        let v3 = TestCertificate::builder().renewing(&v2).self_signed();
-        let dir = TempDir::new("held-check");
-        let path = dir.join("identity");
-        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
-        replace(&path, &file(&v1)).unwrap();
-        let cred = reloading(&server, &path, ReloadOptions::default()).await;
-        let mut updates = cred.subscribe();
-        let outcomes = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while updates.changed().await.is_ok() {
-                let s = updates.borrow_and_update().clone();
-                seen.push((s.last_outcome, s.last_new_file));
-            }
-            seen
-        });
-
-        // A check reads v2 and is held before the lock ...
-        let (read_tx, read_rx) = tokio::sync::oneshot::channel();
-        let (resume_tx, resume_rx) = tokio::sync::oneshot::channel();
-        *lock(&cred.inner.pause) = Some(Pause {
-            read: read_tx,
-            resume: resume_rx,
-        });
-        replace(&path, &file(&v2)).unwrap();
-        let held = tokio::spawn({
-            let cred = cred.clone();
-            async move { cred.check_now().await }
-        });
-        read_rx.await.unwrap();
-        // ... while the watcher swaps in v2 and then the newer v3.
-        replace(&path, &file(&v3)).unwrap();
-        let v3_hex = v3.sha256_hex();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while cred.status().thumbprint_sha256 != v3_hex {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the watcher swaps v3 in"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        resume_tx.send(()).unwrap();
-        let outcome = held.await.unwrap();
-
-        assert_eq!(
-            outcome,
-            ReloadOutcome::Unchanged,
-            "it decided on what it held"
-        );
-        let status = cred.status();
-        assert_eq!(status.thumbprint_sha256, v3_hex);
-        assert_eq!(status.last_outcome, Some(ReloadOutcome::Unchanged));
-        assert_eq!(status.last_error.as_ref().map(ToString::to_string), None);
-        drop(cred);
-        let seen = outcomes.await.unwrap();
-        assert!(
-            seen.iter().all(|(outcome, _)| matches!(
-                outcome,
-                Some(ReloadOutcome::Swapped | ReloadOutcome::Unchanged)
-            )),
-            "something was refused: {seen:?}"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_file_that_is_not_newer_loads_no_key_and_signs_nothing() {
-        let server = EntraServer::start().await;
-        let identity = TestIdentity::new();
-        let old = TestCertificate::self_signed();
-        let active = TestCertificate::builder().renewing(&old).self_signed();
-        let newer = TestCertificate::builder().renewing(&active).self_signed();
-        let dir = TempDir::new("not-newer-unbuilt");
-        let path = dir.join("identity");
-        let file = |cert| identity.credentials(cert, &server.base_url(), BundleFormat::Pem);
-        replace(&path, &file(&active)).unwrap();
-        let cred = reloading(&server, &path, ReloadOptions::default().with_watch(false)).await;
-        use crate::file::certificate::probe::{KEY_LOADS, SIGNATURES, count};
-
-        // The older file, with its not_before; then without one (the certificates' own
-        // notBefore decide, decoded without the key).
-        replace(&path, &file(&old)).unwrap();
-        assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
-        let mut bare = file(&old);
-        bare.not_before = None;
-        replace(&path, &bare).unwrap();
-        assert_eq!(cred.check_now().await, ReloadOutcome::NotNewer);
-        // Give a background signature, had one been started, the time to happen.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(count(&KEY_LOADS, &thumbprint(&old)), 0, "key loaded");
-        assert_eq!(count(&SIGNATURES, &thumbprint(&old)), 0, "assertion signed");
-
-        // The probe sees a key that is loaded: the newer file's.
-        replace(&path, &file(&newer)).unwrap();
-        assert_eq!(cred.check_now().await, ReloadOutcome::Swapped);
-        assert_eq!(count(&KEY_LOADS, &thumbprint(&newer)), 1);
     }
 }

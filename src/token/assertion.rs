@@ -144,11 +144,6 @@ impl AssertionSigner {
         serde_json::to_writer(&mut *claims_json, &claims)
             .map_err(|_| ErrorKind::Token(TokenError::Signing))?;
         let key = cert.key_pair();
-        #[cfg(test)]
-        crate::file::certificate::probe::record(
-            &crate::file::certificate::probe::SIGNATURES,
-            cert.thumbprint_sha256(),
-        );
         let sig_len = key.public_modulus_len();
         // header '.' claims '.' signature, each base64url without padding.
         let mut jwt = String::with_capacity(

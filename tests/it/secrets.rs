@@ -335,8 +335,7 @@ async fn malformed_bundles_leave_no_secret_in_status_or_logs() {
             STANDARD.encode(&bundle).as_bytes(),
         );
         let before = rx.borrow().last_check;
-        // A later `not_before` than the active file's, so that the bundle is read (a file
-        // that is not newer is refused on its times, before its bundle is decoded).
+        // A later `not_before` than the active file's: refused for its bundle alone.
         let mut creds: UserAssignedIdentityCredentials =
             serde_json::from_str(&credential_json(&bundle, Some(&server.base_url()))).unwrap();
         creds.not_before = Some(format!("2026-11-22T08:{:02}:00Z", index % 60));
