@@ -584,8 +584,10 @@ async fn connections_evicted_or_idle_closed_leave_nothing_queued_in_the_kernel()
         200,
         "the token is cached before the flood"
     );
-    // Four times the cap, each pipelining 40 cached-token requests with the secret and
-    // never reading; the peak of what the kernel queues for the server meanwhile.
+    // Four times the cap, each with a small receive buffer, pipelining 20 cached-token
+    // requests with the secret (answers that fit the server's send buffer: no write
+    // blocks, so no write deadline starts) and never reading; the peak of what the kernel
+    // queues for the server meanwhile.
     let peak = Arc::new(AtomicUsize::new(0));
     let flooding = Arc::new(AtomicBool::new(true));
     let watcher = std::thread::spawn({
@@ -598,18 +600,17 @@ async fn connections_evicted_or_idle_closed_leave_nothing_queued_in_the_kernel()
             }
         }
     });
-    let request = token.repeat(40);
-    let flood: Vec<TcpStream> = tokio::task::spawn_blocking(move || {
-        (0..4 * cap)
-            .map(|_| {
-                let stream = pipeline_without_reading(addr, request.as_bytes(), 1 << 20);
-                std::thread::sleep(Duration::from_millis(10));
-                stream
-            })
-            .collect()
-    })
-    .await
-    .unwrap();
+    let request = token.repeat(20);
+    let mut flood = Vec::new();
+    for _ in 0..4 * cap {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap().into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        flood.push(stream);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let ended = Instant::now();
     // Empty within the write timeout and a second of the attack's end, the flood's
     // sockets still open and unread.
