@@ -5,9 +5,11 @@
 //!   **idle** one (no request being answered: waiting for its first byte, between
 //!   keep-alive requests, or dribbling a head) instead of waiting behind it: one that
 //!   never carried a request the server trusts (for the token server: one with the
-//!   secret) first, then the one idle longest. Only when every open connection is
-//!   answering a request does a new one wait in the listen queue. So a flood without the
-//!   secret closes its own connections, not those of the clients that have it.
+//!   secret) first, then the one idle longest, and is served once that one is gone (at
+//!   once, or within [`EVICTION_GRACE`] when it had just started answering), else reset:
+//!   a hard cap on descriptors. When every open connection is answering a request, a new
+//!   one waits in the listen queue. So a flood without the secret closes its own
+//!   connections, not those of the clients that have it.
 //! - A new connection must send its first byte within `first_byte_timeout`.
 //! - A request head must arrive in full within `idle_timeout` of the connection's first
 //!   byte or of the previous answer (hyper's header timer, which also bounds a
@@ -19,8 +21,9 @@
 //! - Each socket has small kernel buffers and a write deadline ([`socket`]): an answer not
 //!   written in full within `write_timeout` of its first blocked write closes the
 //!   connection, so a peer that never reads holds its slot and its memory for that long at
-//!   most. A connection with output the peer has not taken is the first closed for a new
-//!   one.
+//!   most, in the process and in the kernel (`TCP_USER_TIMEOUT`, and a reset for every
+//!   close the server initiates). A connection with output the peer has not taken is the
+//!   first closed for a new one.
 //! - A handler may hold an answer back ([`HoldBack`]: an answer past its budget); the
 //!   connection counts as idle meanwhile, so holding it costs a slot nobody waits for.
 //! - A connection being closed no longer counts as one that could be closed for a new one:

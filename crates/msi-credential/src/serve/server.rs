@@ -48,7 +48,8 @@ pub struct ServeOptions {
     pub token_path: String,
     /// Most connections open at once (1 to [`MAX_CONNECTIONS_LIMIT`]). When full, a new
     /// connection closes the one idle longest (a connection answering a request is never
-    /// closed for another); only when every one is answering does a new one wait in the
+    /// closed for another) and is served once it is gone, else reset: a hard cap on the
+    /// descriptors held for clients. When every one is answering, new ones wait in the
     /// listen queue. Default 512: an idle connection costs a descriptor and a few KiB.
     pub max_connections: usize,
     /// Time a new connection has to send its first byte before it is closed. Default 2 s
