@@ -684,8 +684,28 @@ async fn entras_retry_after_holds_the_server_back_as_long() {
     }
     let addr = server.local_addr();
     let request = serving::token_request(&server, ARM, "", SECRET);
-    let first = raw(addr, request.clone()).await;
-    assert_eq!(first.status, 503);
+    // The server's own retry waits the 30 s Entra asked for (single flight: one request
+    // for every caller), then its 503 is remembered.
+    let first = tokio::task::spawn_blocking({
+        let request = request.clone();
+        move || {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(90)))
+                .unwrap();
+            write!(stream, "{request}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut bytes = Vec::new();
+            stream.read_to_end(&mut bytes).unwrap();
+            bytes
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        first.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
     let asked = serving::posts(&entra, ARM);
     // Clients asking every second for the next 29 s: answered from the failure memory.
     let started = Instant::now();
