@@ -26,7 +26,7 @@ use crate::serve::request::{self, HEALTH_PATH, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
 use msi_dataplane::unstable::LogBudget;
-use msi_dataplane::{Clock, ConfigError, ErrorKind};
+use msi_dataplane::{Clock, ErrorKind};
 
 /// What every request reads.
 pub(crate) struct State {
@@ -215,7 +215,10 @@ async fn answer_token(
         }
         Err(error) => {
             let refusal = match error.kind() {
-                ErrorKind::Config(ConfigError::InvalidScopes { .. }) => Refusal::new(
+                ErrorKind::Config {
+                    code: "invalid_scopes",
+                    ..
+                } => Refusal::new(
                     400,
                     "invalid_resource",
                     format!("the resource cannot be asked for: {error}"),
