@@ -382,7 +382,7 @@ struct Flight {
 /// The `Retry-After` the token endpoint answered with `error`, if any.
 fn endpoint_retry_after(error: &Error) -> Option<Duration> {
     match error.kind() {
-        ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after,
+        ErrorKind::TokenEndpoint(e) => e.retry_after,
         _ => None,
     }
 }
