@@ -105,6 +105,14 @@ pub const SECRET_PROVIDER_CLASS_ENV: &str = "ARO_HCP_SECRET_PROVIDER_CLASS";
 /// `config.ManagedAzureCertificateMountPath`); a bare secret name resolves under it.
 pub const CERTS_MOUNT_PATH: &str = "/mnt/certs";
 
+/// The loopback port the `msi-credential` token server listens on by default (the
+/// sidecar's too): the App Service managed identity protocol's.
+pub const TOKEN_SERVER_PORT: u16 = 50342;
+
+/// The path the `msi-credential` token server serves tokens on by default
+/// (`IDENTITY_ENDPOINT`'s path).
+pub const TOKEN_SERVER_PATH: &str = "/msi/token";
+
 /// Where the KMS credential volume is mounted (HyperShift:
 /// `config.ManagedAzureCredentialsMountPathForKMS`).
 pub const KMS_MOUNT_PATH: &str = "/mnt/kms";

@@ -13,11 +13,7 @@ use k8s_openapi::api::core::v1::{
 use crate::error::Result;
 use crate::hypershift::rules::{check, dns1123_label_problem, dns1123_subdomain_problem};
 
-/// The port the sidecar listens on by default (the token server's default).
-pub const TOKEN_SERVER_PORT: u16 = 50342;
-
-/// The token path (the token server's default).
-pub const TOKEN_SERVER_PATH: &str = "/msi/token";
+pub use crate::hypershift::{TOKEN_SERVER_PATH, TOKEN_SERVER_PORT};
 
 /// The Secret key holding the identity header secret (the applications' `IDENTITY_HEADER`).
 pub const IDENTITY_HEADER_KEY: &str = "identity-header";

@@ -31,7 +31,7 @@ use crate::telemetry;
 use crate::token::access_token::AccessToken;
 use crate::token::options::ClientCertificateCredentialOptions;
 use crate::token::refresh::{
-    Freshness, evict_count, freshness, losable, near_end_quiet, refresh_at, settled,
+    Freshness, evict_count, failure_memory, freshness, losable, near_end_quiet, refresh_at, settled,
 };
 use crate::untrusted_text::service_text;
 
@@ -196,14 +196,18 @@ impl TokenCache {
         let now = self.clock.now_unix_millis();
         let step = {
             let mut table = self.write();
-            let (key, step) = match table.get_key_value(&query) {
-                Some((key, slot)) => (key.clone(), step(slot, now, rejected)),
-                None => (self.add(&mut table, &query, now), None),
-            };
-            match step {
-                Some(step) => step,
-                None if !admit() => return Ok(None),
-                None => Step::Join(self.start(table, key, fetcher, runtime)?),
+            let found = table.get_key_value(&query);
+            let found = found.map(|(key, slot)| (key.clone(), step(slot, now, rejected)));
+            // Admission before the slot: a refused request leaves no trace and evicts
+            // nothing.
+            match found {
+                Some((_, Some(step))) => step,
+                _ if !admit() => return Ok(None),
+                Some((key, None)) => Step::Join(self.start(table, key, fetcher, runtime)?),
+                None => {
+                    let key = self.add(&mut table, &query, now);
+                    Step::Join(self.start(table, key, fetcher, runtime)?)
+                }
             }
         };
         match step {
@@ -375,6 +379,14 @@ struct Flight {
     tx: watch::Sender<Option<Result<AccessToken>>>,
 }
 
+/// The `Retry-After` the token endpoint answered with `error`, if any.
+fn endpoint_retry_after(error: &Error) -> Option<Duration> {
+    match error.kind() {
+        ErrorKind::TokenEndpoint(e) => e.retry_after,
+        _ => None,
+    }
+}
+
 impl Flight {
     fn land(self, result: Result<AccessToken>, started: OffsetDateTime) {
         let cache = &self.cache;
@@ -397,7 +409,9 @@ impl Flight {
             .entry(self.key.clone())
             .or_insert_with(|| Slot::new(now));
         let failed = result.as_ref().err().map(reached);
-        let next = settled(now, slot.failures, failed, cache.failure_memory, jitter());
+        let asked = result.as_ref().err().and_then(endpoint_retry_after);
+        let memory = failure_memory(cache.failure_memory, asked);
+        let next = settled(now, slot.failures, failed, memory, jitter());
         let result = result.map_err(|error| match next.error_until {
             Some(until) => error.with_retry_at(from_unix_millis(until)),
             None => error,

@@ -169,6 +169,20 @@ pub(crate) fn settled(
     }
 }
 
+/// The longest `Retry-After` the failure memory follows: the same clamp as the token
+/// server's own answer (1 to 60 s).
+pub(crate) const MAX_RETRY_AFTER_MEMORY: Duration = Duration::from_secs(60);
+
+/// Pure: how long a failed request's error is remembered: the configured `memory`, but
+/// never shorter than the token endpoint's own `Retry-After` (`asked`, clamped to 1 to
+/// 60 s), so that the credential asks again no sooner than the endpoint asked.
+pub(crate) fn failure_memory(memory: Duration, asked: Option<Duration>) -> Duration {
+    let asked = asked.map_or(Duration::ZERO, |a| {
+        a.clamp(Duration::from_secs(1), MAX_RETRY_AFTER_MEMORY)
+    });
+    memory.max(asked)
+}
+
 /// A cached token this close to its end is tried again at most
 /// [`MIN_REFRESH_BACKOFF`] after a failed refresh, however many failures came before
 /// (its callers are about to lose it); the alert on a token ending while its requests
@@ -204,6 +218,25 @@ fn after(now: i64, wait: Duration) -> i64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_failure_memory_lasts_as_long_as_the_endpoints_retry_after() {
+        let five = Duration::from_secs(5);
+        assert_eq!(failure_memory(five, None), five);
+        assert_eq!(
+            failure_memory(five, Some(Duration::from_secs(30))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(failure_memory(five, Some(Duration::from_secs(2))), five);
+        assert_eq!(
+            failure_memory(five, Some(Duration::from_secs(3600))),
+            MAX_RETRY_AFTER_MEMORY
+        );
+        assert_eq!(
+            failure_memory(Duration::ZERO, Some(Duration::ZERO)),
+            Duration::from_secs(1)
+        );
+    }
     use super::*;
     use crate::clock::unix_millis;
     use time::macros::datetime;

@@ -5,9 +5,11 @@
 //!   **idle** one (no request being answered: waiting for its first byte, between
 //!   keep-alive requests, or dribbling a head) instead of waiting behind it: one that
 //!   never carried a request the server trusts (for the token server: one with the
-//!   secret) first, then the one idle longest. Only when every open connection is
-//!   answering a request does a new one wait in the listen queue. So a flood without the
-//!   secret closes its own connections, not those of the clients that have it.
+//!   secret) first, then the one idle longest, and is served once that one is gone (at
+//!   once, or within [`EVICTION_GRACE`] when it had just started answering), else reset:
+//!   a hard cap on descriptors. When every open connection is answering a request, a new
+//!   one waits in the listen queue. So a flood without the secret closes its own
+//!   connections, not those of the clients that have it.
 //! - A new connection must send its first byte within `first_byte_timeout`.
 //! - A request head must arrive in full within `idle_timeout` of the connection's first
 //!   byte or of the previous answer (hyper's header timer, which also bounds a
@@ -19,8 +21,9 @@
 //! - Each socket has small kernel buffers and a write deadline ([`socket`]): an answer not
 //!   written in full within `write_timeout` of its first blocked write closes the
 //!   connection, so a peer that never reads holds its slot and its memory for that long at
-//!   most. A connection with output the peer has not taken is the first closed for a new
-//!   one.
+//!   most, in the process and in the kernel (`TCP_USER_TIMEOUT`, and a reset for every
+//!   close the server initiates). A connection with output the peer has not taken is the
+//!   first closed for a new one.
 //! - A handler may hold an answer back ([`HoldBack`]: an answer past its budget); the
 //!   connection counts as idle meanwhile, so holding it costs a slot nobody waits for.
 //! - A connection being closed no longer counts as one that could be closed for a new one:
@@ -50,7 +53,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::socket::Deadlined;
+use crate::serve::socket::{self, Deadlined};
 
 /// The largest request head (request line and headers) hyper reads, and the size of its
 /// read and write buffers; a bigger head is answered 431 (or 414 for a long target) with
@@ -189,6 +192,21 @@ impl Registry {
     fn open(&self) -> usize {
         self.lock().len()
     }
+
+    /// Wait (at most [`EVICTION_GRACE`]) until fewer than `max` connections are open;
+    /// whether they are.
+    async fn below(&self, max: usize) -> bool {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if self.open() < max {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(EVICTION_GRACE, wait).await.is_ok()
+    }
 }
 
 /// An open connection as [`to_close`] weighs it.
@@ -313,10 +331,15 @@ pub(crate) async fn serve<H, F>(
                 continue;
             }
         };
-        if registry.open() >= limits.max_connections {
-            registry.close_one_idle();
+        // A hard cap: the new connection waits for an idle one to close for it (at once,
+        // or within its grace when it has just started answering), else it is reset.
+        if registry.open() >= limits.max_connections
+            && !(registry.close_one_idle() && registry.below(limits.max_connections).await)
+        {
+            socket::reset(stream);
+            continue;
         }
-        let _ = stream.set_nodelay(true);
+        socket::accepted(&stream, limits.write_timeout);
         let (id, conn) = registry.insert();
         tokio::spawn(connection(
             stream,
@@ -367,8 +390,9 @@ async fn connection<H, F>(
             match first { Ok(Ok(n)) if n > 0 => Some(()), _ => None }
         }
     };
-    if first.is_some() {
-        serve_connection(stream, &registry, &conn, limits, &stop, handler).await;
+    match first {
+        Some(()) => serve_connection(stream, &registry, &conn, limits, &stop, handler).await,
+        None => socket::reset(stream),
     }
     registry.remove(id);
 }
@@ -406,7 +430,13 @@ async fn serve_connection<H, F>(
             }
         })
     };
-    let io = Deadlined::new(stream, limits.write_timeout, conn.unsent.clone());
+    let graceful = Arc::new(AtomicBool::new(false));
+    let io = Deadlined::new(
+        stream,
+        limits.write_timeout,
+        conn.unsent.clone(),
+        graceful.clone(),
+    );
     let served = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
@@ -415,8 +445,12 @@ async fn serve_connection<H, F>(
         .max_buf_size(HEAD_LIMIT_BYTES)
         .serve_connection(TokioIo::new(io), service);
     let mut served = std::pin::pin!(served);
+    // Only a connection whose serving ended normally (the peer closed it, or its last
+    // answer was written) closes gracefully; every other close is a reset.
+    let ended =
+        |result: Result<(), hyper::Error>| graceful.store(result.is_ok(), Ordering::Release);
     let grace = tokio::select! {
-        _ = served.as_mut() => return,
+        result = served.as_mut() => return ended(result),
         // Closed for a new connection: an idle one goes at once (an answer held back
         // with it), one answering a request finishes that answer first.
         _ = conn.close.cancelled() => {
@@ -428,7 +462,9 @@ async fn serve_connection<H, F>(
         _ = stop.cancelled() => DRAIN,
     };
     served.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(grace, served).await;
+    if let Ok(result) = tokio::time::timeout(grace, served.as_mut()).await {
+        ended(result);
+    }
 }
 
 #[cfg(test)]

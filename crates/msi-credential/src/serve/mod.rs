@@ -254,10 +254,11 @@ pub use error::{Result, ServeError};
 pub use identity::{SERVED_TOKEN_REFRESH_WINDOW, ServedIdentity};
 pub use listener::{HEAD_LIMIT_BYTES, MAX_CONNECTIONS_LIMIT};
 pub use metrics_server::{METRICS_CONTENT_TYPE, METRICS_PATH, MetricsServer, MetricsServerOptions};
+pub use request::HEALTH_PATH;
 pub use request::{
     APP_SERVICE_API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT,
     MAX_TARGET_BYTES, MAX_VALUE_CHARS,
 };
 pub use secret::{IdentityHeaderSecret, MAX_SECRET_BYTES, MIN_SECRET_BYTES, read_presented_secret};
-pub use server::{DEFAULT_PORT, DEFAULT_TOKEN_PATH, HEALTH_PATH, ServeOptions, TokenServer};
+pub use server::{DEFAULT_PORT, DEFAULT_TOKEN_PATH, ServeOptions, TokenServer};
 pub use socket::SOCKET_BUFFER_BYTES;

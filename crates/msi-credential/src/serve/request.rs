@@ -28,6 +28,9 @@ pub const MAX_HEADER_COUNT: usize = 64;
 /// The longest `resource` and selector value accepted (an ARM resource id fits).
 pub const MAX_VALUE_CHARS: usize = 1024;
 
+/// The health path (for Kubernetes probes): 200 when every identity is usable, else 503.
+pub const HEALTH_PATH: &str = "/healthz";
+
 /// The identity header (compared case-insensitively, as header names are).
 pub const IDENTITY_HEADER_NAME: &str = "x-identity-header";
 

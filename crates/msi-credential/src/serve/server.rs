@@ -15,19 +15,17 @@ use crate::serve::handle::{self, State};
 use crate::serve::identity::{Identities, ServedIdentity};
 use crate::serve::limit::{REFUSALS_PER_SECOND, RateLimiter};
 use crate::serve::listener::{self, ConnectionLimits, MAX_CONNECTIONS_LIMIT};
+use crate::serve::request::HEALTH_PATH;
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::serve::socket;
 use msi_dataplane::Environment;
 use msi_dataplane::unstable::{LOG_INTERVAL, LogBudget};
 
-/// The port [`ServeOptions::default`] listens on.
-pub const DEFAULT_PORT: u16 = 50342;
+/// The port [`ServeOptions::default`] listens on (defined once, by the library).
+pub use msi_dataplane::hypershift::TOKEN_SERVER_PORT as DEFAULT_PORT;
 
 /// The path tokens are served on by default (`IDENTITY_ENDPOINT`'s path).
-pub const DEFAULT_TOKEN_PATH: &str = "/msi/token";
-
-/// The health path (for Kubernetes probes): 200 when every identity is usable, else 503.
-pub const HEALTH_PATH: &str = "/healthz";
+pub use msi_dataplane::hypershift::TOKEN_SERVER_PATH as DEFAULT_TOKEN_PATH;
 
 /// Options of the [`TokenServer`].
 ///
@@ -50,7 +48,8 @@ pub struct ServeOptions {
     pub token_path: String,
     /// Most connections open at once (1 to [`MAX_CONNECTIONS_LIMIT`]). When full, a new
     /// connection closes the one idle longest (a connection answering a request is never
-    /// closed for another); only when every one is answering does a new one wait in the
+    /// closed for another) and is served once it is gone, else reset: a hard cap on the
+    /// descriptors held for clients. When every one is answering, new ones wait in the
     /// listen queue. Default 512: an idle connection costs a descriptor and a few KiB.
     pub max_connections: usize,
     /// Time a new connection has to send its first byte before it is closed. Default 2 s

@@ -10,10 +10,19 @@
 //!   peer sends or refuses to read.
 //! - **Write deadline**: an answer whose writing blocks (the peer's window and this
 //!   socket's send buffer are full) must be written in full within the write timeout of
-//!   the first blocked write, or the connection is closed with a reset (what the kernel
-//!   queued for it is freed at once, not kept for a peer that does not read). Progress
-//!   does not restart the clock: a peer reading a byte at a time cannot hold the
-//!   connection longer. Writes that never block start no timer.
+//!   the first blocked write, or the connection is closed. Progress does not restart the
+//!   clock: a peer reading a byte at a time cannot hold the connection longer.
+//! - **What the kernel keeps**: every accepted socket has `TCP_USER_TIMEOUT` equal to the
+//!   write timeout (Linux): data the peer has not acknowledged within it (a zero window
+//!   included) makes the kernel abort the connection, whether the process still holds the
+//!   socket or has closed it, so an answer that fitted the kernel's buffer and is never
+//!   read is freed within the write timeout too. And every close the server initiates
+//!   (eviction, first-byte, idle and write timeouts, shutdown) is a reset, which frees
+//!   what is queued at once: only a connection whose serving ended normally (the peer
+//!   closed it, or its last answer was written) is closed gracefully, so a client never
+//!   loses an answer it was given. A connection therefore holds at most about twice
+//!   [`SOCKET_BUFFER_BYTES`] of send queue in the kernel, for at most the write timeout
+//!   after the server stops writing to it, open or closed.
 
 use std::io;
 use std::net::SocketAddr;
@@ -48,24 +57,50 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(1024)
 }
 
+/// Bound what the kernel keeps for an accepted socket: no Nagle delay, and unacknowledged
+/// data held at most `write_timeout` (`TCP_USER_TIMEOUT`, Linux).
+pub(crate) fn accepted(stream: &TcpStream, write_timeout: Duration) {
+    let _ = stream.set_nodelay(true);
+    #[cfg(target_os = "linux")]
+    {
+        let millis = u32::try_from(write_timeout.as_millis()).unwrap_or(u32::MAX);
+        let _ = rustix::net::sockopt::set_tcp_user_timeout(stream, millis.max(1));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = write_timeout;
+}
+
+/// Close `stream` with a reset: the kernel frees what is queued for it at once.
+pub(crate) fn reset(stream: TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
 /// An accepted socket whose answers must be written within `timeout` of their first
 /// blocked write (see the module docs). While one is blocked, `unsent` is set: the
-/// listener closes such a connection first when it needs a slot.
+/// listener closes such a connection first when it needs a slot. Dropped, it is closed
+/// with a reset unless `graceful` was set: its serving ended normally.
 pub(crate) struct Deadlined {
     stream: TcpStream,
     timeout: Duration,
     /// Running from the first blocked write of the answer being written.
     blocked: Option<Pin<Box<Sleep>>>,
     unsent: Arc<AtomicBool>,
+    graceful: Arc<AtomicBool>,
 }
 
 impl Deadlined {
-    pub(crate) fn new(stream: TcpStream, timeout: Duration, unsent: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(
+        stream: TcpStream,
+        timeout: Duration,
+        unsent: Arc<AtomicBool>,
+        graceful: Arc<AtomicBool>,
+    ) -> Self {
         Deadlined {
             stream,
             timeout,
             blocked: None,
             unsent,
+            graceful,
         }
     }
 
@@ -78,16 +113,20 @@ impl Deadlined {
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         self.unsent.store(true, Ordering::Release);
         match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                // Closed with a reset: the kernel frees what is queued at once instead of
-                // keeping it for a peer that does not read.
-                let _ = self.stream.set_zero_linger();
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the peer did not read the answer within the write timeout",
-                )))
-            }
+            // Closed with a reset when dropped (its serving did not end normally).
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not read the answer within the write timeout",
+            ))),
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Deadlined {
+    fn drop(&mut self) {
+        if !self.graceful.load(Ordering::Acquire) {
+            let _ = self.stream.set_zero_linger();
         }
     }
 }

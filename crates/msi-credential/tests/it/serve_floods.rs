@@ -543,3 +543,180 @@ async fn a_refusal_flood_at_debug_writes_a_few_lines_and_a_count() {
         log.len()
     );
 }
+
+/// The serve process's address, from its `serving` line.
+fn serving_addr(serving: &serde_json::Value) -> SocketAddr {
+    let endpoint = serving["endpoint"].as_str().unwrap();
+    let authority = endpoint.trim_start_matches("http://").split('/').next();
+    authority.unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_evicted_or_idle_closed_leave_nothing_queued_in_the_kernel() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("serve-orphans");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    // A small cap, so that most of the flood's connections are evicted; a short idle
+    // timeout, so that the rest are closed by it; the write timeout bounds the kernel.
+    let (cap, write_timeout) = (32u64, Duration::from_secs(2));
+    let (child, serving) = spawn_serve(
+        &a,
+        &ca,
+        &[
+            "--max-connections",
+            "32",
+            "--write-timeout",
+            "2s",
+            "--idle-timeout",
+            "1s",
+            "--first-byte-timeout",
+            "300s",
+        ],
+    );
+    let addr = serving_addr(&serving);
+    let token = format!(
+        "GET /msi/token?api-version=2019-08-01&resource={ARM} HTTP/1.1\r\nHost: {addr}\r\n\
+         X-IDENTITY-HEADER: {SECRET}\r\n\r\n"
+    );
+    assert_eq!(
+        serving::raw_blocking(addr, token.trim_end().to_owned()).status,
+        200,
+        "the token is cached before the flood"
+    );
+    // Four times the cap, each with a small receive buffer, pipelining 20 cached-token
+    // requests with the secret (answers that fit the server's send buffer: no write
+    // blocks, so no write deadline starts) and never reading; the peak of what the kernel
+    // queues for the server meanwhile.
+    let peak = Arc::new(AtomicUsize::new(0));
+    let flooding = Arc::new(AtomicBool::new(true));
+    let watcher = std::thread::spawn({
+        let (peak, flooding) = (peak.clone(), flooding.clone());
+        move || {
+            while flooding.load(Ordering::Acquire) {
+                let queued = queued_bytes(addr.port()) as usize;
+                peak.fetch_max(queued, Ordering::AcqRel);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    });
+    let request = token.repeat(20);
+    let mut flood = Vec::new();
+    for _ in 0..4 * cap {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap().into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        flood.push(stream);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ended = Instant::now();
+    // Empty within the write timeout and a second of the attack's end, the flood's
+    // sockets still open and unread.
+    let deadline = ended + write_timeout + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let queued = queued_bytes(addr.port()) as usize;
+        peak.fetch_max(queued, Ordering::AcqRel);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    flooding.store(false, Ordering::Release);
+    watcher.join().unwrap();
+    let left = queued_bytes(addr.port());
+    let peak = peak.load(Ordering::Acquire) as u64;
+    let orphans = sockstat_orphans();
+    eprintln!(
+        "orphan flood: peak {peak} bytes queued in the kernel for the server ({cap} connections \
+         allowed), {left} left a write timeout and a second after, {orphans} orphans system-wide"
+    );
+    assert!(
+        peak <= (cap + 1) * KERNEL_BYTES_PER_CONNECTION,
+        "the kernel queued {peak} bytes for a server capped at {cap} connections"
+    );
+    assert_eq!(
+        left, 0,
+        "queued for closed or unread connections after the bound"
+    );
+    drop(flood);
+    assert_eq!(stop(child), Some(0));
+}
+
+/// The orphaned TCP sockets of the whole system (`/proc/net/sockstat`).
+fn sockstat_orphans() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let line = text.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "orphan").unwrap();
+    fields[at + 1].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_churn_of_refused_resources_leaves_another_callers_token_cached() {
+    let options = ServeOptions::default().with_max_token_requests_per_second(Some(1));
+    let (entra, _a, server) = serving::one_identity(options).await;
+    let addr = server.local_addr();
+    let cached = raw(addr, serving::token_request(&server, ARM, "", SECRET)).await;
+    assert_eq!(cached.status, 200);
+    // More distinct resources than the cache has slots, nearly all refused by the
+    // token requests' budget.
+    let heads: Vec<String> = (0..1_100)
+        .map(|i| serving::token_request(&server, &format!("api://churn-{i}"), "", SECRET))
+        .collect();
+    let refused = tokio::task::spawn_blocking(move || {
+        heads
+            .into_iter()
+            .filter(|head| serving::raw_blocking(addr, head.clone()).status == 429)
+            .count()
+    })
+    .await
+    .unwrap();
+    assert!(refused > 1_000, "the churn was refused: {refused}");
+    let again = raw(addr, serving::token_request(&server, ARM, "", SECRET)).await;
+    assert_eq!(again.status, 200, "the other caller's token: {again:?}");
+    assert_eq!(serving::posts(&entra, ARM), 1, "served from the cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entras_retry_after_holds_the_server_back_as_long() {
+    let (entra, _a, server) = serving::one_identity(ServeOptions::default()).await;
+    for _ in 0..20 {
+        entra.enqueue(Scripted::status(503).retry_after("30"));
+    }
+    let addr = server.local_addr();
+    let request = serving::token_request(&server, ARM, "", SECRET);
+    // The server's own retry waits the 30 s Entra asked for (single flight: one request
+    // for every caller), then its 503 is remembered.
+    let first = tokio::task::spawn_blocking({
+        let request = request.clone();
+        move || {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(90)))
+                .unwrap();
+            write!(stream, "{request}\r\nConnection: close\r\n\r\n").unwrap();
+            let mut bytes = Vec::new();
+            stream.read_to_end(&mut bytes).unwrap();
+            bytes
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        first.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
+    let asked = serving::posts(&entra, ARM);
+    // Clients asking every second for the next 29 s: answered from the failure memory.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(29) {
+        let answer = raw(addr, request.clone()).await;
+        assert_eq!(answer.status, 503, "{answer:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        serving::posts(&entra, ARM) <= asked + 1,
+        "Entra asked for 30 s; the server asked {} times after its first {asked}",
+        serving::posts(&entra, ARM) - asked
+    );
+}
