@@ -386,11 +386,11 @@ impl<'a> Items<'a> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// A DER element.
-    pub(crate) fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
+    fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
         let mut out = vec![tag];
         let len = contents.len();
         if len < 0x80 {
@@ -421,7 +421,7 @@ pub(crate) mod tests {
     }
 
     /// pbeWithSHAAnd3-KeyTripleDES-CBC with `iterations`.
-    pub(crate) fn pbe(iterations: u32) -> Vec<u8> {
+    fn pbe(iterations: u32) -> Vec<u8> {
         let mut oid = OID_PKCS12_PBE_PREFIX.to_vec();
         oid.push(3);
         seq(&[
@@ -431,7 +431,7 @@ pub(crate) mod tests {
     }
 
     /// PBES2 with PBKDF2 of `iterations` (and AES-256-CBC).
-    pub(crate) fn pbes2(iterations: u32) -> Vec<u8> {
+    fn pbes2(iterations: u32) -> Vec<u8> {
         let aes256 = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x01, 0x2a];
         seq(&[
             der(OID, OID_PBES2),
@@ -446,7 +446,7 @@ pub(crate) mod tests {
     }
 
     /// A shrouded key bag encrypted with `algorithm`.
-    pub(crate) fn shrouded_bag(algorithm: &[u8]) -> Vec<u8> {
+    fn shrouded_bag(algorithm: &[u8]) -> Vec<u8> {
         let mut oid = OID_BAG_PREFIX.to_vec();
         oid.push(BAG_SHROUDED_KEY);
         seq(&[
@@ -459,7 +459,7 @@ pub(crate) mod tests {
     }
 
     /// An unencrypted container of `bags`.
-    pub(crate) fn data_container(bags: &[Vec<u8>]) -> Vec<u8> {
+    fn data_container(bags: &[Vec<u8>]) -> Vec<u8> {
         seq(&[
             der(OID, OID_DATA),
             der(CONTEXT_0, &der(OCTET_STRING, &seq(bags))),
@@ -467,7 +467,7 @@ pub(crate) mod tests {
     }
 
     /// An encrypted container with `algorithm` (its ciphertext is junk).
-    pub(crate) fn encrypted_container(algorithm: &[u8]) -> Vec<u8> {
+    fn encrypted_container(algorithm: &[u8]) -> Vec<u8> {
         seq(&[
             der(OID, OID_ENCRYPTED_DATA),
             der(
@@ -485,7 +485,7 @@ pub(crate) mod tests {
     }
 
     /// A PFX of `containers`, with a SHA-1 MAC of `mac_iterations` if given.
-    pub(crate) fn pfx(containers: &[Vec<u8>], mac_iterations: Option<u32>) -> Vec<u8> {
+    fn pfx(containers: &[Vec<u8>], mac_iterations: Option<u32>) -> Vec<u8> {
         let sha1 = [0x2b, 0x0e, 0x03, 0x02, 0x1a];
         let auth_safe = seq(&[
             der(OID, OID_DATA),
