@@ -48,16 +48,14 @@ pub(crate) fn x509(e: &x509_parser::nom::Err<X509Error>) -> String {
     .to_owned()
 }
 
-/// Why a PKCS#12 archive whose MAC does not verify is refused.
-pub(crate) const PKCS12_MAC_MISMATCH: &str = "the integrity MAC does not verify with an empty \
-     password: the archive is password-protected or corrupt (only empty-password archives \
-     are supported)";
-
 /// A `p12-keystore` error. Its DER errors carry a position; nothing else is kept.
 pub(crate) fn pkcs12(e: &p12_keystore::error::Error) -> String {
     use p12_keystore::error::Error as E;
     match e {
-        E::MacError(_) => PKCS12_MAC_MISMATCH.to_owned(),
+        E::MacError(_) => "the integrity MAC does not verify with an empty password: the \
+                           archive is password-protected or corrupt (only empty-password \
+                           archives are supported)"
+            .to_owned(),
         E::UnsupportedEncryptionScheme => "it uses an unsupported encryption scheme".to_owned(),
         E::UnsupportedMacAlgorithm => "it uses an unsupported MAC algorithm".to_owned(),
         E::DerError(d) => match d.position() {

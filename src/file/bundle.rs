@@ -56,49 +56,16 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
 
 /// Decode the bundle bytes: PEM first, then PKCS#12.
 pub(crate) fn decode_bundle(bytes: &[u8]) -> Result<RawBundle> {
-    decode_bundle_with(bytes, open_pkcs12)
-}
-
-/// [`decode_bundle`] with the PKCS#12 decoder given: `open` is reached only by an
-/// archive the pre-scan accepted (tests pass one that records the call).
-fn decode_bundle_with(
-    bytes: &[u8],
-    open: impl FnOnce(&[u8]) -> Result<RawBundle>,
-) -> Result<RawBundle> {
-    if looks_like_pem(bytes) {
+    if bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return decode_pem(bytes);
     }
-    if looks_like_der_sequence(bytes) {
-        return decode_pkcs12(bytes, open);
+    if pkcs12_scan::is_der_sequence(bytes) {
+        return decode_pkcs12(bytes);
     }
     Err(unknown_format(
         "no PEM `-----BEGIN` line, and not a DER SEQUENCE spanning the whole input as a \
          PKCS#12 archive is",
     ))
-}
-
-fn looks_like_pem(bytes: &[u8]) -> bool {
-    bytes.windows(11).any(|w| w == b"-----BEGIN ")
-}
-
-/// A PKCS#12 archive is one DER SEQUENCE; check its header spans the input exactly.
-fn looks_like_der_sequence(bytes: &[u8]) -> bool {
-    let [0x30, first, rest @ ..] = bytes else {
-        return false;
-    };
-    let (len, header) = if first & 0x80 == 0 {
-        (usize::from(*first), 2)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return false;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, 2 + n)
-    };
-    header + len == bytes.len()
 }
 
 fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
@@ -141,21 +108,11 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
     finish(BundleFormat::Pem, certificates, keys)
 }
 
-/// Pre-scan the archive, then hand it to `open` (the decoder, which derives keys).
-fn decode_pkcs12(bytes: &[u8], open: impl FnOnce(&[u8]) -> Result<RawBundle>) -> Result<RawBundle> {
-    let scanned = pkcs12_scan::scan(bytes)?;
-    tracing::debug!(
-        bags = scanned.bags,
-        opened = scanned.opened.is_some(),
-        "PKCS#12 archive within bounds"
-    );
-    // The archive as the scan opened it when it could (no key is derived twice).
-    open(scanned.opened.as_deref().map_or(bytes, Vec::as_slice))
-}
-
-/// The PKCS#12 decoder: open the (pre-scanned) archive with the empty password.
-fn open_pkcs12(input: &[u8]) -> Result<RawBundle> {
-    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(input, "").map_err(pkcs12_error)?;
+/// Pre-scan the archive (module [`pkcs12_scan`]), then open it with the empty password.
+fn decode_pkcs12(bytes: &[u8]) -> Result<RawBundle> {
+    let bags = pkcs12_scan::scan(bytes)?;
+    tracing::debug!(bags, "PKCS#12 archive within bounds");
+    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(bytes, "").map_err(pkcs12_error)?;
     let certificates = archive
         .certs
         .iter()
@@ -253,57 +210,6 @@ fn describe_base64_error(e: &base64::DecodeError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file::pkcs12_scan::tests as build;
-
-    /// `decode_bundle` with a decoder that counts its calls (in `opened`) and then runs
-    /// the real one.
-    fn decode_counting(bytes: &[u8], opened: &mut usize) -> Result<RawBundle> {
-        decode_bundle_with(bytes, |input| {
-            *opened += 1;
-            open_pkcs12(input)
-        })
-    }
-
-    #[test]
-    fn hostile_archives_are_refused_before_any_key_derivation() {
-        let bags: Vec<Vec<u8>> = (0..715)
-            .map(|_| build::shrouded_bag(&build::pbe(1_000_000)))
-            .collect();
-        let many_bags = build::pfx(&[build::data_container(&bags)], Some(1_000_000));
-        assert!(many_bags.len() > 64 * 1024);
-        let huge_mac = build::pfx(&[build::data_container(&[])], Some(i32::MAX as u32));
-        let huge_bag = build::pfx(
-            &[build::data_container(&[build::shrouded_bag(
-                &build::pbes2(1_000_000),
-            )])],
-            None,
-        );
-        for archive in [many_bags, huge_mac, huge_bag] {
-            let mut opened = 0;
-            let err = decode_counting(&archive, &mut opened)
-                .err()
-                .expect("refused");
-            assert!(err.kind().code() == "pkcs12_limit", "{err}");
-            assert_eq!(opened, 0, "the decoder ran");
-        }
-        // An archive within the bounds does reach the decoder (which then refuses it).
-        let fine = build::pfx(&[build::data_container(&[])], None);
-        let mut opened = 0;
-        let _ = decode_counting(&fine, &mut opened);
-        assert_eq!(opened, 1);
-    }
-
-    #[test]
-    fn der_sequence_detection() {
-        assert!(looks_like_der_sequence(&[0x30, 0x01, 0x00]));
-        assert!(!looks_like_der_sequence(&[0x30, 0x05, 0x00]));
-        let mut long = vec![0x30, 0x82, 0x01, 0x00];
-        long.resize(4 + 256, 0);
-        assert!(looks_like_der_sequence(&long));
-        assert!(!looks_like_der_sequence(b"hello"));
-        assert!(!looks_like_der_sequence(&[]));
-    }
-
     #[test]
     fn base64_error_gives_offset_not_content() {
         let err = decode_base64("abc$").unwrap_err();

@@ -189,8 +189,8 @@ fn key_without_certificate_is_no_certificate() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Hostile PKCS#12 archives: refused by the pre-scan, before any key
-// derivation. (The unit test in src/file/bundle.rs also checks that the decoder never ran.)
+// Hostile PKCS#12 archives: what the archive shows in the clear is refused by the pre-scan,
+// before any key derivation; what an encrypted container hides is bounded by the decoder.
 // ---------------------------------------------------------------------------------------
 
 fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
@@ -311,4 +311,101 @@ fn hostile_pkcs12_archives_are_refused_before_decryption() {
     let containers: Vec<Vec<u8>> = (0..100).map(|_| empty.clone()).collect();
     let (what, value, _) = refused(&pfx(&containers, 2048));
     assert_eq!((what.as_str(), value), ("containers", 100));
+}
+
+const PBES2: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0d];
+
+/// PBES2's `AlgorithmIdentifier` for `params`.
+fn pbes2(params: &pkcs5::pbes2::Parameters) -> Vec<u8> {
+    use pkcs5::der::Encode;
+    seq(&[der(0x06, PBES2), params.to_der().unwrap()])
+}
+
+/// A container holding `bags`, encrypted with PBES2 (PBKDF2, 2,048 iterations) and the
+/// empty password: the pre-scan cannot see inside it.
+fn encrypted(bags: &[Vec<u8>]) -> Vec<u8> {
+    let params =
+        pkcs5::pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(2048, &[9; 8], [4; 16]).unwrap();
+    let ciphertext = params.encrypt(b"", &seq(bags)).unwrap();
+    seq(&[
+        der(0x06, ENCRYPTED_DATA),
+        der(
+            0xa0,
+            &seq(&[
+                der(0x02, &[0]),
+                seq(&[der(0x06, DATA), pbes2(&params), der(0x80, &ciphertext)]),
+            ]),
+        ),
+    ])
+}
+
+#[test]
+fn scrypt_secret_bags_and_nesting_are_refused_or_bounded() {
+    let scrypt =
+        pkcs5::pbes2::Parameters::generate_scrypt_aes256cbc(scrypt_params(), &[7; 8], [3; 16])
+            .unwrap();
+    // scrypt where the pre-scan sees it: for an encrypted container or a key bag.
+    let container = seq(&[
+        der(0x06, ENCRYPTED_DATA),
+        der(
+            0xa0,
+            &seq(&[
+                int(0),
+                seq(&[der(0x06, DATA), pbes2(&scrypt), der(0x80, &[0x55; 64])]),
+            ]),
+        ),
+    ]);
+    let bag = seq(&[
+        der(0x06, SHROUDED_KEY_BAG),
+        der(0xa0, &seq(&[pbes2(&scrypt), der(0x04, &[0x55; 64])])),
+    ]);
+    let in_data = seq(&[
+        der(0x06, DATA),
+        der(0xa0, &der(0x04, &seq(std::slice::from_ref(&bag)))),
+    ]);
+    for archive in [pfx(&[container], 2048), pfx(&[in_data], 2048)] {
+        let err = ClientCertificate::from_bundle(&archive).unwrap_err();
+        assert!(err.to_string().contains("scrypt"), "{err}");
+    }
+    // A secret bag (the decoder would try to decrypt it).
+    let secret_bag = [
+        0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x0a, 0x01, 0x05,
+    ];
+    let secret = seq(&[der(0x06, &secret_bag), der(0xa0, &seq(&[]))]);
+    let data = seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(&[secret])))]);
+    let err = ClientCertificate::from_bundle(&pfx(&[data], 2048)).unwrap_err();
+    assert!(err.to_string().contains("secret bag"), "{err}");
+    // Nested containers (safe-contents bags): their bags count toward the bound.
+    let nested_bag = [
+        0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x0a, 0x01, 0x06,
+    ];
+    let inner: Vec<Vec<u8>> = (0..40).map(|_| seq(&[der(0x06, DATA)])).collect();
+    let nested = seq(&[der(0x06, &nested_bag), der(0xa0, &seq(&inner))]);
+    let data = seq(&[der(0x06, DATA), der(0xa0, &der(0x04, &seq(&[nested])))]);
+    let (what, value, _) = refused(&pfx(&[data], 2048));
+    assert_eq!((what.as_str(), value), ("bags", 41));
+    // Inside an encrypted container, a key bag asking for more than the decoder's own
+    // bound (10^6 iterations) is refused without that derivation.
+    let costly =
+        pkcs5::pbes2::Parameters::generate_pbkdf2_sha256_aes256cbc(2_000_000, &[7; 8], [3; 16])
+            .unwrap();
+    let hidden = seq(&[
+        der(0x06, SHROUDED_KEY_BAG),
+        der(0xa0, &seq(&[pbes2(&costly), der(0x04, &[0x55; 64])])),
+    ]);
+    let no_mac = seq(&[
+        der(0x02, &[3]),
+        seq(&[
+            der(0x06, DATA),
+            der(0xa0, &der(0x04, &seq(&[encrypted(&[hidden])]))),
+        ]),
+    ]);
+    let err = ClientCertificate::from_bundle(&no_mac).unwrap_err();
+    assert_eq!(err.kind().code(), "pkcs12", "{err}");
+    assert!(err.to_string().contains("parameters"), "{err}");
+}
+
+/// scrypt at 1 GiB (N = 2^20, r = 8), as a hostile archive would ask; never derived here.
+fn scrypt_params() -> scrypt::Params {
+    scrypt::Params::new(20, 8, 16).unwrap()
 }
