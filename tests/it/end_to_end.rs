@@ -314,8 +314,18 @@ async fn scripted_503_is_transient_with_retry_after() {
     assert_eq!(e.status, 503);
     assert_eq!(e.retry_after, Some(Duration::from_secs(7)));
     assert_eq!(e.aadsts_code(), Some(90033));
-    // Normal service resumes.
-    cred.get_token(&[ARM]).await.unwrap();
+    // The failure is remembered at least as long as Entra's Retry-After: the next call
+    // within it gets the same error without asking Entra again.
+    let at = err
+        .retry_at()
+        .expect("a remembered failure says until when");
+    assert!(
+        at >= time::OffsetDateTime::now_utc() + Duration::from_secs(6),
+        "{at}"
+    );
+    let again = cred.get_token(&[ARM]).await.unwrap_err();
+    assert_eq!(again.status(), Some(503));
+    assert_eq!(server.token_requests(), 1);
 }
 
 #[tokio::test]
