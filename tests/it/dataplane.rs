@@ -107,10 +107,14 @@ async fn get_system_assigned_credentials() {
         .await
         .unwrap();
     let fixture = load("pem-chain");
-    assert_eq!(creds.client_id, fixture.client_id);
-    assert_eq!(creds.not_after, fixture.not_after);
+    assert_eq!(creds.identity.client_id, fixture.client_id);
+    assert_eq!(creds.identity.not_after, fixture.not_after);
     assert_eq!(
-        creds.client_secret.as_ref().map(|c| c.expose_secret()),
+        creds
+            .identity
+            .client_secret
+            .as_ref()
+            .map(|c| c.expose_secret()),
         fixture.client_secret.as_ref().map(|c| c.expose_secret())
     );
     let requests = s.dp.requests();
@@ -130,8 +134,7 @@ async fn get_system_assigned_credentials() {
     assert_wire_basics(&s, r);
     // The system-assigned identity's certificate is usable as a credential.
     register(&s.entra, "pem-chain");
-    let cred =
-        ClientCertificateCredential::new(&creds.system_assigned_identity(), options()).unwrap();
+    let cred = ClientCertificateCredential::new(&creds.identity, options()).unwrap();
     cred.get_token(&[ARM]).await.unwrap();
 }
 
@@ -727,7 +730,7 @@ async fn debug_output_holds_no_secret() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap();
-    let secret = creds.client_secret.clone().unwrap();
+    let secret = creds.identity.client_secret.clone().unwrap();
     let shown = format!("{creds:?} {:?} {:?}", s.client, s.factory);
     assert!(!shown.contains(secret.expose_secret()));
     assert!(!shown.contains("sig="), "{shown}");
@@ -1030,18 +1033,18 @@ fn data_plane_types_built_in_code_match_the_wire() {
     expected.as_object_mut().unwrap().remove("resource_id");
     assert_eq!(serde_json::to_value(&system).unwrap(), expected);
     assert_eq!(
-        system.not_after().unwrap(),
+        system.identity.not_after().unwrap(),
         Some(time::macros::datetime!(2027-02-22 00:00 UTC))
     );
     assert_eq!(
-        system.renew_after().unwrap(),
+        system.identity.renew_after().unwrap(),
         Some(time::macros::datetime!(2027-01-08 00:00 UTC))
     );
-    assert!(system.cannot_renew_after().unwrap().is_some());
-    assert!(system.not_before().unwrap().is_some());
+    assert!(system.identity.cannot_renew_after().unwrap().is_some());
+    assert!(system.identity.not_before().unwrap().is_some());
     let mut broken = system.clone();
-    broken.not_after = Some("next week".into());
-    let e = broken.not_after().unwrap_err();
+    broken.identity.not_after = Some("next week".into());
+    let e = broken.identity.not_after().unwrap_err();
     assert!(
         matches!(
             e.kind(),
