@@ -11,10 +11,8 @@
 //! HTTP client building, retry policy and response size limit.
 //!
 //! ```no_run
-//! use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
-//! use msi_dataplane::{
-//!     keyvault, ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
-//! };
+//! use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
+//! use msi_dataplane::{//!     keyvault, ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions, //!};
 //!
 //! # async fn run(identity_url: &str) -> Result<(), Box<dyn std::error::Error>> {
 //! // The service's own (often multi-tenant) application certificate.
@@ -25,7 +23,7 @@
 //!     ClientCertificate::from_bundle(&std::fs::read("/etc/service/app.pem")?)?,
 //!     ClientCertificateCredentialOptions::default().with_additionally_allowed_tenants(["*"]),
 //! )?;
-//! let factory = ClientFactory::new(app, "https://identity.azure.net/", ClientOptions::default())?;
+//! let factory = ClientFactory::new(app, "https://identity.azure.net/", Default::default())?;
 //! // `identity_url`: ARM's `x-ms-identity-url` header for the resource.
 //! let client = factory.client(identity_url)?;
 //! let id = "/subscriptions/.../userAssignedIdentities/my-identity";
@@ -47,7 +45,7 @@
 //!
 //! | Go (`pkg/dataplane`) | Rust (`msi_dataplane::dataplane`) |
 //! |---|---|
-//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
+//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, Environment)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
 //! | `ClientFactory.NewClient(identityURL)` | [`factory.client(identity_url)`](ClientFactory::client) (https only, checked before any request) |
 //! | `GET` system-assigned (`Getcred`) | [`client.get_system_assigned_identity_credentials().await`](Client::get_system_assigned_identity_credentials) |
 //! | `Client.GetUserAssignedIdentitiesCredentials(ctx, req)` | [`client.get_user_assigned_identities_credentials(&req).await`](Client::get_user_assigned_identities_credentials) |
@@ -110,7 +108,7 @@ mod client;
 mod source;
 mod types;
 
-pub use client::{API_VERSION, Client, ClientFactory, ClientOptions};
+pub use client::{API_VERSION, Client, ClientFactory};
 #[cfg(feature = "azure_core")]
 pub use source::AzureTokenCredential;
 pub use source::{TokenFuture, TokenSource};

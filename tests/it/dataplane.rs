@@ -7,13 +7,13 @@ use crate::support;
 use std::time::Duration;
 
 use msi_dataplane::dataplane::{
-    Client, ClientFactory, ClientOptions, ManagedIdentityCredentials, MoveIdentityRequest,
+    Client, ClientFactory, ManagedIdentityCredentials, MoveIdentityRequest,
     UserAssignedIdentitiesRequest,
 };
 use msi_dataplane::limits::{MIN_REFRESH_BACKOFF, NEAR_END};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, ErrorCategory,
-    ErrorKind, FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, Environment,
+    ErrorCategory, ErrorKind, FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
 };
 use msi_dataplane_testing::{DataPlaneRequest, DataPlaneServer};
 use serde_json::json;
@@ -53,13 +53,11 @@ fn service_credential(entra: &EntraServer, allowed: &[&str]) -> ClientCertificat
     .unwrap()
 }
 
-fn client_options() -> ClientOptions {
-    ClientOptions::default().with_environment(
-        https_env().with_retry_policy(
-            RetryPolicy::default()
-                .with_initial_delay(Duration::from_millis(10))
-                .with_max_delay(Duration::from_millis(50)),
-        ),
+fn client_options() -> Environment {
+    https_env().with_retry_policy(
+        RetryPolicy::default()
+            .with_initial_delay(Duration::from_millis(10))
+            .with_max_delay(Duration::from_millis(50)),
     )
 }
 
@@ -1164,9 +1162,7 @@ async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
     let (clock, credential) = service_credential_on_clock(&entra);
-    let options = client_options();
-    let environment = options.environment().clone().with_clock(clock.clone());
-    let options = options.with_environment(environment);
+    let options = client_options().with_clock(clock.clone());
     let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     client
