@@ -12,7 +12,9 @@
 //!
 //! ```no_run
 //! use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
-//! use msi_dataplane::{//!     keyvault, ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions, //!};
+//! use msi_dataplane::{
+//!     keyvault, ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
+//! };
 //!
 //! # async fn run(identity_url: &str) -> Result<(), Box<dyn std::error::Error>> {
 //! // The service's own (often multi-tenant) application certificate.
