@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// An Azure cloud: its canonical name, Entra authority host, ARM endpoint and ARM audience.
 ///
@@ -104,7 +104,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::UnknownCloud`] for any other name, including the empty string; the
+    /// `unknown_cloud` for any other name, including the empty string; the
     /// error lists the names that are known.
     pub fn from_name(name: &str) -> Result<Cloud> {
         let wanted = name.trim();
@@ -113,10 +113,11 @@ impl Cloud {
             .find(|(_, names)| names.iter().any(|n| n.eq_ignore_ascii_case(wanted)))
             .map(|(cloud, _)| (*cloud).clone())
             .ok_or_else(|| {
-                ErrorKind::Config(ConfigError::UnknownCloud {
-                    name: name.to_owned(),
-                })
-                .into()
+                let message = format!(
+                    "unknown cloud `{name}`; known clouds: AzurePublicCloud (AzureCloud), \
+                     AzureUSGovernmentCloud (AzureUSGovernment), AzureChinaCloud"
+                );
+                Error::config("unknown_cloud", "cloud", message)
             })
     }
 
@@ -141,7 +142,7 @@ impl Cloud {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidCloud`] naming the field when the name is empty or a URL is
+    /// `invalid_cloud` naming the field when the name is empty or a URL is
     /// not an absolute `https` URL without query or fragment.
     pub fn custom(
         name: impl Into<String>,
@@ -297,12 +298,12 @@ fn https_url(field: &'static str, value: String) -> Result<String> {
     Ok(value)
 }
 
-fn invalid_cloud(field: &'static str, reason: &str) -> crate::error::Error {
-    ErrorKind::Config(ConfigError::InvalidCloud {
+fn invalid_cloud(field: &'static str, reason: &str) -> Error {
+    Error::config(
+        "invalid_cloud",
         field,
-        reason: reason.to_owned(),
-    })
-    .into()
+        format!("invalid custom cloud: `{field}` {reason}"),
+    )
 }
 
 #[cfg(test)]

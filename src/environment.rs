@@ -11,7 +11,9 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::clock::{Clock, SystemClock};
-use crate::error::{ConfigError, Error, ErrorKind, Result};
+#[cfg(test)]
+use crate::error::ErrorKind;
+use crate::error::{Error, Result};
 use crate::http::client::{build_http_client, client_with_extra_roots, default_http_client};
 use crate::http::retry::RetryPolicy;
 use crate::http::user_agent;
@@ -113,7 +115,7 @@ impl Environment {
     /// caller uses ([`guide::background`](crate::guide::background)).
     ///
     /// Setting both a client and extra root CAs is refused
-    /// ([`ConfigError::ConflictingOptions`]) when the credential, client factory or store
+    /// (`conflicting_options`) when the credential, client factory or store
     /// is built: the roots apply only to the crate's client.
     pub fn with_http_client(mut self, client: reqwest::Client) -> Self {
         self.http_client = Some(client);
@@ -126,12 +128,10 @@ impl Environment {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::HttpClient`] when the PEM holds no usable certificate.
+    /// `http_client` when the PEM holds no usable certificate.
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
         let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            Error::from(ErrorKind::Config(ConfigError::HttpClient {
-                reason: format!("extra root certificates: {e}"),
-            }))
+            crate::http::client::http_client_error(format!("extra root certificates: {e}"))
         })?;
         self.extra_root_certificates.extend(certs);
         Ok(self)
@@ -146,10 +146,8 @@ impl Environment {
         let path = path.as_ref();
         let pem = crate::regular_file::read_limited_as(path, CA_FILE)?;
         if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-            return Err(Error::from(ErrorKind::Config(ConfigError::HttpClient {
-                reason: "extra root certificates: holds no PEM CERTIFICATE block".into(),
-            }))
-            .with_file(path, CA_FILE));
+            let reason = "extra root certificates: holds no PEM CERTIFICATE block";
+            return Err(crate::http::client::http_client_error(reason).with_file(path, CA_FILE));
         }
         self.with_extra_root_certificates_pem(&pem)
             .map_err(|e| e.with_file(path, CA_FILE))
@@ -168,17 +166,13 @@ impl Environment {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidOption`] naming `request_timeout` when `timeout` is zero
+    /// `invalid_option` naming `request_timeout` when `timeout` is zero
     /// (every request would fail) or over 10 minutes.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Result<Self> {
         if timeout.is_zero() || timeout > MAX_REQUEST_TIMEOUT {
-            return Err(ErrorKind::Config(ConfigError::InvalidOption {
-                option: "request_timeout",
-                reason: format!(
-                    "{timeout:?} is not between zero (excluded) and {MAX_REQUEST_TIMEOUT:?}"
-                ),
-            })
-            .into());
+            let reason =
+                format!("{timeout:?} is not between zero (excluded) and {MAX_REQUEST_TIMEOUT:?}");
+            return Err(Error::invalid_option("request_timeout", reason));
         }
         self.request_timeout = timeout;
         Ok(self)
@@ -218,7 +212,7 @@ impl Environment {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidOption`] naming `application_id` when the id is empty, longer
+    /// `invalid_option` naming `application_id` when the id is empty, longer
     /// than 24 characters or has a character that is not a token character. (azure_core
     /// panics on such an id; this crate refuses it here, before anything is built.)
     pub fn with_application_id(mut self, application_id: impl Into<String>) -> Result<Self> {
@@ -270,8 +264,8 @@ impl Environment {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::ConflictingOptions`] when both a client and extra roots are set (the
-    /// roots would be silently dropped); [`ConfigError::HttpClient`] when the client cannot
+    /// `conflicting_options` when both a client and extra roots are set (the
+    /// roots would be silently dropped); `http_client` when the client cannot
     /// be built.
     pub(crate) fn client(&self, direct: bool) -> Result<reqwest::Client> {
         match &self.http_client {
@@ -319,11 +313,11 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Config(ConfigError::ConflictingOptions {
-                    first: "http_client",
-                    second: "extra_root_certificates",
+                ErrorKind::Config {
+                    code: "conflicting_options",
+                    field: "http_client",
                     ..
-                })
+                }
             ),
             "{err:?}"
         );
@@ -338,10 +332,11 @@ mod tests {
             assert!(
                 matches!(
                     err.kind(),
-                    ErrorKind::Config(ConfigError::InvalidOption {
-                        option: "request_timeout",
+                    ErrorKind::Config {
+                        code: "invalid_option",
+                        field: "request_timeout",
                         ..
-                    })
+                    }
                 ),
                 "{err:?}"
             );
@@ -384,10 +379,11 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Config(ConfigError::InvalidOption {
-                    option: "application_id",
+                ErrorKind::Config {
+                    code: "invalid_option",
+                    field: "application_id",
                     ..
-                })
+                }
             ),
             "{err:?}"
         );

@@ -7,7 +7,7 @@
 // The layers, lowest first; each uses only its own and those above it here
 // (`tests/it/layers.rs` checks it).
 //
-// The basics: errors (each layer's failures and the root `Error`), time, secrets,
+// The basics: errors (the root `Error` and what failed), time, secrets,
 // untrusted text, the log budget, parser messages, bounded file reading, clouds, the HTTP plumbing
 // (the crate's client, bounded answers, retries, Azure error bodies), the environment
 // every client is given (HTTP client, timeout, clock, retries) and telemetry (metrics
@@ -51,8 +51,7 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock, rfc3339};
 pub use cloud::{Cloud, default_scope};
 pub use environment::Environment;
 pub use error::{
-    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorCategory, ErrorKind, FileError,
-    KeyVaultError, LinkFault, ReloadError, Result, TokenEndpointError, TokenError, TransportError,
+    Error, ErrorCategory, ErrorKind, Result, ServiceError, TokenEndpointError, TransportError,
 };
 pub use file::bundle::BundleFormat;
 pub use file::certificate::ClientCertificate;

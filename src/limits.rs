@@ -1,7 +1,6 @@
 //! The crate's fixed limits and timings, for callers who size buffers, tune alerts or
 //! write tests against them. Most users never need them; each is also named in the
-//! error it causes (for example [`FileError::FileTooLarge`](crate::FileError::FileTooLarge)
-//! carries its `limit`).
+//! error it causes (for example `file_too_large` says the limit in its message).
 //!
 //! Durations are `std::time::Duration`.
 

@@ -4,7 +4,7 @@
 
 use x509_parser::error::X509Error;
 
-use crate::error::redact_quoted;
+use crate::untrusted_text::redact_quoted;
 
 /// A `der` (0.7: PKCS#1, PKCS#8) error: its class and byte offset.
 pub(crate) fn der(e: &pkcs8::der::Error) -> String {
@@ -92,12 +92,9 @@ pub(crate) fn json(e: &serde_json::Error) -> String {
 /// A JSON document that does not parse, as the crate's error (serde's message without
 /// the values it quotes, and where it stopped).
 pub(crate) fn json_error(e: serde_json::Error) -> crate::error::Error {
-    crate::error::FileError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: json(&e),
-    }
-    .into()
+    let (line, column, message) = (e.line(), e.column(), json(&e));
+    let message = format!("invalid JSON at line {line}, column {column}: {message}");
+    crate::error::Error::file("json", None, message)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
-use crate::error::{Error, ErrorKind, FileError, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The largest file the crate reads (credential files, cloud configs, CA files, managed
 /// identities files): 1 MiB.
@@ -23,13 +23,16 @@ pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
     let size = bytes.len() as u64;
     if size > MAX_FILE_BYTES {
-        return Err(ErrorKind::File(FileError::FileTooLarge {
-            size,
-            limit: MAX_FILE_BYTES,
-        })
-        .into());
+        return Err(too_large(size));
     }
     Ok(())
+}
+
+/// A file of `size` bytes, over [`MAX_FILE_BYTES`].
+fn too_large(size: u64) -> Error {
+    let message =
+        format!("is {size} bytes; credential files over {MAX_FILE_BYTES} bytes are refused");
+    Error::file("file_too_large", None, message)
 }
 
 /// Read at most `MAX_FILE_BYTES + 1` bytes of a regular file, so a huge or growing file
@@ -37,13 +40,7 @@ pub(crate) fn check_size(bytes: &[u8]) -> Result<()> {
 /// file"). The buffer may hold a secret: it is zeroized on drop.
 pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
-    let too_large = |size: u64| {
-        Error::from(ErrorKind::File(FileError::FileTooLarge {
-            size,
-            limit: MAX_FILE_BYTES,
-        }))
-        .with_file(path, role)
-    };
+    let too_large = |size: u64| too_large(size).with_file(path, role);
     // Only a regular file, opened without blocking (a FIFO or a device is refused).
     let (file, hint) = open(path, role)?;
     if hint > MAX_FILE_BYTES {
@@ -66,7 +63,8 @@ pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<
 pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let refuse = |kind| {
-        Error::from(ErrorKind::File(FileError::NotARegularFile { kind })).with_file(path, role)
+        let message = format!("is a {kind}, not a regular file");
+        Error::file("not_a_regular_file", None, message).with_file(path, role)
     };
     if let Some(kind) = special_kind(&std::fs::metadata(path).map_err(io)?) {
         return Err(refuse(kind));
@@ -132,13 +130,17 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::File(FileError::NotARegularFile {
-                    kind: "character device"
-                })
+                ErrorKind::File {
+                    code: "not_a_regular_file",
+                    ..
+                }
             ),
             "{err:?}"
         );
-        assert!(err.to_string().contains("/dev/zero"), "{err}");
+        assert!(
+            err.to_string().contains("/dev/zero: is a character device"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -147,9 +149,17 @@ mod tests {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::File(FileError::NotARegularFile { kind: "directory" })
+                ErrorKind::File {
+                    code: "not_a_regular_file",
+                    ..
+                }
             ),
             "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .ends_with("is a directory, not a regular file"),
+            "{err}"
         );
     }
 }

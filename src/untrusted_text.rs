@@ -74,9 +74,64 @@ fn is_unsafe(c: char) -> bool {
     !(c == ' ' || c.is_ascii_graphic())
 }
 
+/// Redact the values that a parser echoes back: double-quoted ones (serde_json quotes the
+/// offending string in `invalid type: string "..."` messages) always, and backtick-quoted
+/// ones unless they look like a schema key (up to 32 characters of `a-z`, `0-9`, `_`, `#`)
+/// or a token of the grammar (one or two punctuation characters), so "missing field
+/// `access_token`" and "expected `,` or `}`" stay whole and nothing long is ever echoed.
+pub(crate) fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(['"', '`']) {
+        let quote = &rest[at..at + 1];
+        out.push_str(&rest[..=at]);
+        let inner = &rest[at + 1..];
+        let Some(close) = inner.find(quote) else {
+            // An unterminated quote: drop what follows it.
+            out.push('…');
+            return out;
+        };
+        let value = &inner[..close];
+        let keep = quote == "`"
+            && ((value.len() <= 32
+                && !value.is_empty()
+                && value.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'#'
+                }))
+                || (value.len() <= 2 && value.bytes().all(|b| b.is_ascii_punctuation())));
+        out.push_str(if keep { value } else { "…" });
+        out.push_str(quote);
+        rest = &inner[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacts_quoted_values() {
+        assert_eq!(
+            redact_quoted(r#"invalid type: string "c2VjcmV0", expected a sequence"#),
+            r#"invalid type: string "…", expected a sequence"#
+        );
+        assert_eq!(
+            redact_quoted("missing field `access_token`"),
+            "missing field `access_token`"
+        );
+        // `\x7d` is a closing brace, spelled so that line counters see balanced braces.
+        assert_eq!(
+            redact_quoted("expected `,` or `\x7d`"),
+            "expected `,` or `\x7d`"
+        );
+        assert_eq!(
+            redact_quoted("unknown field `LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t`, expected `a`"),
+            "unknown field `…`, expected `a`"
+        );
+        assert_eq!(redact_quoted(r#"string "abc"#), r#"string "…"#);
+    }
 
     #[test]
     fn format_characters_are_escaped() {

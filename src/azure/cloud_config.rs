@@ -11,12 +11,12 @@
 //! the VM's managed identity through the instance metadata service and never reads
 //! `aadMSIDataPlaneIdentityPath`. A config that sets both is ambiguous, so
 //! [`CloudConfig::identity_path`] (and [`CloudConfig::identity_credential`])
-//! refuse it with [`ConfigError::ConflictingIdentitySources`] instead of silently choosing.
+//! refuse it (code `conflicting_identity_sources`) instead of silently choosing.
 //! HyperShift's generated config for ARO HCP does set both; a component that knows it runs
 //! there makes the choice explicitly with [`CloudConfig::credential_file_path`].
 //!
 //! ```
-//! use msi_dataplane::{CloudConfig, Cloud, ConfigError, ErrorKind};
+//! use msi_dataplane::{CloudConfig, Cloud, ErrorKind};
 //!
 //! let config = CloudConfig::from_slice(br#"{
 //!     "cloud": "AzurePublicCloud",
@@ -36,7 +36,7 @@
 //! }"#)?;
 //! assert!(matches!(
 //!     both.identity_path().unwrap_err().kind(),
-//!     ErrorKind::Config(ConfigError::ConflictingIdentitySources { .. })
+//!     ErrorKind::Config { code: "conflicting_identity_sources", .. }
 //! ));
 //! # Ok::<(), msi_dataplane::Error>(())
 //! ```
@@ -48,7 +48,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::Cloud;
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::reload::options::ReloadOptions;
@@ -113,7 +113,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`FileError::FileTooLarge`](crate::FileError::FileTooLarge), or [`FileError::Json`](crate::FileError::Json) with the line and column (quoted
+    /// `file_too_large`, or `json` with the line and column (quoted
     /// values in the message are redacted).
     pub fn from_slice(bytes: &[u8]) -> Result<CloudConfig> {
         check_size(bytes)?;
@@ -134,7 +134,7 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::UnknownCloud`] for a name that is not a well-known cloud; unlike
+    /// `unknown_cloud` for a name that is not a well-known cloud; unlike
     /// cloud-provider-azure, an unknown name never falls back to the public cloud.
     pub fn cloud(&self) -> Result<Cloud> {
         match self.cloud.as_deref().map(str::trim) {
@@ -149,18 +149,26 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// - [`ConfigError::ConflictingIdentitySources`] when `useManagedIdentityExtension` is
+    /// - `conflicting_identity_sources` when `useManagedIdentityExtension` is
     ///   also `true`;
-    /// - [`ConfigError::NoIdentityPath`] when the path is absent or blank (saying whether
+    /// - `no_identity_path` when the path is absent or blank (saying whether
     ///   the config selects the VM identity instead).
     pub fn identity_path(&self) -> Result<&Path> {
         let path = self.credential_file_path()?;
         if self.use_managed_identity_extension == Some(true) {
-            let identity_path = path.display().to_string();
-            return Err(ErrorKind::Config(ConfigError::ConflictingIdentitySources {
-                identity_path,
-            })
-            .into());
+            let message = format!(
+                "`useManagedIdentityExtension` is true and `aadMSIDataPlaneIdentityPath` is set \
+                 ({}): the config selects both the VM managed identity (IMDS) and a credential \
+                 file; set `useManagedIdentityExtension` to false to use the file, or choose it \
+                 explicitly in code (`CloudConfig::credential_file_path`)",
+                path.display()
+            );
+            let field = "useManagedIdentityExtension";
+            return Err(Error::config(
+                "conflicting_identity_sources",
+                field,
+                message,
+            ));
         }
         Ok(path)
     }
@@ -177,14 +185,21 @@ impl CloudConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::NoIdentityPath`] when the path is absent or blank.
+    /// `no_identity_path` when the path is absent or blank.
     pub fn credential_file_path(&self) -> Result<&Path> {
-        let uses_managed_identity_extension = self.use_managed_identity_extension == Some(true);
+        let imds = match self.use_managed_identity_extension == Some(true) {
+            true => {
+                " (the config selects the VM managed identity through IMDS, \
+                 `useManagedIdentityExtension: true`, which this crate does not provide)"
+            }
+            false => "",
+        };
         let path = (self.aad_msi_data_plane_identity_path.as_deref())
             .filter(|p| !p.trim().is_empty())
-            .ok_or(ErrorKind::Config(ConfigError::NoIdentityPath {
-                uses_managed_identity_extension,
-            }))?;
+            .ok_or_else(|| {
+                let message = format!("`aadMSIDataPlaneIdentityPath` is not set{imds}");
+                Error::config("no_identity_path", "aadMSIDataPlaneIdentityPath", message)
+            })?;
         Ok(Path::new(path))
     }
 

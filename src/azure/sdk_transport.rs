@@ -16,7 +16,7 @@ use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{AsyncRawResponse, Body, HttpClient, Request, StatusCode};
 use reqwest::header::{HeaderValue as ReqwestHeaderValue, USER_AGENT};
 
-use crate::error::{KeyVaultError, TransportFault, cause_chain, classify_transport};
+use crate::error::{Error, TransportFault, cause_chain, classify_transport};
 
 /// An azure_core transport over a reqwest client.
 #[derive(Debug, Clone)]
@@ -90,8 +90,9 @@ impl HttpClient for ReqwestTransport {
             .await
             // Not `Io` either: the crate's own error rides inside, as for an oversized answer.
             .map_err(|a| {
-                let abandoned = KeyVaultError::RequestAbandoned { reason: a.0 };
-                azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(abandoned))
+                let message = format!("the Key Vault request was abandoned: {}", a.0);
+                let abandoned = Error::abandoned("key_vault_request_abandoned", message);
+                azure_core::Error::new(AzureErrorKind::Other, abandoned)
             })?
             .map_err(transport_error)?;
         let mut headers = Headers::new();
@@ -106,11 +107,11 @@ impl HttpClient for ReqwestTransport {
         // Not `Io`, which the SDK retries: the same oversized answer would come again. The
         // crate's own error rides inside, so the store reports it as it is.
         let body = answer.body.ok_or_else(|| {
-            let too_large = KeyVaultError::InvalidResponse {
-                operation: "request",
-                reason: crate::http::body::too_large_reason(),
-            };
-            azure_core::Error::new(AzureErrorKind::Other, crate::error::Error::from(too_large))
+            // The store names its operation in front (`Key Vault get: ...`).
+            let reason = crate::http::body::too_large_reason();
+            let message = format!("the answer is not usable: {reason}");
+            let too_large = Error::answer("invalid_key_vault_response", message);
+            azure_core::Error::new(AzureErrorKind::Other, too_large)
         })?;
         let status = StatusCode::from(answer.status);
         Ok(AsyncRawResponse::from_bytes(status, headers, body))

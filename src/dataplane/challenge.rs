@@ -14,7 +14,9 @@
 
 use url::Url;
 
-use crate::error::{DataPlaneError, Error, ErrorKind, Result};
+#[cfg(test)]
+use crate::error::ErrorKind;
+use crate::error::{Error, Result};
 use crate::file::model::is_guid;
 use crate::http::is_tchar;
 
@@ -46,7 +48,7 @@ impl Challenge {
 ///
 /// # Errors
 ///
-/// [`DataPlaneError::InvalidChallenge`]: a field whose syntax breaks (naming the field and
+/// `invalid_challenge`: a field whose syntax breaks (naming the field and
 /// the byte offset), no `Bearer` challenge, none with an authorization URL, a URL that
 /// does not parse, or a tenant that is neither a GUID nor a domain.
 pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
@@ -156,10 +158,9 @@ fn is_domain(s: &str) -> bool {
 
 /// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
 fn invalid(reason: String) -> Error {
-    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge {
-        reason: crate::untrusted_text::service_text(&reason),
-    })
-    .into()
+    let reason = crate::untrusted_text::service_text(&reason);
+    let message = format!("cannot use the data plane's authentication challenge: {reason}");
+    Error::answer("invalid_challenge", message)
 }
 
 struct Parser<'a> {
@@ -360,7 +361,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                    ErrorKind::InvalidAnswer {
+                        code: "invalid_challenge",
+                        ..
+                    }
                 ),
                 "{bad}: {e}"
             );
@@ -385,7 +389,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                    ErrorKind::InvalidAnswer {
+                        code: "invalid_challenge",
+                        ..
+                    }
                 ),
                 "{bad}"
             );

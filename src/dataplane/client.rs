@@ -18,14 +18,14 @@ use super::types::{
 };
 use crate::environment::Environment;
 use crate::error::{
-    ConfigError, DataPlaneError, DataPlaneServiceError, Error, ErrorKind, Result, TransportError,
-    cause_chain, redact_quoted,
+    DATA_PLANE, Error, ErrorKind, Result, ServiceError, TransportError, cause_chain,
 };
 use crate::http::azure_error_body::parse_error_body;
 use crate::http::base_url::base_url;
 use crate::http::{body, exchange, loopback, retry};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
+use crate::untrusted_text::redact_quoted;
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -100,8 +100,8 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`] naming `audience` when it is empty; [`ConfigError::HttpClient`] when
-    /// the HTTP client cannot be built; [`ConfigError::ConflictingOptions`] when both an
+    /// `invalid_argument` naming `audience` when it is empty; `http_client` when
+    /// the HTTP client cannot be built; `conflicting_options` when both an
     /// HTTP client and extra roots are set.
     #[doc(alias = "NewClientFactory")]
     pub fn new(
@@ -110,11 +110,7 @@ impl ClientFactory {
         environment: Environment,
     ) -> Result<Self> {
         if audience.trim().trim_end_matches('/').is_empty() {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "audience",
-                reason: "is empty".into(),
-            })
-            .into());
+            return Err(Error::invalid_argument("audience", "is empty"));
         }
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
@@ -135,7 +131,7 @@ impl ClientFactory {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidIdentityUrl`]: not a URL, not `https` (plain `http` only on a
+    /// `invalid_identity_url`: not a URL, not `https` (plain `http` only on a
     /// loopback host with [`Environment::allow_http_loopback`] in the factory's environment), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
@@ -253,8 +249,8 @@ impl Client {
             };
             let (status, body) = self.execute(method, suffix, body).await?;
             serde_json::from_slice(&body).map_err(|e| {
-                let reason = format!("not the expected JSON ({})", redact_quoted(&e.to_string()));
-                ErrorKind::DataPlane(DataPlaneError::InvalidResponse { status, reason }).into()
+                let reason = redact_quoted(&e.to_string());
+                unusable(status, format!("not the expected JSON ({reason})"))
             })
         };
         telemetry::service_call(Service::DataPlane, operation, call).await
@@ -419,7 +415,10 @@ impl Client {
             body,
         } = exchange::send(request)
             .await
-            .map_err(|a| Error::from(DataPlaneError::RequestAbandoned { reason: a.0 }))?
+            .map_err(|a| {
+                let message = format!("the data plane request was abandoned: {}", a.0);
+                Error::abandoned("data_plane_request_abandoned", message)
+            })?
             .map_err(transport)?;
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let challenges = headers
@@ -458,11 +457,7 @@ fn finish(raw: RawAnswer, what: &str) -> Result<(u16, Vec<u8>)> {
     if (200..300).contains(&raw.status) {
         return match raw.body {
             Some(body) => Ok((raw.status, body)),
-            None => Err(ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
-                status: raw.status,
-                reason: body::too_large_reason(),
-            })
-            .into()),
+            None => Err(unusable(raw.status, body::too_large_reason())),
         };
     }
     let (code, message) = raw
@@ -470,21 +465,26 @@ fn finish(raw: RawAnswer, what: &str) -> Result<(u16, Vec<u8>)> {
         .as_deref()
         .map(parse_error_body)
         .unwrap_or_default();
-    Err(
-        ErrorKind::DataPlane(DataPlaneError::Service(Box::new(DataPlaneServiceError {
-            status: raw.status,
-            code,
-            message,
-            request_id: raw.request_id,
-            client_request_id: Some(raw.client_request_id),
-            retry_after: raw
-                .retry_after
-                .as_deref()
-                .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
-            request: what.to_owned(),
-        })))
-        .into(),
-    )
+    Err(ErrorKind::Service(Box::new(ServiceError {
+        service: DATA_PLANE,
+        status: raw.status,
+        code,
+        message,
+        request_id: raw.request_id,
+        client_request_id: Some(raw.client_request_id),
+        retry_after: raw
+            .retry_after
+            .as_deref()
+            .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
+        request: what.to_owned(),
+    }))
+    .into())
+}
+
+/// The data plane answered `status` (2xx) with a body the operation cannot use.
+fn unusable(status: u16, reason: impl std::fmt::Display) -> Error {
+    let message = format!("the data plane answered HTTP {status} with an unusable body: {reason}");
+    Error::answer("invalid_data_plane_response", message)
 }
 
 /// How transport failures name this service.
@@ -495,7 +495,7 @@ const SERVICE: &str = "data plane";
 fn is_data_plane_failure(error: &Error) -> bool {
     matches!(
         error.kind(),
-        ErrorKind::DataPlane(DataPlaneError::Service(_))
+        ErrorKind::Service(e) if e.service == DATA_PLANE
     ) || matches!(error.kind(), ErrorKind::Transport(t) if t.service == SERVICE)
 }
 
@@ -507,10 +507,8 @@ pub(crate) fn parse_identity_url(
 ) -> Result<(Url, Vec<(String, String)>)> {
     let mut base = base_url(identity_url, allow_http_loopback, true).map_err(|reason| {
         let url = identity_url.split(['?', '#']).next().unwrap_or_default();
-        ErrorKind::Config(ConfigError::InvalidIdentityUrl {
-            url: url.to_owned(),
-            reason,
-        })
+        let message = format!("identity URL `{url}` is not usable: {reason}");
+        Error::config("invalid_identity_url", "identity_url", message)
     })?;
     let query = base
         .query_pairs()
@@ -600,7 +598,10 @@ mod tests {
             assert!(
                 matches!(
                     e.kind(),
-                    ErrorKind::Config(ConfigError::InvalidIdentityUrl { .. })
+                    ErrorKind::Config {
+                        code: "invalid_identity_url",
+                        ..
+                    }
                 ),
                 "{bad}"
             );
@@ -621,7 +622,7 @@ mod tests {
             requested_at: datetime!(2026-01-01 00:00 UTC),
         };
         let e = finish(raw, "GET /x").err().unwrap();
-        let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+        let ErrorKind::Service(d) = e.kind() else {
             panic!("{e:?}")
         };
         assert_eq!(d.status, 429);

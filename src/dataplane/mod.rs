@@ -87,7 +87,7 @@
 //! - **Tenants**: [`get_token_for_tenant`](crate::ClientCertificateCredential::get_token_for_tenant)
 //!   on a `ClientCertificateCredential` caches per tenant and scope (the own tenant's
 //!   cache is `get_token`'s); a tenant not among the credential's additionally allowed
-//!   tenants (or `*`) is [`ConfigError::TenantNotAllowed`](crate::ConfigError::TenantNotAllowed),
+//!   tenants (or `*`) is refused (code `tenant_not_allowed`),
 //!   naming both tenants, before any request. An `azure_core` `TokenCredential` cannot be
 //!   pointed at a tenant (azure_core 1.x has no such option): it must already be in the
 //!   identity's tenant. Without the `azure_core` feature the client works with the
@@ -95,13 +95,13 @@
 //!
 //! # Errors
 //!
-//! [`DataPlaneError::Service`](crate::DataPlaneError::Service) keeps the status, the
+//! [`ErrorKind::Service`](crate::ErrorKind::Service) keeps the status, the
 //! service's code and message (`{"error": {...}}` or a bare `{"code"}`), `x-ms-request-id`,
 //! the client request id and `Retry-After`. 408/429/5xx and transient transport failures
 //! are retried with the token requests' [`RetryPolicy`](crate::RetryPolicy) (one shared
 //! loop; a token source's failure, already retried by the source, ends the call instead
 //! of being retried again). Answers over 1 MiB and malformed bodies are
-//! [`DataPlaneError::InvalidResponse`](crate::DataPlaneError::InvalidResponse); no body is
+//! `invalid_data_plane_response`; no body is
 //! ever logged or echoed, and the identity URL's query (it carries a signature) appears
 //! in no error, log or `Debug` output, nor in any public accessor of the client.
 

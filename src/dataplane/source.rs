@@ -89,7 +89,7 @@ mod azure {
     use azure_core::credentials::TokenCredential;
 
     use super::{TokenFuture, TokenSource};
-    use crate::error::{Error, ErrorKind, TokenError};
+    use crate::error::Error;
     use crate::token::access_token::AccessToken;
 
     /// Any `azure_core` `TokenCredential` (an `azure_identity` credential, say) as a
@@ -112,7 +112,7 @@ mod azure {
                     Ok(token) => Ok(AccessToken::new(token.token.secret(), token.expires_on)),
                     Err(e) => Err(match e.downcast_ref::<Error>() {
                         Some(ours) => ours.clone(),
-                        None => ErrorKind::Token(TokenError::external(e)).into(),
+                        None => Error::external(e),
                     }),
                 }
             })

@@ -1,29 +1,39 @@
-//! The crate's error: [`Error`], what to do about it ([`ErrorCategory`]), and each layer's
-//! failures, one enum per layer ([`ErrorKind`] names the layer).
+//! The crate's error: [`Error`], what to do about it ([`ErrorCategory`]), and what failed
+//! ([`ErrorKind`]).
 //!
-//! [`Error`] pairs an [`ErrorKind`] (what failed, with the details a caller can act on) with
-//! the file it concerns, when there is one. Every message is written so that it
-//! never contains secret material: no `client_secret`, no key bytes, no assertion and no
-//! access token. Values echoed from parsers are redacted before they reach a message.
+//! [`Error`] pairs an [`ErrorKind`] with the file it concerns, when there is one. The kinds
+//! are sized to what callers do with them: most callers ask the error what to do
+//! ([`Error::category`], [`Error::is_transient`]) and what a service said
+//! ([`Error::status`], [`Error::service_code`], [`Error::request_id`]). A kind has a
+//! variant of its own where a caller branches on it or its message needs fields of its
+//! own (an I/O error's source, a validity's instants, a transport failure, a service's
+//! answer); every other failure is one of four shapes (an unusable file, a value the
+//! caller chose, an unusable answer, an abandoned request) with a stable
+//! [`code`](ErrorKind::code) and a message naming the field or file. The codes and their
+//! categories are the table in the docs of [`ErrorCategory`].
+//!
+//! Every message is written so that it never contains secret material: no
+//! `client_secret`, no key bytes, no assertion and no access token. Values echoed from
+//! parsers are redacted before they reach a message.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-mod config;
-mod dataplane;
-mod file;
-mod keyvault;
-mod reload;
+use time::OffsetDateTime;
+
+use crate::clock::rfc3339;
+
+mod link;
+mod service;
 mod token;
 mod transport;
 
-pub use config::ConfigError;
-pub use dataplane::{DataPlaneError, DataPlaneServiceError};
-pub use file::FileError;
-pub use keyvault::{KeyVaultError, LinkFault};
-pub use reload::ReloadError;
-pub use token::{TokenEndpointError, TokenError};
+pub(crate) use link::LinkFault;
+pub use service::ServiceError;
+pub(crate) use service::{DATA_PLANE, KEY_VAULT};
+pub use token::TokenEndpointError;
 pub use transport::TransportError;
 pub(crate) use transport::TransportFault;
 #[cfg(feature = "keyvault")]
@@ -39,28 +49,28 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// `Error` is cheap to clone (it is shared between every caller waiting on one token
 /// request) and carries:
-/// - [`kind`](Error::kind): the failure class, with its details;
-/// - [`path`](Error::path): the credential file concerned, when the error came from one;
-/// - [`is_transient`](Error::is_transient): whether trying again later can help.
-///
+/// - [`kind`](Error::kind): what failed, with its details and its stable
+///   [`code`](ErrorKind::code);
+/// - [`path`](Error::path): the file concerned, when the error came from one;
+/// - [`is_transient`](Error::is_transient): whether trying again later can help;
 /// - [`category`](Error::category): what to do about it (retry, fix the configuration,
 ///   replace the credential file, or treat it as a service failure);
 /// - [`status`](Error::status), [`service_code`](Error::service_code) and
 ///   [`request_id`](Error::request_id): what a service answered, when one did.
 ///
 /// ```
-/// # use msi_dataplane::{ErrorCategory, ErrorKind, FileError, UserAssignedIdentityCredentials};
+/// # use msi_dataplane::{ErrorCategory, ErrorKind, UserAssignedIdentityCredentials};
 /// let err = UserAssignedIdentityCredentials::from_slice(br#"{"client_id": "x"}"#).unwrap_err();
 /// assert_eq!(err.category(), ErrorCategory::CredentialFile);
-/// match err.kind() {
-///     ErrorKind::File(FileError::MissingFields { fields }) => {
-///         assert_eq!(fields, &["authentication_endpoint", "tenant_id", "client_secret"]);
-///     }
-///     other => panic!("unexpected: {other}"),
-/// }
+/// assert_eq!(err.kind().code(), "missing_fields");
+/// assert!(matches!(err.kind(), ErrorKind::File { code: "missing_fields", .. }));
+/// assert_eq!(
+///     err.to_string(),
+///     "missing required key(s): authentication_endpoint, tenant_id, client_secret"
+/// );
 /// assert!(!err.is_transient());
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Error {
     /// The failure and, for a remembered token request's failure, when it is tried again
     /// (one box keeps `Error` two words).
@@ -69,13 +79,14 @@ pub struct Error {
     file: Option<Arc<FileRef>>,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Inner {
     kind: ErrorKind,
-    retry_at: Option<time::OffsetDateTime>,
+    retry_at: Option<OffsetDateTime>,
 }
 
 /// A file an error is about, and what kind of file it is.
+#[derive(Debug)]
 struct FileRef {
     /// For messages: "credential file", "cloud config file".
     role: &'static str,
@@ -83,7 +94,7 @@ struct FileRef {
 }
 
 impl Error {
-    /// The failure class and its details.
+    /// What failed, with its details.
     pub fn kind(&self) -> &ErrorKind {
         &self.inner.kind
     }
@@ -96,12 +107,12 @@ impl Error {
     /// gets a fresh attempt (a server handing the error on can send it as `Retry-After`).
     /// `None` for errors that are not remembered: refusals made before any request (a
     /// credential outside its validity, unusable scopes) and errors of other operations.
-    pub fn retry_at(&self) -> Option<time::OffsetDateTime> {
+    pub fn retry_at(&self) -> Option<OffsetDateTime> {
         self.inner.retry_at
     }
 
     /// The same error, remembered until `at` ([`retry_at`](Self::retry_at)).
-    pub(crate) fn with_retry_at(mut self, at: time::OffsetDateTime) -> Self {
+    pub(crate) fn with_retry_at(mut self, at: OffsetDateTime) -> Self {
         self.inner.retry_at = Some(at);
         self
     }
@@ -119,19 +130,23 @@ impl Error {
     /// what the Azure SDK's retry policy retries). Not transient: a server certificate the
     /// client does not trust or another TLS failure, an answer that breaks HTTP (a
     /// malformed header), bad files, bad certificates, a credential outside its validity,
-    /// 400/401 answers and an exchange abandoned ([`TokenError::RequestAbandoned`] and
-    /// its data plane, Key Vault and reload counterparts: no Tokio runtime, or one
-    /// shutting down).
+    /// 400/401 answers and an abandoned request ([`ErrorKind::Abandoned`]: no Tokio
+    /// runtime, or one shutting down).
     pub fn is_transient(&self) -> bool {
-        self.inner.kind.is_transient()
+        match &self.inner.kind {
+            ErrorKind::Transport(e) => e.transient,
+            ErrorKind::TokenEndpoint(_) | ErrorKind::Service(_) => self
+                .status()
+                .is_some_and(|s| matches!(s, 408 | 429 | 500 | 502 | 503 | 504)),
+            _ => false,
+        }
     }
 
     /// What to do about this error: see [`ErrorCategory`] for the table of every failure's
-    /// category. A file error
-    /// counts as [`CredentialFile`](ErrorCategory::CredentialFile) when the file is a
-    /// credential file (or none is named), as
-    /// [`Configuration`](ErrorCategory::Configuration) for other files (a cloud config, a
-    /// CA file).
+    /// category. A file's failure counts as
+    /// [`CredentialFile`](ErrorCategory::CredentialFile) when the file is a credential
+    /// file (or none is named), as [`Configuration`](ErrorCategory::Configuration) for
+    /// other files (a cloud config, a CA file).
     ///
     /// ```
     /// # use msi_dataplane::{ErrorCategory, UserAssignedIdentityCredentials};
@@ -139,36 +154,56 @@ impl Error {
     /// assert_eq!(err.category(), ErrorCategory::CredentialFile);
     /// ```
     pub fn category(&self) -> ErrorCategory {
-        let credential_file = self
-            .file
-            .as_deref()
-            .is_none_or(|f| f.role == CREDENTIAL_FILE);
-        self.inner.kind.category(credential_file)
+        use ErrorCategory::{Configuration, CredentialFile, Service, Transient};
+        if self.is_transient() {
+            return Transient;
+        }
+        match &self.inner.kind {
+            // A credential file's content is the file's; any other file the crate reads
+            // is the program's configuration.
+            ErrorKind::Io { .. }
+            | ErrorKind::File { .. }
+            | ErrorKind::Expired { .. }
+            | ErrorKind::NotYetValid { .. } => match self.file.as_deref() {
+                Some(file) if file.role != CREDENTIAL_FILE => Configuration,
+                _ => CredentialFile,
+            },
+            // Values the caller chose; no runtime, or one shutting down.
+            ErrorKind::Config { .. } | ErrorKind::Abandoned { .. } => Configuration,
+            // Which roots to trust is this side's configuration; so is a request that
+            // cannot be built. A malformed answer is the service's.
+            ErrorKind::Transport(e) => match e.fault {
+                TransportFault::Tls | TransportFault::Request => Configuration,
+                TransportFault::Passing | TransportFault::Protocol => Service,
+            },
+            ErrorKind::TokenEndpoint(_)
+            | ErrorKind::Service(_)
+            | ErrorKind::InvalidAnswer { .. }
+            | ErrorKind::External { .. } => Service,
+        }
     }
 
-    /// The HTTP status a service answered with, when the error is its answer (the token
-    /// endpoint, the data plane, Key Vault).
+    /// The HTTP status a service answered with, when the error is its error answer (the
+    /// token endpoint, the data plane, Key Vault).
     pub fn status(&self) -> Option<u16> {
-        self.inner.kind.status()
+        match &self.inner.kind {
+            ErrorKind::TokenEndpoint(e) => Some(e.status),
+            ErrorKind::Service(e) => Some(e.status),
+            _ => None,
+        }
     }
 
     /// The service's error code, when it sent one: Entra's `AADSTS` code (as
     /// `"AADSTS700027"`, else its OAuth `error` such as `invalid_client`), or Azure's
     /// `code` from the data plane or Key Vault (`"SecretNotFound"`). Bounded and escaped:
     /// safe to log.
-    pub fn service_code(&self) -> Option<std::borrow::Cow<'_, str>> {
-        use std::borrow::Cow;
+    pub fn service_code(&self) -> Option<Cow<'_, str>> {
         match &self.inner.kind {
-            ErrorKind::Token(TokenError::Endpoint(e)) => match e.aadsts_code() {
+            ErrorKind::TokenEndpoint(e) => match e.aadsts_code() {
                 Some(code) => Some(Cow::Owned(format!("AADSTS{code}"))),
                 None => e.error.as_deref().map(Cow::Borrowed),
             },
-            ErrorKind::DataPlane(DataPlaneError::Service(e)) => {
-                e.code.as_deref().map(Cow::Borrowed)
-            }
-            ErrorKind::KeyVault(KeyVaultError::Service { code, .. }) => {
-                code.as_deref().map(Cow::Borrowed)
-            }
+            ErrorKind::Service(e) => e.code.as_deref().map(Cow::Borrowed),
             _ => None,
         }
     }
@@ -177,8 +212,8 @@ impl Error {
     /// `trace_id`, the data plane's `x-ms-request-id`.
     pub fn request_id(&self) -> Option<&str> {
         match &self.inner.kind {
-            ErrorKind::Token(TokenError::Endpoint(e)) => e.trace_id.as_deref(),
-            ErrorKind::DataPlane(DataPlaneError::Service(e)) => e.request_id.as_deref(),
+            ErrorKind::TokenEndpoint(e) => e.trace_id.as_deref(),
+            ErrorKind::Service(e) => e.request_id.as_deref(),
             _ => None,
         }
     }
@@ -192,100 +227,257 @@ impl Error {
     /// already set).
     pub(crate) fn with_file(mut self, path: &Path, role: &'static str) -> Self {
         if self.file.is_none() {
-            self.file = Some(Arc::new(FileRef {
-                role,
-                path: path.to_path_buf(),
-            }));
+            let path = path.to_path_buf();
+            self.file = Some(Arc::new(FileRef { role, path }));
         }
         self
+    }
+
+    /// [`ErrorKind::File`]: a file's content, `code` from the table, the `field` concerned.
+    pub(crate) fn file(
+        code: &'static str,
+        field: Option<&'static str>,
+        message: impl Into<String>,
+    ) -> Self {
+        let message = message.into();
+        ErrorKind::File {
+            code,
+            field,
+            message,
+        }
+        .into()
+    }
+
+    /// [`ErrorKind::File`] `invalid_field`: a key present with an unusable value.
+    pub(crate) fn invalid_field(field: &'static str, reason: impl fmt::Display) -> Self {
+        let message = format!("invalid value for `{field}`: {reason}");
+        Error::file("invalid_field", Some(field), message)
+    }
+
+    /// [`ErrorKind::Config`]: a value the caller chose, `code` from the table.
+    pub(crate) fn config(
+        code: &'static str,
+        field: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        let message = message.into();
+        ErrorKind::Config {
+            code,
+            field,
+            message,
+        }
+        .into()
+    }
+
+    /// [`ErrorKind::Config`] `invalid_argument`: a value passed to a function.
+    pub(crate) fn invalid_argument(argument: &'static str, reason: impl fmt::Display) -> Self {
+        let message = format!("invalid argument `{argument}`: {reason}");
+        Error::config("invalid_argument", argument, message)
+    }
+
+    /// [`ErrorKind::Config`] `invalid_option`: an option's value.
+    pub(crate) fn invalid_option(option: &'static str, reason: impl fmt::Display) -> Self {
+        let message = format!("invalid option `{option}`: {reason}");
+        Error::config("invalid_option", option, message)
+    }
+
+    /// [`ErrorKind::InvalidAnswer`]: a service's answer this crate cannot use.
+    pub(crate) fn answer(code: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ErrorKind::InvalidAnswer { code, message }.into()
+    }
+
+    /// [`ErrorKind::Abandoned`]: a request or task that ended without a result.
+    pub(crate) fn abandoned(code: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ErrorKind::Abandoned { code, message }.into()
+    }
+
+    /// [`ErrorKind::External`] for a token source's own error, kept as its source.
+    #[cfg(feature = "azure_core")]
+    pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        let message = crate::untrusted_text::service_text(&error.to_string());
+        let source = Arc::new(error);
+        ErrorKind::External { message, source }.into()
     }
 }
 
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
-        Error {
-            inner: Box::new(Inner {
-                kind,
-                retry_at: None,
-            }),
-            file: None,
-        }
+        let inner = Box::new(Inner {
+            kind,
+            retry_at: None,
+        });
+        Error { inner, file: None }
+    }
+}
+
+impl From<TransportError> for Error {
+    fn from(e: TransportError) -> Self {
+        ErrorKind::Transport(e).into()
+    }
+}
+
+impl From<std::io::Error> for ErrorKind {
+    fn from(source: std::io::Error) -> Self {
+        let source = Arc::new(source);
+        ErrorKind::Io { source }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = &self.inner.kind;
         match self.file.as_deref() {
-            Some(file) => write!(
-                f,
-                "{} {}: {}",
-                file.role,
-                file.path.display(),
-                self.inner.kind
-            ),
-            None => fmt::Display::fmt(&self.inner.kind, f),
+            Some(file) => write!(f, "{} {}: {kind}", file.role, file.path.display()),
+            None => fmt::Display::fmt(kind, f),
         }
-    }
-}
-
-impl fmt::Debug for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Error")
-            .field("kind", &self.inner.kind)
-            .field("path", &self.path())
-            .field("retry_at", &self.inner.retry_at)
-            .finish()
     }
 }
 
 /// The underlying error itself (not the `Arc` sharing it), so that a caller can
-/// `downcast_ref::<reqwest::Error>()` a transport failure's source, or
-/// `downcast_ref::<std::io::Error>()` an I/O failure's.
+/// `downcast_ref::<reqwest::Error>()` a transport failure's source,
+/// `downcast_ref::<std::io::Error>()` an I/O failure's, or an external credential's own.
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.inner.kind {
             ErrorKind::Transport(e) => std::error::Error::source(e),
-            // The shared errors themselves, not the `Arc`s holding them (which
-            // `downcast_ref` would not see through).
-            ErrorKind::File(FileError::Io { source }) => Some(&**source),
-            ErrorKind::Token(TokenError::External { source, .. }) => Some(&**source),
-            kind => std::error::Error::source(kind),
+            ErrorKind::Io { source } => Some(&**source),
+            ErrorKind::External { source, .. } => Some(&**source),
+            _ => None,
         }
     }
 }
 
-/// What failed: the layer that failed, with its details. Marked `#[non_exhaustive]`.
+/// What failed, with the details a caller can act on. Marked `#[non_exhaustive]`.
 ///
-/// Each layer's failures are one enum; most callers need none of them and ask the
-/// [`Error`] what to do ([`Error::category`]) and what the service said
-/// ([`Error::status`], [`Error::service_code`], [`Error::request_id`]).
+/// [`code`](Self::code) names each failure stably; the docs of [`ErrorCategory`] list
+/// every code with its category. The four coded shapes ([`File`](Self::File),
+/// [`Config`](Self::Config), [`InvalidAnswer`](Self::InvalidAnswer),
+/// [`Abandoned`](Self::Abandoned)) carry their code and a one-line message.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// A file the crate reads (the credential file, a cloud config, a CA file, a managed
-    /// identities file), the certificate bundle, or the credential's validity.
-    #[error(transparent)]
-    File(FileError),
-    /// A value the caller chose (an option, a cloud, a URL, a scope, a tenant, a name, an
-    /// environment variable).
-    #[error(transparent)]
-    Config(ConfigError),
-    /// A request that did not complete (connection, TLS, I/O, a malformed answer, timeout),
-    /// to any service; [`TransportError::transient`] says whether a retry can help.
+    /// A file could not be read (code `io`).
+    #[error("cannot be read: {source}")]
+    Io {
+        /// The underlying I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A file's content is unusable: the credential file (not JSON, a key missing or
+    /// unusable, a certificate bundle without a usable key and certificate, a key that
+    /// cannot sign), a cloud config, a CA file, a managed identities file.
+    #[error("{message}")]
+    File {
+        /// The failure's stable name (`missing_fields`, `no_private_key`, ...).
+        code: &'static str,
+        /// The key concerned, as spelled in the file, when there is one.
+        field: Option<&'static str>,
+        /// What is wrong, naming the key (never a secret value).
+        message: String,
+    },
+    /// The credential's validity has ended (code `credential_expired`): `now` is past the
+    /// earlier of the leaf certificate's `notAfter` and the file's `not_after`. Checked
+    /// before any network call; the credential file must be renewed.
+    #[error("the credential expired at {} (now {})", rfc3339(*expired_at), rfc3339(*now))]
+    Expired {
+        /// The end of the validity that was passed.
+        expired_at: OffsetDateTime,
+        /// The time the credential was checked at (its clock's reading).
+        now: OffsetDateTime,
+    },
+    /// The credential is not valid yet (code `credential_not_yet_valid`): the leaf
+    /// certificate's `notBefore` is more than the allowed clock skew (5 minutes) after
+    /// `now`. It becomes usable 5 minutes before `valid_from`, or a clock is wrong.
+    #[error("the credential is not valid until {} (now {})", rfc3339(*valid_from), rfc3339(*now))]
+    NotYetValid {
+        /// The start of the validity (the leaf certificate's `notBefore`).
+        valid_from: OffsetDateTime,
+        /// The time the credential was checked at (its clock's reading).
+        now: OffsetDateTime,
+    },
+    /// A value the caller chose cannot be used: an option, a cloud, a URL, a scope, a
+    /// tenant, a name, an environment variable, a Kubernetes object.
+    #[error("{message}")]
+    Config {
+        /// The failure's stable name (`invalid_argument`, `unknown_cloud`, ...).
+        code: &'static str,
+        /// The argument, option, variable or field concerned, as its documentation
+        /// spells it (`tenant`, `application_id`, `AZURE_CLIENT_ID`, `metadata.name`).
+        field: &'static str,
+        /// What is wrong (quoting at most a bounded, escaped start of the value).
+        message: String,
+    },
+    /// A request that did not complete (connection, TLS, I/O, a malformed answer,
+    /// timeout), to any service; [`TransportError::transient`] says whether a retry can
+    /// help (code `transport`).
     #[error(transparent)]
     Transport(TransportError),
-    /// A token request: the endpoint's error answer, an unusable answer, signing.
-    #[error(transparent)]
-    Token(TokenError),
-    /// Following the credential file's rotations.
-    #[error(transparent)]
-    Reload(ReloadError),
-    /// The MSI data plane.
-    #[error(transparent)]
-    DataPlane(DataPlaneError),
-    /// The Key Vault store.
-    #[error(transparent)]
-    KeyVault(KeyVaultError),
+    /// The token endpoint's error answer (code `token_endpoint`).
+    #[error("{0}")]
+    TokenEndpoint(Box<TokenEndpointError>),
+    /// The MSI data plane's or Key Vault's error answer (code `data_plane` or
+    /// `key_vault`).
+    #[error("{0}")]
+    Service(Box<ServiceError>),
+    /// A service's answer this crate cannot use: a 2xx body that is not what the
+    /// operation returns (never quoted: it may hold secrets), a data plane challenge, a
+    /// link not followed, a stored secret that is not a credential.
+    #[error("{message}")]
+    InvalidAnswer {
+        /// The failure's stable name (`invalid_token_response`, `refused_link`, ...).
+        code: &'static str,
+        /// What is wrong with the answer.
+        message: String,
+    },
+    /// A request or task ended without a result: no Tokio runtime to run it on, one
+    /// shutting down, or its task ended abnormally.
+    #[error("{message}")]
+    Abandoned {
+        /// The failure's stable name (`request_abandoned`, `reload_stopped`, ...).
+        code: &'static str,
+        /// What was abandoned, and why.
+        message: String,
+    },
+    /// A token source other than this crate's credentials (an `azure_core`
+    /// `TokenCredential`) failed (code `external_credential`); its own error is the
+    /// [`source`](std::error::Error::source), for `downcast_ref`.
+    #[error("the token credential failed: {message}")]
+    External {
+        /// Its error message, escaped and bounded as a service's text is.
+        message: String,
+        /// The token source's own error.
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl ErrorKind {
+    /// A stable snake_case name for the failure (`"missing_fields"`,
+    /// `"credential_expired"`, `"token_endpoint"`, ...), for metrics labels and
+    /// machine-readable output such as `msi-credential --json`. Never contains details.
+    ///
+    /// ```
+    /// # use msi_dataplane::UserAssignedIdentityCredentials;
+    /// let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
+    /// assert_eq!(err.kind().code(), "missing_fields");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            ErrorKind::Io { .. } => "io",
+            ErrorKind::File { code, .. }
+            | ErrorKind::Config { code, .. }
+            | ErrorKind::InvalidAnswer { code, .. }
+            | ErrorKind::Abandoned { code, .. } => code,
+            ErrorKind::Expired { .. } => "credential_expired",
+            ErrorKind::NotYetValid { .. } => "credential_not_yet_valid",
+            ErrorKind::Transport(_) => "transport",
+            ErrorKind::TokenEndpoint(_) => "token_endpoint",
+            ErrorKind::Service(e) if e.service == KEY_VAULT => "key_vault",
+            ErrorKind::Service(_) => "data_plane",
+            ErrorKind::External { .. } => "external_credential",
+        }
+    }
 }
 
 /// What a caller should do about an [`Error`]: the one decision most callers need.
@@ -332,161 +524,11 @@ impl fmt::Display for ErrorCategory {
     }
 }
 
-impl ErrorKind {
-    /// A stable snake_case name for the failure (`"missing_fields"`,
-    /// `"credential_expired"`, `"token_endpoint"`, ...), for metrics labels and
-    /// machine-readable output such as `msi-credential --json`. Never contains details.
-    ///
-    /// ```
-    /// # use msi_dataplane::UserAssignedIdentityCredentials;
-    /// let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
-    /// assert_eq!(err.kind().code(), "missing_fields");
-    /// ```
-    pub fn code(&self) -> &'static str {
-        match self {
-            ErrorKind::File(e) => e.code(),
-            ErrorKind::Config(e) => e.code(),
-            ErrorKind::Transport(_) => "transport",
-            ErrorKind::Token(e) => e.code(),
-            ErrorKind::Reload(e) => e.code(),
-            ErrorKind::DataPlane(e) => e.code(),
-            ErrorKind::KeyVault(e) => e.code(),
-        }
-    }
-
-    /// The HTTP status of a service's answer, when the failure is one.
-    fn status(&self) -> Option<u16> {
-        match self {
-            ErrorKind::Token(TokenError::Endpoint(e)) => Some(e.status),
-            ErrorKind::Token(TokenError::InvalidResponse { status, .. })
-            | ErrorKind::DataPlane(DataPlaneError::InvalidResponse { status, .. })
-            | ErrorKind::KeyVault(KeyVaultError::Service { status, .. }) => Some(*status),
-            ErrorKind::DataPlane(DataPlaneError::Service(e)) => Some(e.status),
-            _ => None,
-        }
-    }
-
-    /// The one rule for both [`Error::is_transient`] and the retry policy.
-    pub(crate) fn is_transient(&self) -> bool {
-        match self {
-            // Not `RequestAbandoned`: no runtime, or one shutting down, is not fixed by
-            // waiting. Not an unusable answer: the same answer would come again.
-            // A transport failure says itself whether a retry can help (a refused
-            // connection can, an untrusted certificate or a malformed answer cannot).
-            ErrorKind::Transport(e) => e.transient,
-            ErrorKind::Token(TokenError::Endpoint(_))
-            | ErrorKind::DataPlane(DataPlaneError::Service(_))
-            | ErrorKind::KeyVault(KeyVaultError::Service { .. }) => {
-                self.status().is_some_and(is_transient_status)
-            }
-            _ => false,
-        }
-    }
-
-    /// What to do, given whether the file concerned (if any) is a credential file.
-    ///
-    /// Every variant is named here, none by a wildcard: each failure's category is
-    /// decided where its variant is chosen (by the layer that meets it), and a new
-    /// variant cannot compile without one. `categories.md` is the table of it, checked
-    /// by a test.
-    fn category(&self, credential_file: bool) -> ErrorCategory {
-        use ErrorCategory::{Configuration, CredentialFile, Service};
-        if self.is_transient() {
-            return ErrorCategory::Transient;
-        }
-        match self {
-            // A credential file's content is the file's; any other file the crate reads
-            // (a cloud config, a CA file) is the program's configuration.
-            ErrorKind::File(_) if credential_file => CredentialFile,
-            ErrorKind::File(_) => Configuration,
-            // Values the caller chose, passed or set in the environment.
-            ErrorKind::Config(_) => Configuration,
-            // Which roots to trust is this side's configuration (a missing CA file, a
-            // distroless image without roots, a proxy's own CA); so is a request that
-            // cannot be built. A malformed answer is the service's.
-            ErrorKind::Transport(e) => match e.fault {
-                TransportFault::Tls | TransportFault::Request => Configuration,
-                TransportFault::Passing | TransportFault::Protocol => Service,
-            },
-            ErrorKind::Token(e) => match e {
-                TokenError::Endpoint(_)
-                | TokenError::InvalidResponse { .. }
-                | TokenError::External { .. } => Service,
-                // The key in the credential file cannot sign.
-                TokenError::Signing => CredentialFile,
-                // No runtime, or one shutting down: the program's doing.
-                TokenError::RequestAbandoned { .. } => Configuration,
-            },
-            // A stopped watch or an abandoned read leaves the credential serving; the
-            // runtime that ran it is gone, which is the program's doing.
-            ErrorKind::Reload(e) => match e {
-                ReloadError::Stopped { .. } | ReloadError::ReadAbandoned { .. } => Configuration,
-            },
-            ErrorKind::DataPlane(e) => match e {
-                DataPlaneError::Service(_)
-                | DataPlaneError::InvalidChallenge { .. }
-                | DataPlaneError::InvalidResponse { .. } => Service,
-                DataPlaneError::RequestAbandoned { .. } => Configuration,
-            },
-            ErrorKind::KeyVault(e) => match e {
-                KeyVaultError::Service { .. }
-                | KeyVaultError::SecretNameHeldByDeletedSecret { .. }
-                | KeyVaultError::InvalidResponse { .. }
-                | KeyVaultError::RefusedLink { .. }
-                | KeyVaultError::InvalidStoredSecret { .. } => Service,
-                KeyVaultError::RequestAbandoned { .. } => Configuration,
-            },
-            // Where to listen, the secret, the identities: the program's setup.
-        }
-    }
-}
-
-/// Whether an HTTP status from a token endpoint is worth retrying.
-pub(crate) fn is_transient_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
-}
-
+/// Items quoted with backticks and joined: `` `a`, `b` ``.
 pub(crate) fn quoted(items: &[String]) -> String {
-    items
-        .iter()
-        .map(|s| format!("`{s}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let quoted: Vec<String> = items.iter().map(|s| format!("`{s}`")).collect();
+    quoted.join(", ")
 }
-
-impl From<std::io::Error> for ErrorKind {
-    fn from(source: std::io::Error) -> Self {
-        ErrorKind::File(FileError::Io {
-            source: Arc::new(source),
-        })
-    }
-}
-
-macro_rules! layer_into_error {
-    ($($variant:ident($ty:ty)),* $(,)?) => {$(
-        impl From<$ty> for ErrorKind {
-            fn from(e: $ty) -> Self {
-                ErrorKind::$variant(e)
-            }
-        }
-
-        impl From<$ty> for Error {
-            fn from(e: $ty) -> Self {
-                Error::from(ErrorKind::$variant(e))
-            }
-        }
-    )*};
-}
-
-layer_into_error!(
-    File(FileError),
-    Config(ConfigError),
-    Transport(TransportError),
-    Token(TokenError),
-    Reload(ReloadError),
-    DataPlane(DataPlaneError),
-    KeyVault(KeyVaultError),
-);
 
 /// An error's message followed by each of its causes' (`a: b: c`), skipping a cause whose
 /// message the text already holds (wrappers often repeat their source). For transport
@@ -506,66 +548,16 @@ pub(crate) fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// Redact the values that a parser echoes back: double-quoted ones (serde_json quotes the
-/// offending string in `invalid type: string "..."` messages) always, and backtick-quoted
-/// ones unless they look like a schema key (up to 32 characters of `a-z`, `0-9`, `_`, `#`)
-/// or a token of the grammar (one or two punctuation characters), so "missing field
-/// `access_token`" and "expected `,` or `}`" stay whole and nothing long is ever echoed.
-pub(crate) fn redact_quoted(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(at) = rest.find(['"', '`']) {
-        let quote = &rest[at..at + 1];
-        out.push_str(&rest[..=at]);
-        let inner = &rest[at + 1..];
-        let Some(close) = inner.find(quote) else {
-            // An unterminated quote: drop what follows it.
-            out.push('…');
-            return out;
-        };
-        let value = &inner[..close];
-        let keep = quote == "`"
-            && ((value.len() <= 32
-                && !value.is_empty()
-                && value.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'#'
-                }))
-                || (value.len() <= 2 && value.bytes().all(|b| b.is_ascii_punctuation())));
-        out.push_str(if keep { value } else { "…" });
-        out.push_str(quote);
-        rest = &inner[close + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ErrorCategory::{Configuration as Cfg, CredentialFile as Cred, Service as Svc};
 
     #[test]
     fn error_is_send_sync_and_small() {
         fn check<T: Send + Sync + Clone + 'static>() {}
         check::<Error>();
         assert!(std::mem::size_of::<Error>() <= 2 * std::mem::size_of::<usize>());
-    }
-
-    #[test]
-    fn redacts_quoted_values() {
-        assert_eq!(
-            redact_quoted(r#"invalid type: string "c2VjcmV0", expected a sequence"#),
-            r#"invalid type: string "…", expected a sequence"#
-        );
-        assert_eq!(
-            redact_quoted("missing field `access_token`"),
-            "missing field `access_token`"
-        );
-        assert_eq!(redact_quoted("expected `,` or `}`"), "expected `,` or `}`");
-        assert_eq!(
-            redact_quoted("unknown field `LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t`, expected `a`"),
-            "unknown field `…`, expected `a`"
-        );
-        assert_eq!(redact_quoted(r#"string "abc"#), r#"string "…"#);
     }
 
     #[test]
@@ -584,110 +576,92 @@ mod tests {
         assert_eq!(e.aadsts_code(), Some(7000215));
     }
 
-    #[test]
-    fn transient_classes() {
-        for (status, transient) in [
-            (400, false),
-            (401, false),
-            (408, true),
-            (429, true),
-            (500, true),
-            (503, true),
-            (404, false),
-        ] {
-            let e = Error::from(ErrorKind::Token(TokenError::Endpoint(Box::new(
-                TokenEndpointError {
-                    status,
-                    ..Default::default()
-                },
-            ))));
-            assert_eq!(e.is_transient(), transient, "status {status}");
+    fn endpoint(status: u16) -> ErrorKind {
+        ErrorKind::TokenEndpoint(Box::new(TokenEndpointError {
+            status,
+            ..Default::default()
+        }))
+    }
+
+    fn transport(fault: TransportFault) -> ErrorKind {
+        let url = "https://login.example/t/oauth2/v2.0/token";
+        ErrorKind::Transport(TransportError::new(
+            "token",
+            url,
+            false,
+            fault,
+            "r".into(),
+            None,
+        ))
+    }
+
+    fn coded(code: &'static str) -> ErrorKind {
+        let message = "m".to_owned();
+        ErrorKind::File {
+            code,
+            field: None,
+            message,
         }
-        assert!(!Error::from(ErrorKind::File(FileError::NoPrivateKey)).is_transient());
     }
 
     #[test]
     fn transient_is_exactly_what_the_retry_policy_retries() {
-        let endpoint = |status| {
-            ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
-                status,
-                ..Default::default()
-            })))
-        };
         let at = time::macros::datetime!(2026-01-01 00:00 UTC);
+        let abandoned = ErrorKind::Abandoned {
+            code: "request_abandoned",
+            message: "no Tokio runtime to run it on".into(),
+        };
         let cases = [
-            (
-                ErrorKind::Transport(TransportError::new(
-                    "token",
-                    "https://login.example/t/oauth2/v2.0/token",
-                    false,
-                    TransportFault::Passing,
-                    "connection refused".into(),
-                    None,
-                )),
-                true,
-            ),
-            (
-                ErrorKind::Transport(TransportError::new(
-                    "token",
-                    "https://login.example/t/oauth2/v2.0/token",
-                    false,
-                    TransportFault::Tls,
-                    "invalid peer certificate: UnknownIssuer".into(),
-                    None,
-                )),
-                false,
-            ),
-            (endpoint(503), true),
-            (endpoint(429), true),
+            (transport(TransportFault::Passing), true),
+            (transport(TransportFault::Tls), false),
+            (endpoint(400), false),
             (endpoint(401), false),
+            (endpoint(404), false),
+            (endpoint(408), true),
+            (endpoint(429), true),
+            (endpoint(500), true),
+            (endpoint(503), true),
             (endpoint(501), false),
+            (abandoned, false),
             (
-                ErrorKind::Token(TokenError::RequestAbandoned {
-                    reason: "no Tokio runtime to run it on",
-                }),
-                false,
-            ),
-            (
-                ErrorKind::File(FileError::CredentialExpired {
+                ErrorKind::Expired {
                     expired_at: at,
                     now: at,
-                }),
+                },
                 false,
             ),
             (
-                ErrorKind::File(FileError::CredentialNotYetValid {
+                ErrorKind::NotYetValid {
                     valid_from: at,
                     now: at,
-                }),
+                },
                 false,
             ),
-            (ErrorKind::Token(TokenError::Signing), false),
-            (ErrorKind::File(FileError::NoPrivateKey), false),
+            (coded("signing"), false),
+            (coded("no_private_key"), false),
         ];
         for (kind, transient) in cases {
-            let code = kind.code();
             let e = Error::from(kind);
-            assert_eq!(e.is_transient(), transient, "{code}");
-            assert_eq!(crate::http::retry::is_retryable(&e), transient, "{code}");
+            assert_eq!(e.is_transient(), transient, "{e}");
+            assert_eq!(crate::http::retry::is_retryable(&e), transient, "{e}");
         }
     }
 
     #[test]
     fn validity_errors_are_two_kinds_with_their_instants() {
-        let expired = ErrorKind::File(FileError::CredentialExpired {
+        let expired = ErrorKind::Expired {
             expired_at: time::macros::datetime!(2026-02-01 00:00 UTC),
             now: time::macros::datetime!(2026-02-01 00:00:01 UTC),
-        });
+        };
         assert_eq!(expired.code(), "credential_expired");
         assert_eq!(
             expired.to_string(),
             "the credential expired at 2026-02-01T00:00:00Z (now 2026-02-01T00:00:01Z)"
         );
-        let early = ErrorKind::File(FileError::CredentialNotYetValid {
+        let early = ErrorKind::NotYetValid {
             valid_from: time::macros::datetime!(2026-02-01 12:00 UTC),
             now: time::macros::datetime!(2026-02-01 11:00 UTC),
-        });
+        };
         assert_eq!(early.code(), "credential_not_yet_valid");
         assert_eq!(
             early.to_string(),
@@ -697,238 +671,103 @@ mod tests {
 
     #[test]
     fn io_source_is_the_io_error_itself() {
-        let e = Error::from(ErrorKind::from(std::io::Error::from(
-            std::io::ErrorKind::NotFound,
-        )));
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = Error::from(ErrorKind::from(io));
         let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
         assert_eq!(source.map(|s| s.kind()), Some(std::io::ErrorKind::NotFound));
     }
 
-    /// One failure of every variant, with the category it must have (no file attached;
-    /// a file error counts as the credential file's).
-    fn one_of_each() -> Vec<(ErrorKind, ErrorCategory)> {
-        use ErrorCategory::{Configuration as Cfg, CredentialFile as Cred, Service as Svc};
+    /// One failure of each kind whose code is fixed, with the category it must have (no
+    /// file attached: a file's failure counts as the credential file's).
+    fn fixed_codes() -> Vec<(ErrorKind, ErrorCategory)> {
         let at = time::macros::datetime!(2026-01-01 00:00 UTC);
-        let io = || Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound));
-        let r = || "r".to_owned();
-        let transport = |fault| {
-            ErrorKind::Transport(TransportError::new(
-                "token",
-                "https://h/",
-                false,
-                fault,
-                r(),
-                None,
-            ))
-        };
-        let token = |status| {
-            ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
+        let io = Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let service = |service, status| {
+            ErrorKind::Service(Box::new(ServiceError {
+                service,
                 status,
                 ..Default::default()
-            })))
+            }))
         };
-        let data_plane = |status| {
-            ErrorKind::DataPlane(DataPlaneError::Service(Box::new(DataPlaneServiceError {
-                status,
-                ..Default::default()
-            })))
-        };
-        let key_vault = |status| {
-            ErrorKind::KeyVault(KeyVaultError::Service {
-                operation: "get",
-                name: "n".into(),
-                status,
-                code: None,
-                message: None,
-            })
-        };
-        let file = |e| (ErrorKind::File(e), Cred);
-        let config = |e| (ErrorKind::Config(e), Cfg);
         vec![
-            file(FileError::Io { source: io() }),
-            file(FileError::NotARegularFile { kind: "FIFO" }),
-            file(FileError::FileTooLarge { size: 2, limit: 1 }),
-            file(FileError::Json {
-                line: 1,
-                column: 1,
-                message: r(),
-            }),
-            file(FileError::MissingFields {
-                fields: vec!["client_id"],
-            }),
-            file(FileError::CamelCaseKeys {
-                keys: vec![],
-                expected: vec![],
-            }),
-            file(FileError::InvalidField {
-                field: "f",
-                reason: r(),
-            }),
-            file(FileError::SecretNotBase64 { reason: r() }),
-            file(FileError::UnknownBundleFormat { reason: r() }),
-            file(FileError::Pkcs12 { reason: r() }),
-            file(FileError::Pkcs12Limit {
-                what: r(),
-                value: 2,
-                limit: 1,
-            }),
-            file(FileError::NoPrivateKey),
-            file(FileError::MultiplePrivateKeys { count: 2 }),
-            file(FileError::EncryptedPrivateKey { format: "f" }),
-            file(FileError::UnsupportedKeyType { algorithm: r() }),
-            file(FileError::KeyTooSmall {
-                bits: 1024,
-                min_bits: 2048,
-            }),
-            file(FileError::InvalidPrivateKey { reason: r() }),
-            file(FileError::NoCertificate),
-            file(FileError::InvalidCertificate {
-                index: 0,
-                reason: r(),
-            }),
-            file(FileError::NoMatchingCertificate { certificates: 1 }),
-            file(FileError::TooManyCertificates { count: 2, limit: 1 }),
-            file(FileError::CredentialExpired {
-                expired_at: at,
-                now: at,
-            }),
-            file(FileError::CredentialNotYetValid {
-                valid_from: at,
-                now: at,
-            }),
-            config(ConfigError::InvalidAuthority {
-                authority: r(),
-                reason: r(),
-            }),
-            config(ConfigError::InvalidScopes { reason: r() }),
-            config(ConfigError::ConflictingOptions {
-                first: "a",
-                second: "b",
-                hint: "h",
-            }),
-            config(ConfigError::InvalidOption {
-                option: "o",
-                reason: r(),
-            }),
-            config(ConfigError::InvalidArgument {
-                argument: "a",
-                reason: r(),
-            }),
-            config(ConfigError::HttpClient { reason: r() }),
-            config(ConfigError::UnknownCloud { name: r() }),
-            config(ConfigError::InvalidCloud {
-                field: "name",
-                reason: r(),
-            }),
-            config(ConfigError::ConflictingIdentitySources { identity_path: r() }),
-            config(ConfigError::NoIdentityPath {
-                uses_managed_identity_extension: true,
-            }),
-            config(ConfigError::MissingEnvironmentVariable { name: "X" }),
-            config(ConfigError::InvalidEnvironmentVariable {
-                name: "X",
-                reason: r(),
-            }),
-            config(ConfigError::InvalidKubernetesObject {
-                field: "f",
-                reason: r(),
-            }),
-            config(ConfigError::InvalidIdentityUrl {
-                url: r(),
-                reason: r(),
-            }),
-            config(ConfigError::TenantNotAllowed {
-                tenant: r(),
-                credential_tenant: r(),
-            }),
-            config(ConfigError::InvalidSecretName {
-                name: r(),
-                reason: "r",
-            }),
-            config(ConfigError::MissingStorageTime { field: "not_after" }),
-            config(ConfigError::InvalidManagedIdentities {
-                problems: vec![r()],
-            }),
+            (ErrorKind::Io { source: io }, Cred),
+            (
+                ErrorKind::Expired {
+                    expired_at: at,
+                    now: at,
+                },
+                Cred,
+            ),
+            (
+                ErrorKind::NotYetValid {
+                    valid_from: at,
+                    now: at,
+                },
+                Cred,
+            ),
             (transport(TransportFault::Passing), ErrorCategory::Transient),
             (transport(TransportFault::Tls), Cfg),
             (transport(TransportFault::Request), Cfg),
             (transport(TransportFault::Protocol), Svc),
-            (token(401), Svc),
-            (token(503), ErrorCategory::Transient),
+            (endpoint(401), Svc),
+            (endpoint(503), ErrorCategory::Transient),
+            (service(DATA_PLANE, 404), Svc),
+            (service(DATA_PLANE, 429), ErrorCategory::Transient),
+            (service(KEY_VAULT, 403), Svc),
+            (service(KEY_VAULT, 500), ErrorCategory::Transient),
             (
-                ErrorKind::Token(TokenError::InvalidResponse {
-                    status: 200,
-                    reason: r(),
-                }),
-                Svc,
-            ),
-            (
-                ErrorKind::Token(TokenError::External {
-                    message: r(),
+                ErrorKind::External {
+                    message: "r".into(),
                     source: Arc::new(std::io::Error::other("r")),
-                }),
+                },
                 Svc,
-            ),
-            (ErrorKind::Token(TokenError::Signing), Cred),
-            (
-                ErrorKind::Token(TokenError::RequestAbandoned { reason: "r" }),
-                Cfg,
-            ),
-            (ErrorKind::Reload(ReloadError::Stopped { reason: "r" }), Cfg),
-            (
-                ErrorKind::Reload(ReloadError::ReadAbandoned { reason: "r" }),
-                Cfg,
-            ),
-            (data_plane(404), Svc),
-            (data_plane(429), ErrorCategory::Transient),
-            (
-                ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { reason: r() }),
-                Svc,
-            ),
-            (
-                ErrorKind::DataPlane(DataPlaneError::InvalidResponse {
-                    status: 200,
-                    reason: r(),
-                }),
-                Svc,
-            ),
-            (
-                ErrorKind::DataPlane(DataPlaneError::RequestAbandoned { reason: "r" }),
-                Cfg,
-            ),
-            (key_vault(403), Svc),
-            (key_vault(500), ErrorCategory::Transient),
-            (
-                ErrorKind::KeyVault(KeyVaultError::SecretNameHeldByDeletedSecret { name: r() }),
-                Svc,
-            ),
-            (
-                ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
-                    operation: "get",
-                    reason: r(),
-                }),
-                Svc,
-            ),
-            (
-                ErrorKind::KeyVault(KeyVaultError::RefusedLink {
-                    service: "Key Vault",
-                    operation: "list",
-                    fault: LinkFault::Loop { page: 2 },
-                }),
-                Svc,
-            ),
-            (
-                ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                    name: r(),
-                    reason: r(),
-                }),
-                Svc,
-            ),
-            (
-                ErrorKind::KeyVault(KeyVaultError::RequestAbandoned { reason: "r" }),
-                Cfg,
             ),
         ]
+    }
+
+    /// Every code the crate's sources give one of the coded shapes, with the category of
+    /// that shape: the literal first argument of each `Error::file`, `Error::config`,
+    /// `Error::answer` and `Error::abandoned` call under `src/`.
+    fn coded_in_sources() -> Vec<(String, ErrorCategory)> {
+        let shapes = [
+            ("Error::file(", Cred),
+            ("Error::config(", Cfg),
+            ("Error::answer(", Svc),
+            ("Error::abandoned(", Cfg),
+        ];
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src"
+        ))];
+        let mut found = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for (call, category) in shapes {
+                    for (at, _) in text.match_indices(call) {
+                        let rest = text[at + call.len()..].trim_start();
+                        let Some(code) = rest.strip_prefix('"') else {
+                            continue;
+                        };
+                        let code = &code[..code.find('"').unwrap()];
+                        if code.is_empty()
+                            || !code
+                                .bytes()
+                                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                        {
+                            continue; // not a literal code (the patterns above)
+                        }
+                        found.push((code.to_owned(), category));
+                    }
+                }
+            }
+        }
+        found
     }
 
     /// The table in `categories.md` (the docs of `ErrorCategory`): code, category text.
@@ -946,74 +785,46 @@ mod tests {
     #[test]
     fn every_failure_has_the_category_its_table_row_says() {
         let table = documented_categories();
-        let samples = one_of_each();
-        for (kind, expected) in &samples {
+        let row = |code: &str| match table.iter().find(|(c, _)| *c == code) {
+            Some((_, documented)) => *documented,
+            None => panic!("`{code}` has no row in categories.md"),
+        };
+        let fixed = fixed_codes();
+        for (kind, expected) in &fixed {
             let code = kind.code();
-            let e = Error::from(kind.clone());
-            assert_eq!(e.category(), *expected, "{code}");
-            let row = table.iter().find(|(c, _)| *c == code);
-            let Some((_, documented)) = row else {
-                panic!("`{code}` has no row in categories.md");
-            };
+            assert_eq!(Error::from(kind.clone()).category(), *expected, "{code}");
+            assert!(row(code).contains(&format!("{expected:?}")), "`{code}`");
+        }
+        let coded = coded_in_sources();
+        assert!(coded.len() > 40, "{coded:?}");
+        for (code, expected) in &coded {
+            // The row names the category first (a status may make it transient).
             assert!(
-                documented.contains(&format!("{expected:?}")),
-                "`{code}` is {expected:?}, categories.md says {documented}"
+                row(code).starts_with(&format!("{expected:?}")),
+                "`{code}`: {expected:?}"
             );
         }
         // Every row is a failure the crate has (no stale row), listed once.
         for (code, _) in &table {
-            assert!(
-                samples.iter().any(|(k, _)| k.code() == *code),
-                "stale row `{code}`"
-            );
+            let used = fixed.iter().any(|(k, _)| k.code() == *code)
+                || coded.iter().any(|(c, _)| c == code);
+            assert!(used, "stale row `{code}`");
             assert_eq!(
                 table.iter().filter(|(c, _)| c == code).count(),
                 1,
                 "`{code}`"
             );
         }
-        // A row whose failure is transient only by its status names its other
-        // category first.
-        for (kind, expected) in &samples {
-            let code = kind.code();
-            let Some((_, documented)) = table.iter().find(|(c, _)| *c == code) else {
-                continue;
-            };
-            if *expected != ErrorCategory::Transient && code != "transport" {
-                assert!(documented.starts_with(&format!("{expected:?}")), "`{code}`");
-            }
-        }
     }
 
     #[test]
     fn a_file_error_is_configuration_for_a_file_other_than_a_credential_file() {
-        let kind = ErrorKind::File(FileError::Json {
-            line: 1,
-            column: 1,
-            message: "m".into(),
-        });
+        let kind = coded("json");
         let cloud_config =
             Error::from(kind.clone()).with_file(Path::new("/c"), "cloud config file");
         assert_eq!(cloud_config.category(), ErrorCategory::Configuration);
+        assert_eq!(cloud_config.to_string(), "cloud config file /c: m");
         let credential = Error::from(kind).with_path(Path::new("/f"));
         assert_eq!(credential.category(), ErrorCategory::CredentialFile);
-    }
-
-    #[test]
-    fn environment_and_kubernetes_errors_are_not_transient() {
-        // Setting the variable (or fixing the input) is a change on the caller's side.
-        for kind in [
-            ErrorKind::Config(ConfigError::MissingEnvironmentVariable { name: "X" }),
-            ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
-                name: "X",
-                reason: "r".into(),
-            }),
-            ErrorKind::Config(ConfigError::InvalidKubernetesObject {
-                field: "f",
-                reason: "r".into(),
-            }),
-        ] {
-            assert!(!Error::from(kind).is_transient());
-        }
     }
 }

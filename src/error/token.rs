@@ -1,80 +1,9 @@
-//! Failures of a token request.
+//! The token endpoint's error answer.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::untrusted_text::service_text;
-
-/// Failures of a token request: the token endpoint's error answers and unusable answers,
-/// and token sources other than this crate's credentials.
-///
-/// Reached through [`ErrorKind`](crate::error::ErrorKind); marked `#[non_exhaustive]`: new
-/// failures may be added.
-#[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TokenError {
-    /// The token endpoint answered with an error (an Entra `AADSTS` error when the body
-    /// had that shape).
-    #[error("{0}")]
-    Endpoint(Box<TokenEndpointError>),
-    /// The token endpoint answered 2xx with a body that is not a usable token response.
-    #[error("the token endpoint answered HTTP {status} with an unusable body: {reason}")]
-    InvalidResponse {
-        /// HTTP status.
-        status: u16,
-        /// What is wrong (the body itself is never included: it may hold a token).
-        reason: String,
-    },
-    /// A token source other than this crate's credentials (an `azure_core`
-    /// `TokenCredential`) failed. Its own error is the `source` (what
-    /// [`std::error::Error::source`] returns), for `downcast_ref`.
-    #[error("the token credential failed: {message}")]
-    External {
-        /// Its error message, escaped and bounded as a service's text is.
-        message: String,
-        /// The token source's own error.
-        #[source]
-        source: Arc<dyn std::error::Error + Send + Sync>,
-    },
-    /// Signing the client assertion failed.
-    #[error("cannot sign the client assertion")]
-    Signing,
-    /// The token request this call waited on ended without an answer (no Tokio runtime
-    /// to run it on, one shutting down, or the exchange's task ended abnormally). For the
-    /// token endpoint only: the data plane, Key Vault and the credential file's reading
-    /// report theirs ([`DataPlaneError::RequestAbandoned`](crate::DataPlaneError::RequestAbandoned),
-    /// [`KeyVaultError::RequestAbandoned`](crate::KeyVaultError::RequestAbandoned),
-    /// [`ReloadError::ReadAbandoned`](crate::ReloadError::ReadAbandoned)).
-    #[error("the token request was abandoned: {reason}")]
-    RequestAbandoned {
-        /// Why.
-        reason: &'static str,
-    },
-}
-
-impl TokenError {
-    /// [`External`](Self::External) for a token source's own error, kept as its source.
-    #[cfg(feature = "azure_core")]
-    pub(crate) fn external(error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        TokenError::External {
-            message: service_text(&error.to_string()),
-            source: Arc::new(error),
-        }
-    }
-
-    /// A stable snake_case name for the failure (see
-    /// [`ErrorKind::code`](crate::error::ErrorKind::code)).
-    pub fn code(&self) -> &'static str {
-        match self {
-            TokenError::RequestAbandoned { .. } => "request_abandoned",
-            TokenError::Signing => "signing",
-            TokenError::Endpoint(_) => "token_endpoint",
-            TokenError::InvalidResponse { .. } => "invalid_token_response",
-            TokenError::External { .. } => "external_credential",
-        }
-    }
-}
 
 /// An error answer from the token endpoint, with every Entra error field it carried.
 ///

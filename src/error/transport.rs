@@ -133,14 +133,6 @@ pub(crate) fn classify(error: &reqwest::Error) -> TransportFault {
     }
 }
 
-/// [`classify`]'s walk down the causes of `error` (itself excluded), for an error that is
-/// no reqwest error of a kind that settles it: the first cause that settles it, else
-/// [`Passing`](TransportFault::Passing).
-#[cfg(test)]
-fn classify_causes(error: &(dyn std::error::Error + 'static)) -> TransportFault {
-    settled_by_causes(error).unwrap_or(TransportFault::Passing)
-}
-
 /// The first cause of `error` (itself excluded) that settles the classification.
 fn settled_by_causes(error: &(dyn std::error::Error + 'static)) -> Option<TransportFault> {
     let mut next = error.source();
@@ -241,6 +233,13 @@ impl std::error::Error for TransportError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`classify`]'s walk down the causes of `error` (itself excluded), for an error that is
+    /// no reqwest error of a kind that settles it: the first cause that settles it, else
+    /// [`Passing`](TransportFault::Passing).
+    fn classify_causes(error: &(dyn std::error::Error + 'static)) -> TransportFault {
+        settled_by_causes(error).unwrap_or(TransportFault::Passing)
+    }
 
     /// An error with a cause, as reqwest and hyper_util wrap theirs.
     #[derive(Debug)]

@@ -7,7 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use zeroize::Zeroizing;
 
-use crate::error::{ErrorKind, FileError, Result};
+use crate::error::{Error, Result};
 use crate::file::{pem_blocks, pkcs12_scan};
 
 /// At most this many certificates are accepted in one bundle.
@@ -30,7 +30,7 @@ pub(crate) enum RawKey {
     /// PKCS#1 `RSAPrivateKey` DER.
     Pkcs1(Zeroizing<Vec<u8>>),
     /// A key in a form that is refused, with the error to give.
-    Refused(ErrorKind),
+    Refused(Error),
 }
 
 /// What a bundle holds.
@@ -47,9 +47,9 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
     STANDARD
         .decode_vec(trimmed.as_bytes(), &mut out)
         .map_err(|e| {
-            ErrorKind::File(FileError::SecretNotBase64 {
-                reason: describe_base64_error(&e),
-            })
+            let reason = describe_base64_error(&e);
+            let message = format!("`client_secret` is not valid base64: {reason}");
+            Error::file("secret_not_base64", Some("client_secret"), message)
         })?;
     Ok(out)
 }
@@ -71,12 +71,10 @@ fn decode_bundle_with(
     if looks_like_der_sequence(bytes) {
         return decode_pkcs12(bytes, open);
     }
-    Err(ErrorKind::File(FileError::UnknownBundleFormat {
-        reason: "no PEM `-----BEGIN` line, and not a DER SEQUENCE spanning the whole input \
-                 as a PKCS#12 archive is"
-            .into(),
-    })
-    .into())
+    Err(unknown_format(
+        "no PEM `-----BEGIN` line, and not a DER SEQUENCE spanning the whole input as a \
+         PKCS#12 archive is",
+    ))
 }
 
 fn looks_like_pem(bytes: &[u8]) -> bool {
@@ -104,11 +102,8 @@ fn looks_like_der_sequence(bytes: &[u8]) -> bool {
 }
 
 fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
-    let malformed = |reason: String| {
-        ErrorKind::File(FileError::UnknownBundleFormat {
-            reason: format!("the PEM bundle is malformed: {reason}"),
-        })
-    };
+    let malformed =
+        |reason: String| unknown_format(&format!("the PEM bundle is malformed: {reason}"));
     let blocks = pem_blocks::parse(bytes).map_err(malformed)?;
     let mut certificates = Vec::new();
     let mut keys = Vec::new();
@@ -119,24 +114,18 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
             }
             Some("PRIVATE KEY") => keys.push(RawKey::Pkcs8(block.decode().map_err(malformed)?)),
             Some("RSA PRIVATE KEY") => keys.push(if block.encrypted {
-                RawKey::Refused(ErrorKind::File(FileError::EncryptedPrivateKey {
-                    format: "legacy PEM encryption (Proc-Type: 4,ENCRYPTED)",
-                }))
+                RawKey::Refused(encrypted("legacy PEM encryption (Proc-Type: 4,ENCRYPTED)"))
             } else {
                 RawKey::Pkcs1(block.decode().map_err(malformed)?)
             }),
             Some("ENCRYPTED PRIVATE KEY") => {
-                keys.push(RawKey::Refused(ErrorKind::File(
-                    FileError::EncryptedPrivateKey {
-                        format: "PKCS#8 EncryptedPrivateKeyInfo",
-                    },
-                )));
+                keys.push(RawKey::Refused(encrypted("PKCS#8 EncryptedPrivateKeyInfo")));
             }
             Some("EC PRIVATE KEY") => {
-                keys.push(RawKey::Refused(ErrorKind::File(
-                    FileError::UnsupportedKeyType {
-                        algorithm: "EC (SEC1 `EC PRIVATE KEY`)".into(),
-                    },
+                keys.push(RawKey::Refused(Error::file(
+                    "unsupported_key_type",
+                    Some("client_secret"),
+                    "the private key is EC (SEC1 `EC PRIVATE KEY`); only RSA keys are supported",
                 )));
             }
             _ => {
@@ -145,10 +134,9 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
         }
     }
     if certificates.is_empty() && keys.is_empty() {
-        return Err(ErrorKind::File(FileError::UnknownBundleFormat {
-            reason: "the PEM bundle has no CERTIFICATE or private key block".into(),
-        })
-        .into());
+        return Err(unknown_format(
+            "the PEM bundle has no CERTIFICATE or private key block",
+        ));
     }
     finish(BundleFormat::Pem, certificates, keys)
 }
@@ -187,19 +175,42 @@ fn finish(
     mut keys: Vec<RawKey>,
 ) -> Result<RawBundle> {
     if certificates.len() > MAX_CERTIFICATES {
-        return Err(ErrorKind::File(FileError::TooManyCertificates {
-            count: certificates.len(),
-            limit: MAX_CERTIFICATES,
-        })
-        .into());
+        let count = certificates.len();
+        let message = format!(
+            "the certificate bundle holds {count} certificates; at most {MAX_CERTIFICATES} are accepted"
+        );
+        return Err(Error::file(
+            "too_many_certificates",
+            Some("client_secret"),
+            message,
+        ));
     }
     let key = match keys.len() {
-        0 => return Err(ErrorKind::File(FileError::NoPrivateKey).into()),
+        0 => {
+            return Err(Error::file(
+                "no_private_key",
+                Some("client_secret"),
+                "the certificate bundle holds no private key",
+            ));
+        }
         1 => keys.remove(0),
-        count => return Err(ErrorKind::File(FileError::MultiplePrivateKeys { count }).into()),
+        count => {
+            let message = format!(
+                "the certificate bundle holds {count} private keys; exactly one is expected"
+            );
+            return Err(Error::file(
+                "multiple_private_keys",
+                Some("client_secret"),
+                message,
+            ));
+        }
     };
     if certificates.is_empty() {
-        return Err(ErrorKind::File(FileError::NoCertificate).into());
+        return Err(Error::file(
+            "no_certificate",
+            Some("client_secret"),
+            "the certificate bundle holds no certificate",
+        ));
     }
     Ok(RawBundle {
         format,
@@ -208,10 +219,25 @@ fn finish(
     })
 }
 
-fn pkcs12_error(e: p12_keystore::error::Error) -> ErrorKind {
-    ErrorKind::File(FileError::Pkcs12 {
-        reason: crate::parser_errors::pkcs12(&e),
-    })
+fn pkcs12_error(e: p12_keystore::error::Error) -> Error {
+    let reason = crate::parser_errors::pkcs12(&e);
+    Error::file(
+        "pkcs12",
+        Some("client_secret"),
+        format!("PKCS#12 archive cannot be read: {reason}"),
+    )
+}
+
+fn unknown_format(reason: &str) -> Error {
+    let message =
+        format!("`client_secret` holds neither a PEM bundle nor a PKCS#12 (PFX) archive: {reason}");
+    Error::file("unknown_bundle_format", Some("client_secret"), message)
+}
+
+fn encrypted(format: &str) -> Error {
+    let message =
+        format!("the private key is encrypted ({format}); an unencrypted key is required");
+    Error::file("encrypted_private_key", Some("client_secret"), message)
 }
 
 fn describe_base64_error(e: &base64::DecodeError) -> String {
@@ -257,10 +283,7 @@ mod tests {
             let err = decode_counting(&archive, &mut opened)
                 .err()
                 .expect("refused");
-            assert!(
-                matches!(err.kind(), ErrorKind::File(FileError::Pkcs12Limit { .. })),
-                "{err}"
-            );
+            assert!(err.kind().code() == "pkcs12_limit", "{err}");
             assert_eq!(opened, 0, "the decoder ran");
         }
         // An archive within the bounds does reach the decoder (which then refuses it).

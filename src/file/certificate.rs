@@ -9,10 +9,20 @@ use aws_lc_rs::signature::RsaKeyPair;
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::error::{ErrorKind, FileError, Result};
+use crate::error::{Error, Result};
 use crate::file::bundle::{self, BundleFormat};
 use crate::file::key::{self, LoadedKey};
 use crate::file::model::UserAssignedIdentityCredentials;
+
+/// Certificate `index` of the bundle cannot be parsed.
+fn invalid_certificate(
+    index: usize,
+    e: &x509_parser::nom::Err<x509_parser::error::X509Error>,
+) -> Error {
+    let reason = crate::parser_errors::x509(e);
+    let message = format!("certificate #{index} in the bundle cannot be parsed: {reason}");
+    Error::file("invalid_certificate", Some("client_secret"), message)
+}
 
 /// A decoded certificate bundle, ready to sign client assertions.
 ///
@@ -52,13 +62,10 @@ impl ClientCertificate {
     /// Decode the `client_secret` of a credential file (validated or not: a missing
     /// `client_secret` is reported as such).
     pub fn from_credentials(creds: &UserAssignedIdentityCredentials) -> Result<Self> {
-        let secret =
-            creds
-                .client_secret
-                .as_ref()
-                .ok_or(ErrorKind::File(FileError::MissingFields {
-                    fields: vec!["client_secret"],
-                }))?;
+        let secret = creds.client_secret.as_ref().ok_or_else(|| {
+            let message = "missing required key(s): client_secret";
+            Error::file("missing_fields", None, message)
+        })?;
         Self::from_base64(secret.expose_secret())
     }
 
@@ -85,12 +92,8 @@ impl ClientCertificate {
         let public = loaded.public_key_der();
         let mut leaf = None;
         for (index, der) in certificates.iter().enumerate() {
-            let (_, cert) = X509Certificate::from_der(der).map_err(|e| {
-                ErrorKind::File(FileError::InvalidCertificate {
-                    index,
-                    reason: crate::parser_errors::x509(&e),
-                })
-            })?;
+            let (_, cert) =
+                X509Certificate::from_der(der).map_err(|e| invalid_certificate(index, &e))?;
             if leaf.is_none() && cert.public_key().subject_public_key.data.as_ref() == public {
                 let validity = cert.validity();
                 leaf = Some((
@@ -101,9 +104,11 @@ impl ClientCertificate {
             }
         }
         let (index, not_before, not_after) =
-            leaf.ok_or(ErrorKind::File(FileError::NoMatchingCertificate {
-                certificates: certificates.len(),
-            }))?;
+            leaf.ok_or_else(|| {
+                let checked = certificates.len();
+                let message = format!("no certificate in the bundle matches the private key ({checked} certificate(s) checked)");
+                Error::file("no_matching_certificate", Some("client_secret"), message)
+            })?;
         let leaf_der = certificates.remove(index);
         certificates.insert(0, leaf_der);
         let sha1 = fixed(digest::digest(
@@ -186,12 +191,8 @@ impl ClientCertificate {
     }
 
     fn with_leaf<T>(&self, f: impl FnOnce(&X509Certificate<'_>) -> T) -> Result<T> {
-        let (_, cert) = X509Certificate::from_der(&self.chain[0]).map_err(|e| {
-            ErrorKind::File(FileError::InvalidCertificate {
-                index: 0,
-                reason: crate::parser_errors::x509(&e),
-            })
-        })?;
+        let (_, cert) =
+            X509Certificate::from_der(&self.chain[0]).map_err(|e| invalid_certificate(0, &e))?;
         Ok(f(&cert))
     }
 

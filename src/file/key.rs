@@ -8,7 +8,7 @@
 use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
 use pkcs8::der::Decode;
 
-use crate::error::{ErrorKind, FileError, Result};
+use crate::error::{Error, Result};
 use crate::file::bundle::RawKey;
 
 /// RSA keys shorter than this are refused.
@@ -39,7 +39,7 @@ impl LoadedKey {
 /// Load the bundle's key.
 pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
     match raw {
-        RawKey::Refused(kind) => Err(kind.into()),
+        RawKey::Refused(error) => Err(error),
         RawKey::Pkcs1(der) => load_pkcs1(&der),
         RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfoRef::from_der(&der) {
             Ok(info) => {
@@ -51,10 +51,7 @@ pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
                         let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
                         Ok(LoadedKey { pair, bits })
                     }
-                    other => Err(ErrorKind::File(FileError::UnsupportedKeyType {
-                        algorithm: algorithm_name(other),
-                    })
-                    .into()),
+                    other => Err(unsupported(&algorithm_name(other))),
                 }
             }
             // A `PRIVATE KEY` block holding PKCS#1 content: accepted, as the Go stack does.
@@ -73,12 +70,8 @@ fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
 /// The modulus size of a PKCS#1 `RSAPrivateKey`, read without loading the key.
 fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
     let key = pkcs1::RsaPrivateKeyRef::from_der(pkcs1_der).map_err(|e| {
-        ErrorKind::File(FileError::InvalidPrivateKey {
-            reason: format!(
-                "neither PKCS#8 nor PKCS#1 RSA DER ({})",
-                crate::parser_errors::der(&e)
-            ),
-        })
+        let reason = crate::parser_errors::der(&e);
+        invalid_key(format!("neither PKCS#8 nor PKCS#1 RSA DER ({reason})"))
     })?;
     let modulus = key.modulus.as_bytes();
     let leading = modulus.iter().take_while(|b| **b == 0).count();
@@ -91,25 +84,29 @@ fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
 
 fn check_bits(bits: usize) -> Result<()> {
     if bits < MIN_RSA_BITS {
-        return Err(ErrorKind::File(FileError::KeyTooSmall {
-            bits,
-            min_bits: MIN_RSA_BITS,
-        })
-        .into());
+        let message = format!("the RSA key has {bits} bits; at least {MIN_RSA_BITS} are required");
+        return Err(Error::file("key_too_small", Some("client_secret"), message));
     }
     if bits > MAX_RSA_BITS {
-        return Err(ErrorKind::File(FileError::InvalidPrivateKey {
-            reason: format!("the RSA key has {bits} bits; at most {MAX_RSA_BITS} are supported"),
-        })
-        .into());
+        let reason = format!("the RSA key has {bits} bits; at most {MAX_RSA_BITS} are supported");
+        return Err(invalid_key(reason));
     }
     Ok(())
 }
 
-fn rejected(e: aws_lc_rs::error::KeyRejected) -> ErrorKind {
-    ErrorKind::File(FileError::InvalidPrivateKey {
-        reason: format!("rejected by the signing backend ({e})"),
-    })
+fn rejected(e: aws_lc_rs::error::KeyRejected) -> Error {
+    invalid_key(format!("rejected by the signing backend ({e})"))
+}
+
+fn invalid_key(reason: String) -> Error {
+    let message = format!("the private key cannot be decoded: {reason}");
+    Error::file("invalid_private_key", Some("client_secret"), message)
+}
+
+/// A private key that is not RSA (`EC`, ...).
+fn unsupported(algorithm: &str) -> Error {
+    let message = format!("the private key is {algorithm}; only RSA keys are supported");
+    Error::file("unsupported_key_type", Some("client_secret"), message)
 }
 
 fn algorithm_name(oid: &str) -> String {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{CREDENTIAL_FILE, Error, ErrorKind, FileError, Result};
+use crate::error::{CREDENTIAL_FILE, Error, Result, quoted};
 use crate::parser_errors::json_error;
 use crate::regular_file::{check_size, read_limited_as};
 use crate::secret::SecretString;
@@ -258,7 +258,8 @@ impl<'a> CredentialFile<'a> {
             .map(SecretString::expose_secret);
         let client_secret = required("client_secret", secret);
         if !missing.is_empty() {
-            return Err(ErrorKind::File(FileError::MissingFields { fields: missing }).into());
+            let message = format!("missing required key(s): {}", missing.join(", "));
+            return Err(Error::file("missing_fields", None, message));
         }
         let required = [
             ("authentication_endpoint", authority),
@@ -350,7 +351,11 @@ fn check_camel_case(bytes: &[u8]) -> Result<()> {
     if keys.is_empty() {
         Ok(())
     } else {
-        Err(ErrorKind::File(FileError::CamelCaseKeys { keys, expected }).into())
+        let (keys, expected) = (quoted(&keys), quoted(&expected));
+        let message = format!(
+            "found camelCase key(s) {keys}; credential files use snake_case keys (e.g. {expected})"
+        );
+        Err(Error::file("camel_case_keys", None, message))
     }
 }
 
@@ -482,11 +487,7 @@ fn check_resource_id(value: &str) -> Result<()> {
 }
 
 fn invalid(field: &'static str, reason: &str) -> Error {
-    ErrorKind::File(FileError::InvalidField {
-        field,
-        reason: reason.to_owned(),
-    })
-    .into()
+    Error::invalid_field(field, reason)
 }
 
 /// Compact JSON of a value that holds a secret, in one pass. `size_hint` is the expected
@@ -498,11 +499,11 @@ pub(crate) fn secret_json<T: Serialize>(value: &T, size_hint: usize) -> Result<S
     serde_json::to_writer(&mut out, value).map_err(json_error)?;
     // serde_json writes UTF-8; the buffer moves into the String without a copy.
     String::from_utf8(std::mem::take(&mut *out.0)).map_err(|_| {
-        Error::from(ErrorKind::File(FileError::Json {
-            line: 0,
-            column: 0,
-            message: "serialization produced invalid UTF-8".into(),
-        }))
+        Error::file(
+            "json",
+            None,
+            "invalid JSON at line 0, column 0: serialization produced invalid UTF-8",
+        )
     })
 }
 
@@ -588,10 +589,10 @@ mod tests {
         let err = parse_time("not_after", Some("yesterday")).unwrap_err();
         assert!(matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "not_after",
+            crate::error::ErrorKind::File {
+                field: Some("not_after"),
                 ..
-            })
+            }
         ));
     }
 }

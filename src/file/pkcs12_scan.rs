@@ -22,7 +22,43 @@
 
 use zeroize::Zeroizing;
 
-use crate::error::{ErrorKind, FileError};
+use crate::error::Error;
+
+/// The scan's refusals, made the crate's [`Error`] where the scan returns.
+#[derive(Debug)]
+pub(crate) enum ErrorKind {
+    File(FileError),
+}
+
+/// What the scan refuses: an archive it cannot read, or one over a bound.
+#[derive(Debug)]
+pub(crate) enum FileError {
+    Pkcs12 {
+        reason: String,
+    },
+    Pkcs12Limit {
+        what: String,
+        value: u64,
+        limit: u64,
+    },
+}
+
+impl From<ErrorKind> for Error {
+    fn from(ErrorKind::File(e): ErrorKind) -> Self {
+        match e {
+            FileError::Pkcs12 { reason } => {
+                let message = format!("PKCS#12 archive cannot be read: {reason}");
+                Error::file("pkcs12", Some("client_secret"), message)
+            }
+            FileError::Pkcs12Limit { what, value, limit } => {
+                let message = format!(
+                    "PKCS#12 archive refused before decryption: {what} is {value}, at most {limit} are accepted"
+                );
+                Error::file("pkcs12_limit", Some("client_secret"), message)
+            }
+        }
+    }
+}
 
 /// Largest iteration count accepted for the MAC or any encryption of a PKCS#12 archive.
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;

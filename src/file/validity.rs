@@ -8,7 +8,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::clock::{saturating_add, to_time};
-use crate::error::{ErrorKind, FileError, Result};
+use crate::error::{ErrorKind, Result};
 use crate::file::model::FileTimes;
 
 /// How far ahead of the clock a certificate's `notBefore` may be (clock skew between the
@@ -59,13 +59,11 @@ impl Window {
     pub(crate) fn check(&self, now: OffsetDateTime) -> Result<()> {
         if now > self.end {
             let expired_at = self.end;
-            return Err(ErrorKind::File(FileError::CredentialExpired { expired_at, now }).into());
+            return Err(ErrorKind::Expired { expired_at, now }.into());
         }
         if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < self.leaf_not_before {
             let valid_from = self.leaf_not_before;
-            return Err(
-                ErrorKind::File(FileError::CredentialNotYetValid { valid_from, now }).into(),
-            );
+            return Err(ErrorKind::NotYetValid { valid_from, now }.into());
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// One HTTP client shared by every credential that was not given one (one more, without
 /// proxies, for loopback authorities): building a client loads the system roots, which is
@@ -22,13 +22,16 @@ pub(crate) fn default_http_client(direct: bool) -> Result<reqwest::Client> {
 /// Both an HTTP client of the caller's and extra roots (which only the crate-built client
 /// would use): refused rather than silently dropping the roots.
 pub(crate) fn client_with_extra_roots() -> Error {
-    ErrorKind::Config(ConfigError::ConflictingOptions {
-        first: "http_client",
-        second: "extra_root_certificates",
-        hint: "extra roots apply only to the crate-built HTTP client; add them to your own \
-               client with `reqwest::ClientBuilder::add_root_certificate`",
-    })
-    .into()
+    let message = "options `http_client` and `extra_root_certificates` cannot both be set: extra \
+                   roots apply only to the crate-built HTTP client; add them to your own client \
+                   with `reqwest::ClientBuilder::add_root_certificate`";
+    Error::config("conflicting_options", "http_client", message)
+}
+
+/// The HTTP client cannot be built (code `http_client`).
+pub(crate) fn http_client_error(reason: impl std::fmt::Display) -> Error {
+    let message = format!("cannot build the HTTP client: {reason}");
+    Error::config("http_client", "http_client", message)
 }
 
 /// The crate's HTTP client: rustls with the system roots (plus `extra_roots`),
@@ -46,9 +49,5 @@ pub(crate) fn build_http_client(
         .redirect(reqwest::redirect::Policy::none())
         .tls_certs_merge(extra_roots.into_iter().chain(crate::http::roots::bundled()));
     let builder = if direct { builder.no_proxy() } else { builder };
-    builder.build().map_err(|e| {
-        Error::from(ErrorKind::Config(ConfigError::HttpClient {
-            reason: e.to_string(),
-        }))
-    })
+    builder.build().map_err(http_client_error)
 }

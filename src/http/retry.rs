@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::error::{DataPlaneError, Error, ErrorKind, TokenError};
+use crate::error::{Error, ErrorKind};
 
 /// How token requests are retried.
 ///
@@ -171,8 +171,8 @@ pub(crate) fn next_delay(
         return None;
     }
     let retry_after = match error.kind() {
-        ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after,
-        ErrorKind::DataPlane(DataPlaneError::Service(e)) => e.retry_after,
+        ErrorKind::TokenEndpoint(e) => e.retry_after,
+        ErrorKind::Service(e) => e.retry_after,
         _ => None,
     };
     let delay = retry_after.unwrap_or_else(|| {
@@ -189,16 +189,15 @@ pub(crate) fn next_delay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::FileError;
     use crate::error::TokenEndpointError;
     use crate::error::TransportFault::{Passing, Tls};
 
     fn status(status: u16, retry_after: Option<u64>) -> Error {
-        ErrorKind::Token(TokenError::Endpoint(Box::new(TokenEndpointError {
+        ErrorKind::TokenEndpoint(Box::new(TokenEndpointError {
             status,
             retry_after: retry_after.map(Duration::from_secs),
             ..Default::default()
-        })))
+        }))
         .into()
     }
 
@@ -228,7 +227,7 @@ mod tests {
             next_delay(
                 &p,
                 1,
-                &ErrorKind::File(FileError::NoPrivateKey).into(),
+                &Error::file("no_private_key", None, "m"),
                 Duration::ZERO,
                 0.0
             )

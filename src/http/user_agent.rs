@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use reqwest::header::HeaderValue;
 
-use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::http::is_tchar;
 use crate::untrusted_text::quoted_input;
 
@@ -62,15 +62,9 @@ pub(crate) fn header_value(application_id: Option<&str>) -> HeaderValue {
 ///
 /// # Errors
 ///
-/// [`ConfigError::InvalidOption`] naming `application_id`.
+/// `invalid_option` naming `application_id`.
 pub(crate) fn check_application_id(id: &str) -> Result<()> {
-    let refuse = |reason: String| -> Error {
-        ErrorKind::Config(ConfigError::InvalidOption {
-            option: "application_id",
-            reason,
-        })
-        .into()
-    };
+    let refuse = |reason: String| Error::invalid_option("application_id", reason);
     if id.is_empty() {
         return Err(refuse("is empty".into()));
     }
@@ -94,7 +88,7 @@ pub(crate) fn check_application_id(id: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorCategory;
+    use crate::error::{ErrorCategory, ErrorKind};
 
     #[test]
     fn the_value_is_the_azure_sdk_form_without_the_rustc_version() {
@@ -139,10 +133,11 @@ mod tests {
             assert!(
                 matches!(
                     err.kind(),
-                    ErrorKind::Config(ConfigError::InvalidOption {
-                        option: "application_id",
+                    ErrorKind::Config {
+                        code: "invalid_option",
+                        field: "application_id",
                         ..
-                    })
+                    }
                 ),
                 "{bad:?}: {err:?}"
             );

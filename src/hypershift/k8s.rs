@@ -17,7 +17,7 @@
 //! a native sidecar, so that containers using a stock Azure SDK get the identity.
 //!
 //! Names and values are checked before anything is built (DNS-1123 names, Key Vault
-//! naming rules, GUIDs); bad input is an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
+//! naming rules, GUIDs); bad input is an error (code `invalid_kubernetes_object`) naming the
 //! field. Every type is `serde` `Serialize` + `Deserialize` with the field names `kubectl`
 //! expects; write them with the serializer of your choice (`kubectl apply` takes JSON and
 //! YAML alike). This crate ships no YAML serializer of its own.
@@ -418,7 +418,7 @@ impl SecretProviderClassBuilder {
         self
     }
 
-    /// The SecretProviderClass, or an [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject) naming the
+    /// The SecretProviderClass, or an `invalid_kubernetes_object` error naming the
     /// first field that is missing or invalid.
     pub fn build(self) -> Result<SecretProviderClass> {
         check("metadata.name", dns1123_subdomain_problem(&self.name))?;

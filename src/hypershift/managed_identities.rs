@@ -18,13 +18,13 @@
 //!
 //! [`ManagedIdentities::from_slice`] parses and validates it (GUIDs, the Key Vault name,
 //! secret names, encodings; `kms` is optional), naming every problem in one
-//! [`ConfigError::InvalidManagedIdentities`]. With the `k8s` feature,
+//! error (code `invalid_managed_identities`). With the `k8s` feature,
 //! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
 //! volume and mount with the `hypershift::k8s` module.
 
 use serde_json::Value;
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::file::model::is_guid;
 use crate::hypershift::rules::is_key_vault_name;
 use crate::hypershift::{Component, ObjectEncoding};
@@ -179,8 +179,7 @@ impl ManagedIdentities {
     ///
     /// # Errors
     ///
-    /// [`FileError::Json`](crate::FileError::Json) when it is not JSON;
-    /// [`ConfigError::InvalidManagedIdentities`] listing every missing or invalid field.
+    /// `json` when it is not JSON; `invalid_managed_identities` listing every missing or invalid field.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
         let file: Value =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
@@ -224,9 +223,14 @@ impl ManagedIdentities {
                 components,
                 data_plane,
             }),
-            _ => Err(
-                ErrorKind::Config(ConfigError::InvalidManagedIdentities { problems: p.0 }).into(),
-            ),
+            _ => {
+                let message = format!("invalid managed identities file: {}", p.0.join("; "));
+                Err(Error::config(
+                    "invalid_managed_identities",
+                    "managed identities file",
+                    message,
+                ))
+            }
         }
     }
 
@@ -275,8 +279,7 @@ mod kubernetes {
         ///
         /// # Errors
         ///
-        /// [`ConfigError::InvalidKubernetesObject`](crate::ConfigError::InvalidKubernetesObject)
-        /// from the builders.
+        /// `invalid_kubernetes_object` from the builders.
         pub fn kubernetes_objects(
             &self,
             namespace: &str,

@@ -72,7 +72,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::reload::options::ReloadOptions;
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::options::ClientCertificateCredentialOptions;
@@ -271,7 +271,7 @@ impl fmt::Display for ObjectEncoding {
 /// - A bare secret name (no `/`) is joined to [`CERTS_MOUNT_PATH`]: `cpo-creds` →
 ///   `/mnt/certs/cpo-creds` (one operator sets the variable this way).
 ///
-/// Refused, with [`ConfigError::InvalidEnvironmentVariable`] naming the variable: an empty
+/// Refused, with `invalid_environment_variable` naming the variable: an empty
 /// value; leading or trailing whitespace; a NUL or other control character; a relative
 /// path with a `/` in it (`certs/x`, `./x`: resolving it against the working directory
 /// would depend on where the process started); a `..` component; a trailing `/` (a
@@ -279,22 +279,16 @@ impl fmt::Display for ObjectEncoding {
 ///
 /// ```
 /// use std::path::Path;
-/// use msi_dataplane::{hypershift::resolve_credentials_path, ConfigError, ErrorKind};
+/// use msi_dataplane::{hypershift::resolve_credentials_path, ErrorKind};
 ///
 /// assert_eq!(resolve_credentials_path("cpo-creds")?, Path::new("/mnt/certs/cpo-creds"));
 /// assert_eq!(resolve_credentials_path("/var/run/id/creds")?, Path::new("/var/run/id/creds"));
 /// let err = resolve_credentials_path("certs/cpo-creds").unwrap_err();
-/// assert!(matches!(err.kind(), ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { .. })));
+/// assert!(matches!(err.kind(), ErrorKind::Config { code: "invalid_environment_variable", .. }));
 /// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
-    let invalid = |reason: String| {
-        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
-            name: CREDENTIALS_FILE_PATH_ENV,
-            reason,
-        })
-        .into()
-    };
+    let invalid = |reason: String| invalid_variable(CREDENTIALS_FILE_PATH_ENV, reason);
     if let Some(problem) = text_problem(value) {
         return Err(invalid(problem));
     }
@@ -323,8 +317,8 @@ pub fn resolve_credentials_path(value: &str) -> Result<PathBuf> {
 
 /// As [`resolve_credentials_path`], reading [`CREDENTIALS_FILE_PATH_ENV`] through
 /// `lookup` (called with the variable's name; `|name| std::env::var_os(name)` reads the
-/// process environment). Unset: [`ConfigError::MissingEnvironmentVariable`]; not UTF-8:
-/// [`ConfigError::InvalidEnvironmentVariable`].
+/// process environment). Unset: `missing_environment_variable`; not UTF-8:
+/// `invalid_environment_variable`.
 ///
 /// ```
 /// use std::collections::HashMap;
@@ -385,11 +379,7 @@ pub fn key_vault_user_client_id_from(
 ) -> Result<String> {
     let value = required_utf8(KEY_VAULT_USER_CLIENT_ID_ENV, lookup)?;
     match text_problem(&value) {
-        Some(reason) => Err(ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
-            name: KEY_VAULT_USER_CLIENT_ID_ENV,
-            reason,
-        })
-        .into()),
+        Some(reason) => Err(invalid_variable(KEY_VAULT_USER_CLIENT_ID_ENV, reason)),
         None => Ok(value),
     }
 }
@@ -405,8 +395,8 @@ pub fn key_vault_user_client_id() -> Result<String> {
 /// `/mnt/certs`; see [`resolve_credentials_path`]): what a HyperShift-managed component
 /// does at start.
 ///
-/// Fails with [`ConfigError::MissingEnvironmentVariable`] when the variable is unset,
-/// [`ConfigError::InvalidEnvironmentVariable`] when its value is unusable, and as
+/// Fails with `missing_environment_variable` when the variable is unset,
+/// `invalid_environment_variable` when its value is unusable, and as
 /// [`UserAssignedIdentityCredential::new`] when the file cannot be loaded. Needs a Tokio
 /// runtime.
 ///
@@ -440,14 +430,21 @@ fn required_utf8(
     name: &'static str,
     lookup: impl FnOnce(&str) -> Option<OsString>,
 ) -> Result<String> {
-    let value = lookup(name).ok_or(ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
-        name,
-    }))?;
+    let value = lookup(name).ok_or_else(|| {
+        let message = format!("environment variable {name} is not set");
+        Error::config("missing_environment_variable", name, message)
+    })?;
     value.into_string().map_err(|raw| {
-        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable {
+        invalid_variable(
             name,
-            reason: format!("{:?} is not valid UTF-8", raw.to_string_lossy()),
-        })
-        .into()
+            format!("{:?} is not valid UTF-8", raw.to_string_lossy()),
+        )
     })
+}
+
+/// The variable `name` is set to a value that cannot be used (it holds a name or a path,
+/// never a secret: `reason` may quote it).
+fn invalid_variable(name: &'static str, reason: String) -> Error {
+    let message = format!("environment variable {name} is invalid: {reason}");
+    Error::config("invalid_environment_variable", name, message)
 }

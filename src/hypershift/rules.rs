@@ -51,10 +51,14 @@ pub(super) fn is_key_vault_name(name: &str) -> bool {
 /// An invalid Kubernetes object, naming the field.
 #[cfg(feature = "k8s")]
 pub(super) fn check(field: &'static str, problem: Option<String>) -> crate::error::Result<()> {
-    use crate::error::{ConfigError, ErrorKind};
     match problem {
         Some(reason) => {
-            Err(ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, reason }).into())
+            let message = format!("invalid {field}: {reason}");
+            Err(crate::error::Error::config(
+                "invalid_kubernetes_object",
+                field,
+                message,
+            ))
         }
         None => Ok(()),
     }

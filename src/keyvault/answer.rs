@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::error::{ErrorKind, KeyVaultError, Result};
+use crate::error::Result;
+use crate::keyvault::format::invalid_stored_secret;
 use crate::secret::SecretString;
 
 /// An answer read for its properties ("Set Secret", "Recover Deleted Secret"): the value,
@@ -39,33 +40,22 @@ impl GetSecretAnswer<'_> {
     /// The value, unescaped into a zeroized buffer. Errors name the secret, never the
     /// value.
     pub(crate) fn value(&self, name: &str) -> Result<SecretString> {
-        let invalid = |reason: &str| {
-            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: reason.to_owned(),
-            })
-        };
+        let invalid = |reason: &str| invalid_stored_secret(name, reason);
         let raw = self
             .value
             .ok_or_else(|| invalid("Key Vault returned no value"))?;
         unescape_json_string(raw.get())
             .map(SecretString::from)
-            .ok_or_else(|| invalid("the value in Key Vault's answer is not a JSON string").into())
+            .ok_or_else(|| invalid("the value in Key Vault's answer is not a JSON string"))
     }
 }
 
-/// Parse one of Key Vault's answers; an unreadable one is [`KeyVaultError::InvalidStoredSecret`]
+/// Parse one of Key Vault's answers; an unreadable one is `invalid_stored_secret`
 /// naming the secret, with `serde_json`'s position but none of the answer's text.
 pub(crate) fn parse<'a, T: Deserialize<'a>>(name: &str, answer: &'a [u8]) -> Result<T> {
     serde_json::from_slice(answer).map_err(|e| {
-        ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-            name: name.to_owned(),
-            reason: format!(
-                "Key Vault's answer cannot be read: {}",
-                crate::parser_errors::json(&e)
-            ),
-        })
-        .into()
+        let reason = crate::parser_errors::json(&e);
+        invalid_stored_secret(name, format!("Key Vault's answer cannot be read: {reason}"))
     })
 }
 
@@ -218,7 +208,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(
-            matches!(err.kind(), ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret { name, .. }) if name == "n"),
+            err.kind().code() == "invalid_stored_secret" && err.to_string().contains("secret `n`"),
             "{err:?}"
         );
         assert!(!format!("{err} {err:?}").contains("TUlJQ"), "{err:?}");

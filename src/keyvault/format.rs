@@ -8,7 +8,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::dataplane::ManagedIdentityCredentials;
-use crate::error::{ConfigError, Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::file::model::{UserAssignedIdentityCredentials, parse_time};
 use crate::secret::SecretString;
 
@@ -51,7 +51,7 @@ pub fn identifier_for_managed_identity_credentials(identifier: &str) -> String {
 ///
 /// # Errors
 ///
-/// [`ConfigError::InvalidSecretName`].
+/// `invalid_secret_name` (an [`ErrorKind::Config`](crate::ErrorKind::Config)).
 pub fn validate_secret_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         Some("is empty")
@@ -64,11 +64,11 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(ErrorKind::Config(ConfigError::InvalidSecretName {
-            name: crate::untrusted_text::quoted_input(name),
-            reason,
-        })
-        .into()),
+        Some(reason) => {
+            let name = crate::untrusted_text::quoted_input(name);
+            let message = format!("invalid Key Vault secret name `{name}`: {reason}");
+            Err(Error::config("invalid_secret_name", "name", message))
+        }
     }
 }
 
@@ -78,7 +78,7 @@ pub fn validate_secret_name(name: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// [`ConfigError::InvalidArgument`] naming `version`.
+/// `invalid_argument` naming `version`.
 ///
 /// ```
 /// use msi_dataplane::keyvault::validate_secret_version;
@@ -89,14 +89,9 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
     if version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(());
     }
-    Err(ErrorKind::Config(ConfigError::InvalidArgument {
-        argument: "version",
-        reason: format!(
-            "`{}` is not a Key Vault secret version (32 hexadecimal digits)",
-            crate::untrusted_text::quoted_input(version)
-        ),
-    })
-    .into())
+    let version = crate::untrusted_text::quoted_input(version);
+    let reason = format!("`{version}` is not a Key Vault secret version (32 hexadecimal digits)");
+    Err(Error::invalid_argument("version", reason))
 }
 
 /// Format user-assigned identity credentials for Key Vault (Go:
@@ -106,10 +101,10 @@ pub fn validate_secret_version(version: &str) -> Result<()> {
 ///
 /// # Errors
 ///
-/// - [`ConfigError::MissingStorageTime`] naming the first of `not_after`, `not_before`,
+/// - `missing_storage_time` naming the first of `not_after`, `not_before`,
 ///   `renew_after`, `cannot_renew_after` that is absent;
-/// - [`FileError::InvalidField`](crate::FileError::InvalidField) when one of them is not RFC 3339;
-/// - [`ConfigError::InvalidSecretName`] when the name breaks Key Vault's rule.
+/// - `invalid_field` when one of them is not RFC 3339;
+/// - `invalid_secret_name` when the name breaks Key Vault's rule.
 pub fn format_user_assigned_identity_credentials_for_storage(
     identifier: &str,
     credentials: &UserAssignedIdentityCredentials,
@@ -151,7 +146,7 @@ pub fn format_user_assigned_identity_credentials_for_storage(
 /// # Errors
 ///
 /// As [`format_user_assigned_identity_credentials_for_storage`], and
-/// [`ConfigError::InvalidArgument`] naming `credentials` when their
+/// `invalid_argument` naming `credentials` when their
 /// `explicit_identities` hold two or more (which one's times would be ambiguous).
 pub fn format_managed_identity_credentials_for_storage(
     identifier: &str,
@@ -172,15 +167,12 @@ pub fn format_managed_identity_credentials_for_storage(
             cannot_renew_after: one.cannot_renew_after.as_deref(),
         },
         more => {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "credentials",
-                reason: format!(
-                    "`explicit_identities` holds {} identities; the storage format takes its \
-                     times from at most one",
-                    more.len()
-                ),
-            })
-            .into());
+            let reason = format!(
+                "`explicit_identities` holds {} identities; the storage format takes its times \
+                 from at most one",
+                more.len()
+            );
+            return Err(Error::invalid_argument("credentials", reason));
         }
     };
     secret(name, &times, || credentials.to_json())
@@ -250,7 +242,17 @@ fn required<'a>(value: Option<&'a str>, field: &'static str) -> Result<&'a str> 
 }
 
 fn missing(field: &'static str) -> Error {
-    ErrorKind::Config(ConfigError::MissingStorageTime { field }).into()
+    let message = format!("cannot format the credentials for Key Vault: `{field}` is missing");
+    Error::config("missing_storage_time", field, message)
+}
+
+/// A stored secret that is not a credential of the storage format (code
+/// `invalid_stored_secret`; `reason` never holds the value).
+pub(crate) fn invalid_stored_secret(name: &str, reason: impl std::fmt::Display) -> Error {
+    Error::answer(
+        "invalid_stored_secret",
+        format!("stored secret `{name}` is not usable: {reason}"),
+    )
 }
 
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.

@@ -19,11 +19,11 @@
 //!
 //! For `ManagedIdentityCredentials` the times come from the top level when it has no
 //! explicit identities, from the one explicit identity when it has exactly one, and are
-//! an error ([`ConfigError::InvalidArgument`](crate::ConfigError::InvalidArgument) naming
+//! an error (`invalid_argument` naming
 //! `credentials`) when it has more.
 //!
 //! All four times are required, as in the reference
-//! ([`ConfigError::MissingStorageTime`](crate::ConfigError::MissingStorageTime) names the
+//! (`missing_storage_time` names the
 //! missing one). [`KeyVaultSecret`] holds the result;
 //! [`KeyVaultSecret::set_secret_body`] renders the body of Key Vault's REST
 //! `PUT {vault}/secrets/{name}` ("Set Secret") request, for any HTTP client or SDK; it and
@@ -60,9 +60,8 @@
 //! credentials in Key Vault through the official SDK client
 //! (`azure_security_keyvault_secrets` 1.x) on this crate's own HTTP stack: put (`msi-` and
 //! `uamsi-` secrets in the format above), get (latest or a version), soft delete, get
-//! deleted, purge, recover (a name still held by a deleted secret is
-//! [`KeyVaultError::SecretNameHeldByDeletedSecret`](crate::KeyVaultError::SecretNameHeldByDeletedSecret),
-//! saying to purge or recover), and `list()` (and `list_deleted()` for soft-deleted ones)
+//! deleted, purge, recover (a name still held by a deleted secret is Key Vault's 409,
+//! its message saying to purge or recover), and `list()` (and `list_deleted()` for soft-deleted ones)
 //! across every page without reading values. `store.secret_client()` is the SDK client it
 //! sends through, for Key Vault operations the store does not wrap.
 //!

@@ -57,13 +57,14 @@ use crate::azure::sdk_transport::ReqwestTransport;
 use crate::dataplane::{Client, ManagedIdentityCredentials, UserAssignedIdentitiesRequest};
 use crate::environment::Environment;
 use crate::error::{
-    ConfigError, Error, ErrorKind, KeyVaultError, LinkFault, Result, TokenError, TransportError,
-    TransportFault, cause_chain, classify_transport,
+    Error, ErrorKind, KEY_VAULT, LinkFault, Result, ServiceError, TransportError, TransportFault,
+    cause_chain, classify_transport,
 };
 use crate::file::model::UserAssignedIdentityCredentials;
 use crate::http::retry::RetryPolicy;
 use crate::http::service_link::LinkGuard;
 use crate::keyvault::answer::{self, GetSecretAnswer, PropertiesAnswer};
+use crate::keyvault::format::invalid_stored_secret;
 use crate::keyvault::listing::{
     self, DEFAULT_MAX_LIST_BYTES, DEFAULT_MAX_LIST_ITEMS, ListingBudget,
 };
@@ -133,7 +134,7 @@ impl StoreOptions {
     ///
     /// From the environment the store uses the HTTP client (or extra roots for the
     /// crate-built one; setting both is refused with
-    /// [`ConfigError::ConflictingOptions`]), the request timeout (default 30 s), the
+    /// `conflicting_options`), the request timeout (default 30 s), the
     /// application id of the `User-Agent`, and the retry policy, applied through the
     /// SDK's exponential back-off (429 and 503 honour `Retry-After`). Its
     /// `allow_http_loopback` and clock do not apply: the SDK authenticates only over
@@ -162,7 +163,7 @@ impl StoreOptions {
 
     /// Read at most this many pages (at least 1) in one listing
     /// ([`CredentialStore::list`], [`CredentialStore::list_deleted`]); past it the
-    /// listing fails with [`KeyVaultError::RefusedLink`]. Default
+    /// listing fails with `refused_link`. Default
     /// [`DEFAULT_MAX_LIST_PAGES`] (10,000 pages: 250,000 secrets at 25 a page, and Key
     /// Vault may answer pages with fewer, even none).
     pub fn with_max_list_pages(mut self, max_list_pages: usize) -> Self {
@@ -171,8 +172,7 @@ impl StoreOptions {
     }
 
     /// Take at most this many items (at least 1) in one listing; past it the listing
-    /// fails with [`KeyVaultError::RefusedLink`]
-    /// ([`LinkFault::TooManyItems`](crate::LinkFault)). Default [`DEFAULT_MAX_LIST_ITEMS`]
+    /// fails with `refused_link`. Default [`DEFAULT_MAX_LIST_ITEMS`]
     /// (100,000).
     pub fn with_max_list_items(mut self, max_list_items: usize) -> Self {
         self.max_list_items = max_list_items.max(1);
@@ -181,7 +181,7 @@ impl StoreOptions {
 
     /// Keep at most this many bytes of items (at least 1) in one listing (names,
     /// versions and tags, counted as they arrive); past it the listing fails with
-    /// [`KeyVaultError::RefusedLink`] ([`LinkFault::TooManyBytes`](crate::LinkFault)).
+    /// `refused_link`.
     /// Default [`DEFAULT_MAX_LIST_BYTES`] (64 MiB).
     pub fn with_max_list_bytes(mut self, max_list_bytes: usize) -> Self {
         self.max_list_bytes = max_list_bytes.max(1);
@@ -189,7 +189,7 @@ impl StoreOptions {
     }
 
     /// End a listing that takes longer than this, all pages and retries included: it
-    /// fails with [`KeyVaultError::RefusedLink`] ([`LinkFault::Deadline`](crate::LinkFault)).
+    /// fails with `refused_link`.
     /// Default [`DEFAULT_LIST_DEADLINE`], 5 minutes.
     pub fn with_list_deadline(mut self, deadline: Duration) -> Self {
         self.list_deadline = deadline;
@@ -272,27 +272,19 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`] naming
-    /// `vault_url` when it is not an `https` URL;
-    /// [`ConfigError::HttpClient`] when the HTTP client cannot be built;
-    /// [`ConfigError::ConflictingOptions`] when both an HTTP client and extra roots are set.
+    /// `invalid_argument` naming `vault_url` when it is not an `https` URL; `http_client`
+    /// when the HTTP client cannot be built; `conflicting_options` when both an HTTP client and extra roots are set.
     pub fn new(
         vault_url: &str,
         credential: Arc<dyn TokenCredential>,
         options: StoreOptions,
     ) -> Result<Self> {
         let parsed = url::Url::parse(vault_url).map_err(|e| {
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "vault_url",
-                reason: format!("`{vault_url}` is not a URL: {e}"),
-            })
+            Error::invalid_argument("vault_url", format!("`{vault_url}` is not a URL: {e}"))
         })?;
         if parsed.scheme() != "https" || parsed.host_str().is_none() {
-            return Err(ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "vault_url",
-                reason: format!("`{vault_url}` is not an https URL with a host"),
-            })
-            .into());
+            let reason = format!("`{vault_url}` is not an https URL with a host");
+            return Err(Error::invalid_argument("vault_url", reason));
         }
         // One vault host: a loopback vault (tests) is never reached through a proxy.
         let direct = crate::http::loopback::is_loopback(&parsed);
@@ -317,13 +309,8 @@ impl CredentialStore {
         if let Some(version) = options.api_version {
             sdk_options.api_version = version;
         }
-        let client =
-            SecretClient::new(parsed.as_str(), credential, Some(sdk_options)).map_err(|e| {
-                ErrorKind::Config(ConfigError::InvalidArgument {
-                    argument: "vault_url",
-                    reason: e.to_string(),
-                })
-            })?;
+        let client = SecretClient::new(parsed.as_str(), credential, Some(sdk_options))
+            .map_err(|e| Error::invalid_argument("vault_url", e))?;
         Ok(CredentialStore {
             client: Arc::new(client),
             vault_url: parsed.as_str().to_owned(),
@@ -358,8 +345,8 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`keyvault::format_managed_identity_credentials_for_storage`] (nothing is sent),
-    /// [`KeyVaultError::SecretNameHeldByDeletedSecret`] on Key Vault's 409, and
-    /// [`KeyVaultError::Service`] / [`ErrorKind::Transport`].
+    /// a [`ServiceError`] saying to purge or recover on Key Vault's 409, and
+    /// [`ErrorKind::Service`] / [`ErrorKind::Transport`].
     pub async fn put_managed_identity(
         &self,
         identifier: &str,
@@ -416,8 +403,8 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`] (404 `SecretNotFound`, ...), [`ErrorKind::Transport`],
-    /// [`KeyVaultError::InvalidStoredSecret`] when the value is not the credential JSON.
+    /// [`ErrorKind::Service`] (404 `SecretNotFound`, ...), [`ErrorKind::Transport`],
+    /// `invalid_stored_secret` when the value is not the credential JSON.
     pub async fn get_managed_identity(
         &self,
         identifier: &str,
@@ -446,7 +433,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// As [`get_managed_identity`](Self::get_managed_identity), and
-    /// [`KeyVaultError::InvalidStoredSecret`] for a name of neither prefix.
+    /// `invalid_stored_secret` for a name of neither prefix.
     pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
         let (value, properties) = self.get_value(name, version).await?;
         let credentials = AnyCredentials::parse(name, value.expose_secret())?;
@@ -513,7 +500,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`] (404 when there is no such secret),
+    /// [`ErrorKind::Service`] (404 when there is no such secret),
     /// [`ErrorKind::Transport`].
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
         observed("delete", async {
@@ -627,7 +614,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`], [`KeyVaultError::RefusedLink`] (a link to another
+    /// [`ErrorKind::Service`], `refused_link` (a link to another
     /// origin, a paging loop, or a limit reached), [`ErrorKind::Transport`].
     pub async fn list_with<F>(&self, mut each: F) -> Result<usize>
     where
@@ -674,7 +661,7 @@ impl CredentialStore {
         observed("list", self.within_deadline(OPERATION, walk)).await
     }
 
-    /// `walk`, or a [`LinkFault::Deadline`] once [`StoreOptions::with_list_deadline`] passed.
+    /// `walk`, or `refused_link` once [`StoreOptions::with_list_deadline`] passed.
     async fn within_deadline<T>(
         &self,
         operation: &'static str,
@@ -697,7 +684,7 @@ impl CredentialStore {
     ///
     /// # Errors
     ///
-    /// [`KeyVaultError::Service`], [`ErrorKind::Transport`].
+    /// [`ErrorKind::Service`], [`ErrorKind::Transport`].
     pub async fn list_deleted(&self) -> Result<Vec<DeletedCredential>> {
         const OPERATION: &str = "list deleted";
         let walk = async {
@@ -763,7 +750,7 @@ impl CredentialStore {
     /// # Errors
     ///
     /// The store's errors (reading and writing), the data plane's, and
-    /// [`KeyVaultError::InvalidStoredSecret`] when the stored credential does not say which
+    /// `invalid_stored_secret` when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
         let result = observed("renew", self.renew_once(dataplane, name)).await;
@@ -925,13 +912,17 @@ fn stored_name(id: Option<&str>) -> Option<String> {
 }
 
 /// A listing stopped by `fault`.
-fn refused_link(operation: &'static str, fault: LinkFault) -> crate::error::Error {
-    ErrorKind::KeyVault(KeyVaultError::RefusedLink {
-        service: "Key Vault",
-        operation,
-        fault,
-    })
-    .into()
+fn refused_link(operation: &'static str, fault: LinkFault) -> Error {
+    Error::answer(
+        "refused_link",
+        format!("Key Vault {operation} stopped: {fault}"),
+    )
+}
+
+/// Key Vault answered `operation` with something the store does not use.
+pub(crate) fn unusable(operation: &str, reason: impl std::fmt::Display) -> Error {
+    let message = format!("Key Vault {operation}: the answer is not usable: {reason}");
+    Error::answer("invalid_key_vault_response", message)
 }
 
 /// Before the next page is requested: its link must pass the walk's guard.
@@ -946,14 +937,13 @@ fn check_next_link(
             guard.follow(link).map_err(|f| refused_link(operation, f))
         }
         // Key Vault pages by link only; anything else is not followed.
-        Some(other) => Err(ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
-            operation,
-            reason: format!(
-                "a continuation that is not a link: `{}`",
-                crate::untrusted_text::quoted_input(other.as_ref())
-            ),
-        })
-        .into()),
+        Some(other) => {
+            let other = crate::untrusted_text::quoted_input(other.as_ref());
+            Err(unusable(
+                operation,
+                format!("a continuation that is not a link: `{other}`"),
+            ))
+        }
     }
 }
 
@@ -976,11 +966,10 @@ impl AnyCredentials {
                 UserAssignedIdentityCredentials::from_stored(name, value)
                     .map(Self::UserAssignedIdentity)
             }
-            None => Err(ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
-            })
-            .into()),
+            None => Err(invalid(
+                name,
+                "the name has neither the `msi-` nor the `uamsi-` prefix",
+            )),
         }
     }
 }
@@ -993,16 +982,11 @@ pub(crate) trait FromStored: Sized {
 impl FromStored for ManagedIdentityCredentials {
     fn from_stored(name: &str, value: &str) -> Result<Self> {
         serde_json::from_str(value).map_err(|e| {
-            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                // serde_json's message names the line and column, never the value.
-                reason: format!(
-                    "not ManagedIdentityCredentials JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
-            })
-            .into()
+            // serde_json's message names the line and column, never the value.
+            let (line, column) = (e.line(), e.column());
+            let reason =
+                format!("not ManagedIdentityCredentials JSON (line {line}, column {column})");
+            invalid_stored_secret(name, reason)
         })
     }
 }
@@ -1010,11 +994,7 @@ impl FromStored for ManagedIdentityCredentials {
 impl FromStored for UserAssignedIdentityCredentials {
     fn from_stored(name: &str, value: &str) -> Result<Self> {
         UserAssignedIdentityCredentials::from_slice(value.as_bytes()).map_err(|e| {
-            ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-                name: name.to_owned(),
-                reason: format!("not UserAssignedIdentityCredentials: {e}"),
-            })
-            .into()
+            invalid_stored_secret(name, format!("not UserAssignedIdentityCredentials: {e}"))
         })
     }
 }
@@ -1086,11 +1066,10 @@ fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
 }
 
 fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-        name: name.to_owned(),
-        reason: format!("Key Vault's answer cannot be read: {}", e.kind()),
-    })
-    .into()
+    invalid_stored_secret(
+        name,
+        format!("Key Vault's answer cannot be read: {}", e.kind()),
+    )
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
@@ -1100,12 +1079,15 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
     // transport: an answer over the size limit) comes back as it was.
     if let Some(ours) = source_of::<Error>(&e).cloned() {
         // The transport does not know the store's operation; name it here.
-        if let ErrorKind::KeyVault(KeyVaultError::InvalidResponse { reason, .. }) = ours.kind() {
-            return ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
-                operation,
-                reason: reason.clone(),
-            })
-            .into();
+        if let ErrorKind::InvalidAnswer {
+            code: "invalid_key_vault_response",
+            message,
+        } = ours.kind()
+        {
+            return Error::answer(
+                "invalid_key_vault_response",
+                format!("Key Vault {operation}: {message}"),
+            );
         }
         return ours;
     }
@@ -1121,25 +1103,30 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 .map(|r| crate::http::azure_error_body::parse_error_body(r.body()))
                 .unwrap_or_default();
             let code = code.or_else(|| service_text_opt(error_code.clone()));
-            if status == 409 && operation == "set" {
-                return ErrorKind::KeyVault(KeyVaultError::SecretNameHeldByDeletedSecret {
-                    name: name.to_owned(),
-                })
-                .into();
-            }
-            ErrorKind::KeyVault(KeyVaultError::Service {
-                operation,
-                name: name.to_owned(),
+            // A name held by a deleted secret: what to do instead of Key Vault's message.
+            let message = match status == 409 && operation == "set" {
+                true => Some(format!(
+                    "secret `{name}` is deleted but recoverable, so its name cannot be reused: \
+                     purge it (`purge_deleted`) or recover it (`recover_deleted`) first"
+                )),
+                false => message,
+            };
+            let request = format!("{operation} of secret `{name}`");
+            let (service, answer) = (KEY_VAULT, Default::default());
+            let e = ServiceError {
+                service,
                 status,
                 code,
                 message,
-            })
-            .into()
+                request,
+                ..answer
+            };
+            ErrorKind::Service(Box::new(e)).into()
         }
-        AzureErrorKind::Credential => ErrorKind::Token(TokenError::external(e)).into(),
-        AzureErrorKind::DataConversion => ErrorKind::KeyVault(KeyVaultError::InvalidResponse {
+        AzureErrorKind::Credential => Error::external(e),
+        AzureErrorKind::DataConversion => unusable(
             operation,
-            reason: match source_of::<serde_json::Error>(&e) {
+            match source_of::<serde_json::Error>(&e) {
                 // serde's message without the values it quotes, and where it stopped.
                 Some(json) => format!(
                     "{} at line {}, column {}",
@@ -1149,8 +1136,7 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 ),
                 None => "the answer cannot be decoded".to_owned(),
             },
-        })
-        .into(),
+        ),
         kind => {
             // The transport put reqwest's error inside (see `azure::sdk_transport`): the
             // crate's one classification, which also chose the kind the SDK retried by.
@@ -1203,12 +1189,8 @@ fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T
 }
 
 /// The stored secret `name` cannot be renewed, for `reason`.
-fn invalid(name: &str, reason: &str) -> crate::error::Error {
-    ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret {
-        name: name.to_owned(),
-        reason: reason.to_owned(),
-    })
-    .into()
+fn invalid(name: &str, reason: &str) -> Error {
+    invalid_stored_secret(name, reason)
 }
 
 /// One store operation in its `keyvault_request` span, counted by outcome with its

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::clock::{Clock, Rfc3339, saturating_add, to_time};
-use crate::error::{Error, ErrorKind, ReloadError, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::file::model::read_limited;
 use crate::reload::options::ReloadOptions;
 use crate::reload::rule::{self, ReloadOutcome};
@@ -87,7 +87,7 @@ impl UserAssignedIdentityCredential {
     /// The background task that follows the file runs on the runtime that calls `new`
     /// and ends with it: if that runtime shuts down while the credential lives on,
     /// [`status`](Self::status) then shows `watching: false` and a
-    /// [`ReloadError::Stopped`](crate::ReloadError::Stopped) error, the active credential keeps serving, and
+    /// `reload_stopped` error, the active credential keeps serving, and
     /// [`check_now`](Self::check_now) still re-reads on request. Build it on the
     /// runtime that lives as long as it, or use
     /// [`with_dedicated_thread`](ReloadOptions::with_dedicated_thread).
@@ -560,21 +560,21 @@ impl Drop for Task {
                 path = %reloader.path.display(),
                 "the runtime running the credential reload task shut down; the file is no longer followed"
             );
-            let reason = "the Tokio runtime running the reload task shut down";
-            let stopped = ErrorKind::Reload(ReloadError::Stopped { reason });
+            let message = "the credential file is no longer watched: the Tokio runtime running \
+                           the reload task shut down";
+            let stopped = Error::abandoned("reload_stopped", message);
             reloader
                 .status
-                .send_modify(|s| s.last_error = Some(stopped.into()));
+                .send_modify(|s| s.last_error = Some(stopped));
         }
         reloader.set_watching(false);
     }
 }
 
 fn abandoned() -> Error {
-    ErrorKind::Reload(ReloadError::ReadAbandoned {
-        reason: "the blocking task reading the credential file did not finish",
-    })
-    .into()
+    let message = "reading the credential file was abandoned: the blocking task reading the \
+                   credential file did not finish";
+    Error::abandoned("read_abandoned", message)
 }
 
 #[cfg(test)]

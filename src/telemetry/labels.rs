@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use crate::error::{Error, ErrorKind, FileError, TokenError};
+use crate::error::{Error, ErrorKind};
 
 /// The `outcome` of a request: `success`; `transient` (a failure that trying again
 /// later can fix: a 429 or 5xx answer, a refused or broken connection); `refused` (any
@@ -75,22 +75,14 @@ pub(crate) fn request_outcome(error: Option<&Error>) -> &'static str {
 /// `outside_validity` (the certificate has expired or is not valid yet), `other`.
 pub(crate) fn reload_reason(error: &Error) -> &'static str {
     match error.kind() {
-        ErrorKind::File(FileError::Io { source }) => match source.kind() {
-            std::io::ErrorKind::NotFound => "not_found",
-            _ => "unreadable",
+        ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::NotFound => "not_found",
+        ErrorKind::Io { .. } | ErrorKind::Abandoned { .. } => "unreadable",
+        ErrorKind::File { code, .. } => match *code {
+            "not_a_regular_file" | "file_too_large" => "unreadable",
+            "json" | "missing_fields" | "camel_case_keys" | "invalid_field" => "malformed_json",
+            _ => "bad_bundle",
         },
-        ErrorKind::File(FileError::NotARegularFile { .. } | FileError::FileTooLarge { .. })
-        | ErrorKind::Token(TokenError::RequestAbandoned { .. }) => "unreadable",
-        ErrorKind::File(
-            FileError::Json { .. }
-            | FileError::MissingFields { .. }
-            | FileError::CamelCaseKeys { .. }
-            | FileError::InvalidField { .. },
-        ) => "malformed_json",
-        ErrorKind::File(
-            FileError::CredentialExpired { .. } | FileError::CredentialNotYetValid { .. },
-        ) => "outside_validity",
-        ErrorKind::File(_) => "bad_bundle",
+        ErrorKind::Expired { .. } | ErrorKind::NotYetValid { .. } => "outside_validity",
         _ => "other",
     }
 }
@@ -128,7 +120,7 @@ pub(crate) fn error_code(error: &Error) -> Cow<'static, str> {
     {
         return Cow::Borrowed(error_status(status));
     }
-    if let ErrorKind::Token(TokenError::Endpoint(e)) = error.kind()
+    if let ErrorKind::TokenEndpoint(e) = error.kind()
         && let Some(code) = e.aadsts_code()
     {
         return aadsts(code);

@@ -305,13 +305,8 @@ mod tests {
 
     #[test]
     fn file_errors_map_to_the_documented_reasons() {
-        use crate::error::{Error, ErrorKind, FileError};
-        let io = |kind| -> Error {
-            ErrorKind::File(FileError::Io {
-                source: std::sync::Arc::new(std::io::Error::from(kind)),
-            })
-            .into()
-        };
+        use crate::error::{Error, ErrorKind};
+        let io = |kind| -> Error { ErrorKind::from(std::io::Error::from(kind)).into() };
         assert_eq!(
             labels::reload_reason(&io(std::io::ErrorKind::NotFound)),
             "not_found"
@@ -324,7 +319,11 @@ mod tests {
         assert_eq!(labels::reload_reason(&json), "malformed_json");
         let missing = crate::UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
         assert_eq!(labels::reload_reason(&missing), "malformed_json");
-        let bundle: Error = ErrorKind::File(FileError::NoPrivateKey).into();
+        let bundle = Error::file(
+            "no_private_key",
+            None,
+            "the certificate bundle holds no private key",
+        );
         assert_eq!(labels::reload_reason(&bundle), "bad_bundle");
     }
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
-use crate::error::{ErrorKind, Result, TokenError};
+use crate::error::{Error, Result};
 use crate::file::certificate::ClientCertificate;
 
 /// How long an assertion is valid: `exp = now + 600 s`.
@@ -100,8 +100,7 @@ impl AssertionSigner {
             x5t_s256: x5t_s256.map(|t| URL_SAFE_NO_PAD.encode(t)),
             x5c: &x5c,
         };
-        let json =
-            serde_json::to_vec(&header).map_err(|_| ErrorKind::Token(TokenError::Signing))?;
+        let json = serde_json::to_vec(&header).map_err(|_| signing())?;
         let mut header_prefix = URL_SAFE_NO_PAD.encode(json);
         header_prefix.push('.');
         Ok(AssertionSigner {
@@ -141,8 +140,7 @@ impl AssertionSigner {
         let mut claims_json = Zeroizing::new(Vec::with_capacity(
             6 * (aud.len() + 2 * client_id.len() + jti.len()) + 128,
         ));
-        serde_json::to_writer(&mut *claims_json, &claims)
-            .map_err(|_| ErrorKind::Token(TokenError::Signing))?;
+        serde_json::to_writer(&mut *claims_json, &claims).map_err(|_| signing())?;
         let key = cert.key_pair();
         let sig_len = key.public_modulus_len();
         // header '.' claims '.' signature, each base64url without padding.
@@ -158,9 +156,18 @@ impl AssertionSigner {
             jwt.as_bytes(),
             &mut signature,
         )
-        .map_err(|_| ErrorKind::Token(TokenError::Signing))?;
+        .map_err(|_| signing())?;
         jwt.push('.');
         URL_SAFE_NO_PAD.encode_string(signature.as_slice(), &mut jwt);
         Ok(jwt)
     }
+}
+
+/// The key in the credential file cannot sign (code `signing`).
+fn signing() -> Error {
+    Error::file(
+        "signing",
+        Some("client_secret"),
+        "cannot sign the client assertion",
+    )
 }

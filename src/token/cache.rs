@@ -23,7 +23,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, from_unix_millis, unix_millis};
-use crate::error::{Error, ErrorKind, Result, TokenError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::http::exchange;
 use crate::http::retry::jitter;
 use crate::log_budget::LogBudget;
@@ -359,7 +359,10 @@ async fn wait(mut answer: Answer) -> Result<AccessToken> {
 }
 
 fn abandoned(reason: &'static str) -> Error {
-    ErrorKind::Token(TokenError::RequestAbandoned { reason }).into()
+    Error::abandoned(
+        "request_abandoned",
+        format!("the token request was abandoned: {reason}"),
+    )
 }
 
 /// One request of a key, run in its task: [`land`](Flight::land) caches its result,
@@ -377,7 +380,17 @@ impl Flight {
         let cache = &self.cache;
         let now = cache.clock.now_unix_millis();
         // An answer or a transport failure; not a refusal made here (validity).
-        let reached = |e: &Error| matches!(e.kind(), ErrorKind::Token(_) | ErrorKind::Transport(_));
+        let reached = |e: &Error| {
+            use ErrorKind::{Abandoned, External, InvalidAnswer, TokenEndpoint, Transport};
+            matches!(
+                e.kind(),
+                TokenEndpoint(_)
+                    | Transport(_)
+                    | InvalidAnswer { .. }
+                    | External { .. }
+                    | Abandoned { .. }
+            )
+        };
         let mut table = cache.write();
         // A slot in flight never leaves the map (were it gone, it would come back).
         let slot = table

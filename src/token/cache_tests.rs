@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use super::{Fetch, TokenCache};
 use crate::clock::SystemClock;
-use crate::error::{ErrorKind, Result, TokenError};
+use crate::error::{ErrorKind, Result};
 use crate::token::access_token::AccessToken;
 use crate::token::options::ClientCertificateCredentialOptions;
 
@@ -43,7 +43,10 @@ async fn a_request_that_panics_ends_for_its_callers_and_the_next_one_starts_afre
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Token(TokenError::RequestAbandoned { .. })
+                ErrorKind::Abandoned {
+                    code: "request_abandoned",
+                    ..
+                }
             ),
             "{who}: {err:?}"
         );

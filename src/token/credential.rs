@@ -8,7 +8,7 @@ use std::sync::Arc;
 use reqwest::Url;
 
 use crate::environment::Environment;
-use crate::error::{ConfigError, ErrorKind, FileError, Result, TokenError};
+use crate::error::{Error, Result};
 use crate::file::certificate::ClientCertificate;
 use crate::file::model::{CredentialFile, FileTimes, UserAssignedIdentityCredentials};
 use crate::file::validity::{ExpiryWarning, Window};
@@ -92,10 +92,7 @@ impl ClientCertificateCredential {
         let loopback = options.environment.allows_http_loopback();
         let authority = base_url(file.authority, loopback, false).map_err(|reason| {
             let reason = format!("`{}` is not usable: {reason}", file.authority);
-            ErrorKind::File(FileError::InvalidField {
-                field: "authentication_endpoint",
-                reason,
-            })
+            Error::invalid_field("authentication_endpoint", reason)
         })?;
         let (tenant, client) = (file.tenant_id, file.client_id);
         Self::build(authority, tenant, client, certificate, file.times, options)
@@ -131,8 +128,8 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidArgument`] naming `client_id` when it is empty, or
-    /// `tenant_id` when it is not usable in a URL path; [`ConfigError::InvalidAuthority`]
+    /// `invalid_argument` naming `client_id` when it is empty, or
+    /// `tenant_id` when it is not usable in a URL path; `invalid_authority`
     /// for an unusable authority: each the caller's value, so
     /// [`ErrorCategory::Configuration`](crate::ErrorCategory::Configuration).
     #[doc(alias = "NewClientCertificateCredential")]
@@ -160,10 +157,7 @@ impl ClientCertificateCredential {
     ) -> Result<Self> {
         let client_id = client_id.trim();
         if client_id.is_empty() {
-            let (argument, reason) = ("client_id", "is empty".into());
-            return Err(
-                ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into(),
-            );
+            return Err(Error::invalid_argument("client_id", "is empty"));
         }
         let tenants = Tenants::new(tenant_id, &options.additionally_allowed_tenants)?;
         let environment = &options.environment;
@@ -260,9 +254,9 @@ impl ClientCertificateCredential {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::TenantNotAllowed`] when `tenant` is neither the credential's own nor
+    /// `tenant_not_allowed` when `tenant` is neither the credential's own nor
     /// in [`additionally_allowed_tenants`](ClientCertificateCredentialOptions::with_additionally_allowed_tenants)
-    /// (nor is `*` there); [`ConfigError::InvalidArgument`] naming `tenant` for a tenant
+    /// (nor is `*` there); `invalid_argument` naming `tenant` for a tenant
     /// that cannot be used in a URL path; otherwise as [`get_token`](Self::get_token).
     pub async fn get_token_for_tenant(&self, scopes: &[&str], tenant: &str) -> Result<AccessToken> {
         let key = self.inner.tenants.key(tenant)?;
@@ -382,8 +376,8 @@ impl fmt::Debug for ClientCertificateCredential {
 
 /// The token of a request that `|| true` admitted.
 fn admitted(token: Option<AccessToken>) -> Result<AccessToken> {
-    let reason = "not admitted";
-    token.ok_or_else(|| ErrorKind::Token(TokenError::RequestAbandoned { reason }).into())
+    let message = "the token request was abandoned: not admitted";
+    token.ok_or_else(|| Error::abandoned("request_abandoned", message))
 }
 
 /// Refuse no scopes, or empty ones, or ones with whitespace (they are space-joined).
@@ -398,8 +392,9 @@ fn check_scopes(scopes: &[&str]) -> Result<()> {
         }
         _ => return Ok(()),
     };
-    Err(ErrorKind::Config(ConfigError::InvalidScopes {
-        reason: reason.into(),
-    })
-    .into())
+    Err(Error::config(
+        "invalid_scopes",
+        "scopes",
+        format!("invalid scopes: {reason}"),
+    ))
 }

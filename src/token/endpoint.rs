@@ -7,12 +7,11 @@ use reqwest::Url;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use crate::error::{
-    ConfigError, Error, ErrorKind, Result, TokenEndpointError, TokenError, redact_quoted,
-};
+use crate::error::{Error, ErrorKind, Result, TokenEndpointError};
 use crate::http::base_url::base_url;
 use crate::http::body::{parse_retry_after, too_large_reason};
 use crate::token::access_token::AccessToken;
+use crate::untrusted_text::redact_quoted;
 use crate::untrusted_text::service_text_opt;
 
 /// The authority (the Entra host, any path it has kept), checked by the rule for a
@@ -20,8 +19,8 @@ use crate::untrusted_text::service_text_opt;
 /// `allow_http_loopback` is set; no query, fragment or user information.
 pub(crate) fn authority(text: &str, allow_http_loopback: bool) -> Result<Url> {
     base_url(text, allow_http_loopback, false).map_err(|reason| {
-        let authority = text.to_owned();
-        ErrorKind::Config(ConfigError::InvalidAuthority { authority, reason }).into()
+        let message = format!("authority `{text}` is not usable: {reason}");
+        Error::config("invalid_authority", "authority", message)
     })
 }
 
@@ -91,11 +90,13 @@ pub(crate) fn parse_response(
     }
     let retry_after = retry_after.and_then(|v| parse_retry_after(v, requested_at));
     let error = parse_error(status, body, retry_after, client_request_id);
-    Err(ErrorKind::Token(TokenError::Endpoint(Box::new(error))).into())
+    Err(ErrorKind::TokenEndpoint(Box::new(error)).into())
 }
 
 fn invalid_response(status: u16, reason: String) -> Error {
-    ErrorKind::Token(TokenError::InvalidResponse { status, reason }).into()
+    let message =
+        format!("the token endpoint answered HTTP {status} with an unusable body: {reason}");
+    Error::answer("invalid_token_response", message)
 }
 
 fn parse_success(status: u16, body: &[u8], requested_at: OffsetDateTime) -> Result<AccessToken> {

@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use tracing::Instrument as _;
 
 use crate::clock::Rfc3339;
-use crate::error::{Error, Result, TokenError, TransportError, cause_chain};
+use crate::error::{Error, Result, TransportError, cause_chain};
 use crate::http::body::zeroizing_form;
 use crate::http::{exchange, retry};
 use crate::secret::SecretString;
@@ -145,7 +145,12 @@ impl Inner {
         };
         let answer = exchange::send(request)
             .await
-            .map_err(|a| Error::from(TokenError::RequestAbandoned { reason: a.0 }))?
+            .map_err(|a| {
+                Error::abandoned(
+                    "request_abandoned",
+                    format!("the token request was abandoned: {}", a.0),
+                )
+            })?
             .map_err(transport)?;
         let retry_after = answer.headers.get(header::RETRY_AFTER);
         let retry_after = retry_after.and_then(|v| v.to_str().ok());

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::error::{ConfigError, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::file::model::{TENANT_RULE, is_url_safe_tenant};
 
 /// A credential's own tenant and the others it may ask for tokens in.
@@ -37,11 +37,7 @@ impl Tenants {
             return Ok(None);
         }
         if !allowed(tenant, &self.allowed) {
-            return Err(ErrorKind::Config(ConfigError::TenantNotAllowed {
-                tenant: tenant.to_owned(),
-                credential_tenant: self.own.clone(),
-            })
-            .into());
+            return Err(not_allowed(tenant, &self.own));
         }
         url_safe("tenant", tenant)?;
         Ok(Some(match tenant.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -56,8 +52,16 @@ fn url_safe<'t>(argument: &'static str, tenant: &'t str) -> Result<&'t str> {
     if is_url_safe_tenant(tenant) {
         return Ok(tenant);
     }
-    let reason = TENANT_RULE.into();
-    Err(ErrorKind::Config(ConfigError::InvalidArgument { argument, reason }).into())
+    Err(Error::invalid_argument(argument, TENANT_RULE))
+}
+
+/// A token asked for in `tenant`, which the credential of tenant `own` may not ask for.
+pub(crate) fn not_allowed(tenant: &str, own: &str) -> Error {
+    let message = format!(
+        "the credential of tenant {own} may not request tokens in tenant {tenant}; add it to \
+         `additionally_allowed_tenants` (or `*` for any tenant)"
+    );
+    Error::config("tenant_not_allowed", "tenant", message)
 }
 
 /// Pure: whether a tenant other than the credential's own may be asked for, given the

@@ -20,8 +20,7 @@ use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::StatusCode;
 use msi_dataplane::{
-    ErrorKind, FileError, ManualClock, ReloadOptions, ReloadStatus, TokenError,
-    UserAssignedIdentityCredential,
+    ErrorKind, ManualClock, ReloadOptions, ReloadStatus, UserAssignedIdentityCredential,
 };
 use msi_dataplane_testing::{ResourceRequest, ResourceServer};
 use support::atomic_writer::AtomicDir;
@@ -121,13 +120,7 @@ async fn expired_credential_fails_the_call_with_a_credential_error() {
     let ours = err
         .downcast_ref::<msi_dataplane::Error>()
         .expect("our error is the source");
-    assert!(
-        matches!(
-            ours.kind(),
-            ErrorKind::File(FileError::CredentialExpired { .. })
-        ),
-        "{ours:?}"
-    );
+    assert!(matches!(ours.kind(), ErrorKind::Expired { .. }), "{ours:?}");
     assert!(
         resource.requests().is_empty(),
         "no request reached the service"
@@ -154,7 +147,7 @@ async fn token_endpoint_rejection_fails_the_call_with_a_credential_error() {
     let ours = err
         .downcast_ref::<msi_dataplane::Error>()
         .expect("our error is the source");
-    let ErrorKind::Token(TokenError::Endpoint(e)) = ours.kind() else {
+    let ErrorKind::TokenEndpoint(e) = ours.kind() else {
         panic!("{ours:?}")
     };
     assert_eq!(e.aadsts_code(), Some(700027));
@@ -231,7 +224,7 @@ async fn resource_refuses_a_token_entra_did_not_issue() {
 }
 
 /// A failing azure_core credential behind `AzureTokenCredential`: the error is
-/// `TokenError::External`, its message escaped, and the credential's own error is its
+/// `ErrorKind::External`, its message escaped, and the credential's own error is its
 /// source (down to the cause the credential carried), so a caller can `downcast_ref` it.
 #[tokio::test]
 async fn an_external_credential_failure_keeps_its_error_as_the_source() {
@@ -256,10 +249,7 @@ async fn an_external_credential_failure_keeps_its_error_as_the_source() {
     use msi_dataplane::dataplane::{AzureTokenCredential, TokenSource};
     let source = AzureTokenCredential(Arc::new(Refusing));
     let err = source.token(ARM, "tenant").await.unwrap_err();
-    assert!(
-        matches!(err.kind(), ErrorKind::Token(TokenError::External { .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err.kind(), ErrorKind::External { .. }), "{err:?}");
     assert_eq!(err.kind().code(), "external_credential");
     assert!(
         err.to_string()

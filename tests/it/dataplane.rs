@@ -12,8 +12,8 @@ use msi_dataplane::dataplane::{
 };
 use msi_dataplane::limits::{MIN_REFRESH_BACKOFF, NEAR_END};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ConfigError, DataPlaneError, Environment,
-    ErrorCategory, ErrorKind, FileError, RetryPolicy, TokenError, UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, Environment, ErrorCategory, ErrorKind,
+    RetryPolicy, UserAssignedIdentityCredentials,
 };
 use msi_dataplane_testing::{DataPlaneRequest, DataPlaneServer};
 use serde_json::json;
@@ -253,16 +253,16 @@ async fn a_challenge_for_another_tenant_needs_it_allowed() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    match e.kind() {
-        ErrorKind::Config(ConfigError::TenantNotAllowed {
-            tenant,
-            credential_tenant,
-        }) => {
-            assert_eq!(tenant, OTHER_TENANT);
-            assert_eq!(credential_tenant, HOME_TENANT);
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(e.kind().code(), "tenant_not_allowed", "{e:?}");
+    let message = e.to_string();
+    assert!(
+        message.contains(&format!("tenant {HOME_TENANT} may not")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("in tenant {OTHER_TENANT};")),
+        "{message}"
+    );
     assert_eq!(s.entra.token_requests(), 0);
     assert!(!e.is_transient());
     // Allowed by name, or by `*`: the token comes from the challenge's tenant.
@@ -305,7 +305,10 @@ async fn unusable_challenges_are_typed_errors() {
         assert!(
             matches!(
                 e.kind(),
-                ErrorKind::DataPlane(DataPlaneError::InvalidChallenge { .. })
+                ErrorKind::InvalidAnswer {
+                    code: "invalid_challenge",
+                    ..
+                }
             ),
             "{values:?}: {e}"
         );
@@ -342,7 +345,7 @@ async fn not_found_with_and_without_body() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 404);
@@ -357,7 +360,7 @@ async fn not_found_with_and_without_body() {
         .delete_system_assigned_identity()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!((d.status, d.code.as_deref()), (404, None));
@@ -376,7 +379,7 @@ async fn not_found_with_and_without_body() {
         .delete_system_assigned_identity()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.code.as_deref(), Some("BadRequest"));
@@ -412,7 +415,7 @@ async fn throttling_and_unavailability_are_retried() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!((d.status, d.retry_after), (429, Some(Duration::ZERO)));
@@ -437,7 +440,10 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { status: 200, .. })
+            ErrorKind::InvalidAnswer {
+                code: "invalid_data_plane_response",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -453,7 +459,10 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { .. })
+            ErrorKind::InvalidAnswer {
+                code: "invalid_data_plane_response",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -467,7 +476,10 @@ async fn huge_and_malformed_bodies_are_refused_without_echo() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::DataPlane(DataPlaneError::InvalidResponse { .. })
+            ErrorKind::InvalidAnswer {
+                code: "invalid_data_plane_response",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -481,7 +493,10 @@ async fn only_https_identity_urls_and_nothing_is_sent_otherwise() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidIdentityUrl { .. })
+            ErrorKind::Config {
+                code: "invalid_identity_url",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -512,7 +527,7 @@ async fn a_token_from_another_audience_is_refused_by_the_server() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 401);
@@ -556,7 +571,10 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::TenantNotAllowed { .. })
+            ErrorKind::Config {
+                code: "tenant_not_allowed",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -573,10 +591,11 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "client_id",
+            ErrorKind::Config {
+                code: "invalid_argument",
+                field: "client_id",
                 ..
-            })
+            }
         ),
         "{e:?}"
     );
@@ -587,10 +606,11 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "tenant_id",
+            ErrorKind::Config {
+                code: "invalid_argument",
+                field: "tenant_id",
                 ..
-            })
+            }
         ),
         "{e:?}"
     );
@@ -601,10 +621,11 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "tenant",
+            ErrorKind::Config {
+                code: "invalid_argument",
+                field: "tenant",
                 ..
-            })
+            }
         ),
         "{e:?}"
     );
@@ -614,10 +635,11 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidArgument {
-                argument: "audience",
+            ErrorKind::Config {
+                code: "invalid_argument",
+                field: "audience",
                 ..
-            })
+            }
         ),
         "{e:?}"
     );
@@ -634,7 +656,10 @@ async fn credential_from_parts_caches_per_tenant() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::InvalidAuthority { .. })
+            ErrorKind::Config {
+                code: "invalid_authority",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -762,7 +787,7 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
         .await
         .unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::Token(TokenError::Endpoint(t)) if t.status == 503),
+        matches!(e.kind(), ErrorKind::TokenEndpoint(t) if t.status == 503),
         "{e:?}"
     );
     assert_eq!(entra.token_requests(), 1);
@@ -771,7 +796,6 @@ async fn a_token_source_failure_is_not_retried_again_by_the_client() {
 
 #[tokio::test]
 async fn other_token_sources_reloading_credential_and_azure_core() {
-    use msi_dataplane::{ConfigError, DataPlaneError};
     use msi_dataplane::{ReloadOptions, UserAssignedIdentityCredential};
     use support::atomic_writer::AtomicDir;
     use support::fixtures::load_with_endpoint;
@@ -807,7 +831,10 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Config(ConfigError::TenantNotAllowed { .. })
+            ErrorKind::Config {
+                code: "tenant_not_allowed",
+                ..
+            }
         ),
         "{e:?}"
     );
@@ -837,7 +864,7 @@ async fn other_token_sources_reloading_credential_and_azure_core() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e.kind(), ErrorKind::DataPlane(DataPlaneError::Service(d)) if d.status == 401),
+            matches!(e.kind(), ErrorKind::Service(d) if d.status == 401),
             "{e:?}"
         );
     }
@@ -861,7 +888,7 @@ async fn service_text_reaches_errors_and_logs_bounded_and_escaped() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(d)) = e.kind() else {
+    let ErrorKind::Service(d) = e.kind() else {
         panic!("{e:?}")
     };
     assert_eq!(d.status, 404);
@@ -993,7 +1020,7 @@ async fn a_token_refused_again_is_one_typed_error_after_one_retry() {
         .await
         .unwrap_err();
     match e.kind() {
-        ErrorKind::DataPlane(DataPlaneError::Service(service)) => {
+        ErrorKind::Service(service) => {
             assert_eq!(service.status, 401);
             assert_eq!(service.code.as_deref(), Some("Unauthorized"));
         }
@@ -1046,10 +1073,11 @@ fn data_plane_types_built_in_code_match_the_wire() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "not_after",
+            ErrorKind::File {
+                code: "invalid_field",
+                field: Some("not_after"),
                 ..
-            })
+            }
         ),
         "{e:?}"
     );

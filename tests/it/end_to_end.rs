@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msi_dataplane::{
-    AssertionAlgorithm, ClientCertificateCredential, ConfigError, Environment, ErrorKind,
-    FileError, ManualClock, RetryPolicy, TokenError,
+    AssertionAlgorithm, ClientCertificateCredential, Environment, ErrorKind, ManualClock,
+    RetryPolicy,
 };
 use support::entra::{EntraServer, Outcome, Scripted, TokenShape};
 use support::fixtures::{GOOD, load, load_with_endpoint};
@@ -204,7 +204,7 @@ async fn aadsts_errors_are_surfaced_with_their_fields() {
     let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(!err.is_transient());
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 401);
@@ -247,7 +247,7 @@ async fn an_aadsts_refusal_reads_as_one_line_with_each_id_once() {
     register(&server, "pem-pkcs8"); // same client id, another certificate: AADSTS700027
     let cred = ClientCertificateCredential::new(&creds, options()).unwrap();
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     let (trace, correlation) = (
@@ -291,7 +291,7 @@ async fn invalid_scope_is_a_400_not_transient() {
         .get_token(&["https://management.azure.com/user_impersonation"])
         .await
         .unwrap_err();
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 400);
@@ -308,7 +308,7 @@ async fn scripted_503_is_transient_with_retry_after() {
         .enqueue(Scripted::aadsts(503, "temporarily_unavailable", 90033, "busy").retry_after("7"));
     let err = cred.get_token(&[ARM]).await.unwrap_err();
     assert!(err.is_transient());
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.status, 503);
@@ -327,7 +327,10 @@ async fn malformed_and_html_bodies_are_typed_errors() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Token(TokenError::InvalidResponse { status: 200, .. })
+            ErrorKind::InvalidAnswer {
+                code: "invalid_token_response",
+                ..
+            }
         ),
         "{err}"
     );
@@ -343,7 +346,7 @@ async fn malformed_and_html_bodies_are_typed_errors() {
             .header("content-type", "text/html"),
     );
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!((e.status, e.error.as_deref()), (502, None));
@@ -355,7 +358,7 @@ async fn expired_credential_fails_before_any_request() {
     let server = EntraServer::start().await;
     let cred = credential(&server, "expired");
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::File(FileError::CredentialExpired { expired_at, now }) = *err.kind() else {
+    let ErrorKind::Expired { expired_at, now } = *err.kind() else {
         panic!("{err:?}")
     };
     let file_end = load("expired").not_after().unwrap();
@@ -380,7 +383,7 @@ async fn expired_credential_fails_before_any_request() {
     assert!(
         matches!(
             *err.kind(),
-            ErrorKind::File(FileError::CredentialExpired { expired_at, now })
+            ErrorKind::Expired { expired_at, now }
                 if expired_at == end.min(cred.certificate().not_after())
                     && now == end + time::Duration::seconds(1)
         ),
@@ -391,7 +394,7 @@ async fn expired_credential_fails_before_any_request() {
     let early = cred.certificate().not_before() - time::Duration::minutes(6);
     clock.set(early);
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::File(FileError::CredentialNotYetValid { valid_from, now }) = *err.kind() else {
+    let ErrorKind::NotYetValid { valid_from, now } = *err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(valid_from, cred.certificate().not_before());
@@ -427,7 +430,7 @@ async fn assertion_times_come_from_the_clock() {
         options().with_environment(https_env().with_clock(clock)),
     );
     let err = cred.get_token(&[ARM]).await.unwrap_err();
-    let ErrorKind::Token(TokenError::Endpoint(e)) = err.kind() else {
+    let ErrorKind::TokenEndpoint(e) = err.kind() else {
         panic!("{err:?}")
     };
     assert_eq!(e.aadsts_code(), Some(700024));
@@ -442,10 +445,11 @@ async fn http_authority_needs_the_loopback_opt_in() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "authentication_endpoint",
+            ErrorKind::File {
+                code: "invalid_field",
+                field: Some("authentication_endpoint"),
                 ..
-            })
+            }
         ),
         "{err}"
     );
@@ -567,7 +571,10 @@ async fn bad_scopes_are_refused_locally() {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Config(ConfigError::InvalidScopes { .. })
+                ErrorKind::Config {
+                    code: "invalid_scopes",
+                    ..
+                }
             ),
             "{scopes:?}"
         );

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use msi_dataplane::dataplane::ClientFactory;
 use msi_dataplane::{
-    ClientCertificateCredential, ClientCertificateCredentialOptions, ConfigError, DataPlaneError,
-    Environment, Error, ErrorKind, RetryPolicy,
+    ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, Error, ErrorKind,
+    RetryPolicy,
 };
 use support::entra::EntraServer;
 use support::fixtures::load_with_endpoint;
@@ -28,11 +28,11 @@ fn assert_conflict(err: &Error) {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::ConflictingOptions {
-                first: "http_client",
-                second: "extra_root_certificates",
+            ErrorKind::Config {
+                code: "conflicting_options",
+                field: "http_client",
                 ..
-            })
+            }
         ),
         "{err:?}"
     );
@@ -115,7 +115,10 @@ fn the_settings_are_made_once_and_one_value_serves_every_builder() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::HttpClient { .. })
+            ErrorKind::Config {
+                code: "http_client",
+                ..
+            }
         ),
         "{err:?}"
     );
@@ -207,7 +210,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap_err();
-    let ErrorKind::DataPlane(DataPlaneError::Service(answer)) = err.kind() else {
+    let ErrorKind::Service(answer) = err.kind() else {
         panic!("the server's answer, not a transport failure: {err:?}")
     };
     assert_eq!(answer.status, 404, "{err:?}");
@@ -221,7 +224,6 @@ mod store {
     use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 
     use super::*;
-    use msi_dataplane::KeyVaultError;
 
     fn store_options(http: Environment) -> StoreOptions {
         StoreOptions::default().with_environment(http.with_retry_policy(RetryPolicy::none()))
@@ -269,7 +271,7 @@ mod store {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::KeyVault(KeyVaultError::Service { status: 404, .. })
+                ErrorKind::Service(e) if e.status == 404
             ),
             "the vault's answer, not a transport failure: {err:?}"
         );

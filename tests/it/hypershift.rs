@@ -25,9 +25,7 @@ use msi_dataplane::hypershift::{
     credentials_path_from, is_aro_hcp_from, is_aro_hcp_value, key_vault_user_client_id_from,
     resolve_credentials_path,
 };
-use msi_dataplane::{
-    ClientCertificateCredentialOptions, ConfigError, Error, ErrorKind, ReloadOptions,
-};
+use msi_dataplane::{ClientCertificateCredentialOptions, Error, ErrorKind, ReloadOptions};
 use support::fixtures::credential_path;
 use support::harness::leaf_sha256_hex;
 
@@ -43,9 +41,14 @@ fn env(vars: &[(&str, OsString)]) -> impl Fn(&str) -> Option<OsString> + use<> {
 /// The reason of an `InvalidEnvironmentVariable` for the credentials variable.
 fn invalid_reason(err: &Error) -> &str {
     match err.kind() {
-        ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { name, reason }) => {
-            assert_eq!(*name, CREDENTIALS_FILE_PATH_ENV);
-            reason
+        ErrorKind::Config {
+            code: "invalid_environment_variable",
+            field,
+            message,
+        } => {
+            assert_eq!(*field, CREDENTIALS_FILE_PATH_ENV);
+            let prefix = format!("environment variable {field} is invalid: ");
+            message.strip_prefix(&prefix).unwrap()
         }
         other => panic!("expected InvalidEnvironmentVariable, got {other:?}"),
     }
@@ -125,9 +128,11 @@ fn lookup_variant_reads_the_variable_by_name() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
-                name: CREDENTIALS_FILE_PATH_ENV
-            })
+            ErrorKind::Config {
+                code: "missing_environment_variable",
+                field: CREDENTIALS_FILE_PATH_ENV,
+                ..
+            }
         ),
         "{err:?}"
     );
@@ -141,7 +146,6 @@ fn lookup_variant_reads_the_variable_by_name() {
 #[cfg(unix)]
 #[test]
 fn non_utf8_values_are_errors_not_panics() {
-    use msi_dataplane::ConfigError;
     use std::os::unix::ffi::OsStringExt;
     let raw = OsString::from_vec(b"/mnt/certs/cpo-\xff\xfe".to_vec());
     let err = credentials_path_from(env(&[(CREDENTIALS_FILE_PATH_ENV, raw.clone())])).unwrap_err();
@@ -153,7 +157,7 @@ fn non_utf8_values_are_errors_not_panics() {
     let err =
         key_vault_user_client_id_from(env(&[(KEY_VAULT_USER_CLIENT_ID_ENV, raw)])).unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { name, .. }) if *name == KEY_VAULT_USER_CLIENT_ID_ENV),
+        matches!(err.kind(), ErrorKind::Config { code: "invalid_environment_variable", field, .. } if *field == KEY_VAULT_USER_CLIENT_ID_ENV),
         "{err:?}"
     );
 }
@@ -196,9 +200,11 @@ fn key_vault_user_client_id_is_required_and_clean() {
     let err = key_vault_user_client_id_from(env(&[])).unwrap_err();
     assert!(matches!(
         err.kind(),
-        ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
-            name: KEY_VAULT_USER_CLIENT_ID_ENV
-        })
+        ErrorKind::Config {
+            code: "missing_environment_variable",
+            field: KEY_VAULT_USER_CLIENT_ID_ENV,
+            ..
+        }
     ));
     for bad in ["", " id", "id\n"] {
         let err = key_vault_user_client_id_from(env(&[(KEY_VAULT_USER_CLIENT_ID_ENV, bad.into())]))
@@ -206,7 +212,10 @@ fn key_vault_user_client_id_is_required_and_clean() {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Config(ConfigError::InvalidEnvironmentVariable { .. })
+                ErrorKind::Config {
+                    code: "invalid_environment_variable",
+                    ..
+                }
             ),
             "{bad:?}: {err:?}"
         );
@@ -386,9 +395,11 @@ async fn child_from_env_unset() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::Config(ConfigError::MissingEnvironmentVariable {
-                name: CREDENTIALS_FILE_PATH_ENV
-            })
+            ErrorKind::Config {
+                code: "missing_environment_variable",
+                field: CREDENTIALS_FILE_PATH_ENV,
+                ..
+            }
         ),
         "{err:?}"
     );

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::k8s::k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
 use msi_dataplane::hypershift::k8s::k8s_openapi::{self, Resource};
 use msi_dataplane::hypershift::k8s::{
@@ -12,7 +13,6 @@ use msi_dataplane::hypershift::k8s::{
     SECRET_PROVIDER_CLASS_KIND, SecretProviderClass, SecretProviderClassBuilder, objects_parameter,
 };
 use msi_dataplane::hypershift::{Component, resolve_credentials_path};
-use msi_dataplane::{ConfigError, ErrorKind};
 use serde_json::json;
 use serde_norway::Value as Yaml;
 
@@ -54,7 +54,11 @@ fn cpo_builder() -> SecretProviderClassBuilder {
 /// The field named by an `InvalidKubernetesObject`.
 fn invalid_field(err: &msi_dataplane::Error) -> &'static str {
     match err.kind() {
-        ErrorKind::Config(ConfigError::InvalidKubernetesObject { field, .. }) => field,
+        ErrorKind::Config {
+            code: "invalid_kubernetes_object",
+            field,
+            ..
+        } => field,
         other => panic!("expected InvalidKubernetesObject, got {other:?}"),
     }
 }

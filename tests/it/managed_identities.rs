@@ -1,9 +1,9 @@
 //! HyperShift's managed identities file: the sample parses; each missing part and each
 //! bad value is named, all in one error; with `k8s`, every component's objects.
 
+use msi_dataplane::ErrorKind;
 use msi_dataplane::hypershift::Component;
 use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
-use msi_dataplane::{ConfigError, ErrorKind, FileError};
 use serde_json::{Value, json};
 
 const SAMPLE: &str = concat!(
@@ -17,10 +17,13 @@ fn sample() -> Value {
 
 fn problems(v: &Value) -> Vec<String> {
     let err = ManagedIdentities::from_slice(v.to_string().as_bytes()).unwrap_err();
-    match err.kind() {
-        ErrorKind::Config(ConfigError::InvalidManagedIdentities { problems }) => problems.clone(),
-        other => panic!("unexpected {other:?}"),
-    }
+    assert_eq!(err.kind().code(), "invalid_managed_identities", "{err:?}");
+    // The message lists every problem, each naming its field.
+    let message = err.to_string();
+    let listed = message
+        .strip_prefix("invalid managed identities file: ")
+        .unwrap();
+    listed.split("; ").map(str::to_owned).collect()
 }
 
 #[test]
@@ -126,7 +129,7 @@ fn every_bad_value_is_named_in_one_error() {
     // Not JSON: a JSON error, not a panic.
     let err = ManagedIdentities::from_slice(b"{").unwrap_err();
     assert!(
-        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        matches!(err.kind(), ErrorKind::File { code: "json", .. }),
         "{err:?}"
     );
 }

@@ -3,7 +3,7 @@
 use crate::support;
 
 use msi_dataplane::limits::MAX_CREDENTIAL_FILE_BYTES;
-use msi_dataplane::{ErrorKind, FileError, UserAssignedIdentityCredentials};
+use msi_dataplane::{ErrorKind, UserAssignedIdentityCredentials};
 use support::fixtures::{GOOD, credential_path, load};
 
 #[test]
@@ -74,19 +74,12 @@ fn unknown_keys_are_ignored() {
 #[test]
 fn every_missing_required_key_is_named_at_once() {
     let err = UserAssignedIdentityCredentials::from_slice(b"{}").unwrap_err();
-    match err.kind() {
-        ErrorKind::File(FileError::MissingFields { fields }) => assert_eq!(
-            fields,
-            &[
-                "authentication_endpoint",
-                "client_id",
-                "tenant_id",
-                "client_secret"
-            ]
-        ),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(err.kind().code(), "missing_fields");
     let message = err.to_string();
+    assert_eq!(
+        message,
+        "missing required key(s): authentication_endpoint, client_id, tenant_id, client_secret"
+    );
     for key in [
         "authentication_endpoint",
         "client_id",
@@ -98,8 +91,10 @@ fn every_missing_required_key_is_named_at_once() {
     let err =
         UserAssignedIdentityCredentials::from_slice(br#"{"client_id":"c","client_secret":"s"}"#)
             .unwrap_err();
-    assert!(
-        matches!(err.kind(), ErrorKind::File(FileError::MissingFields { fields }) if fields == &["authentication_endpoint", "tenant_id"])
+    assert_eq!(err.kind().code(), "missing_fields");
+    assert_eq!(
+        err.to_string(),
+        "missing required key(s): authentication_endpoint, tenant_id"
     );
 }
 
@@ -107,32 +102,14 @@ fn every_missing_required_key_is_named_at_once() {
 fn camel_case_keys_are_called_out() {
     let json = br#"{"authenticationEndpoint":"https://login.microsoftonline.com/","clientId":"c","tenantId":"t","clientSecret":"SECRETBASE64","notBefore":"2026-01-01T00:00:00Z"}"#;
     let err = UserAssignedIdentityCredentials::from_slice(json).unwrap_err();
-    match err.kind() {
-        ErrorKind::File(FileError::CamelCaseKeys { keys, expected }) => {
-            assert_eq!(
-                keys,
-                &[
-                    "authenticationEndpoint",
-                    "clientId",
-                    "clientSecret",
-                    "notBefore",
-                    "tenantId"
-                ]
-            );
-            assert_eq!(
-                expected,
-                &[
-                    "authentication_endpoint",
-                    "client_id",
-                    "client_secret",
-                    "not_before",
-                    "tenant_id"
-                ]
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(err.kind().code(), "camel_case_keys");
     let message = err.to_string();
+    assert_eq!(
+        message,
+        "found camelCase key(s) `authenticationEndpoint`, `clientId`, `clientSecret`, \
+         `notBefore`, `tenantId`; credential files use snake_case keys (e.g. \
+         `authentication_endpoint`, `client_id`, `client_secret`, `not_before`, `tenant_id`)"
+    );
     assert!(message.contains("snake_case"), "{message}");
     assert!(message.contains("camelCase"), "{message}");
     assert!(!message.contains("SECRETBASE64"), "{message}");
@@ -147,10 +124,11 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "client_id",
+            ErrorKind::File {
+                code: "invalid_field",
+                field: Some("client_id"),
                 ..
-            })
+            }
         ),
         "{err}"
     );
@@ -162,10 +140,11 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "tenant_id",
+            ErrorKind::File {
+                code: "invalid_field",
+                field: Some("tenant_id"),
                 ..
-            })
+            }
         ),
         "{err}"
     );
@@ -177,10 +156,11 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
     assert!(
         matches!(
             err.kind(),
-            ErrorKind::File(FileError::InvalidField {
-                field: "not_before",
+            ErrorKind::File {
+                code: "invalid_field",
+                field: Some("not_before"),
                 ..
-            })
+            }
         ),
         "{err}"
     );
@@ -190,33 +170,32 @@ fn empty_required_value_and_bad_tenant_and_bad_time() {
 fn json_errors_have_position_and_no_values() {
     let err = UserAssignedIdentityCredentials::from_slice(b"{\n  \"client_id\": \"c\",\n  oops\n}")
         .unwrap_err();
-    match err.kind() {
-        ErrorKind::File(FileError::Json { line, .. }) => assert_eq!(*line, 3),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(err.kind().code(), "json");
+    assert!(
+        err.to_string()
+            .starts_with("invalid JSON at line 3, column "),
+        "{err}"
+    );
     // A wrong type echoes no value.
     let err = UserAssignedIdentityCredentials::from_slice(br#"{"custom_claims":"TOPSECRETVALUE"}"#)
         .unwrap_err();
-    assert!(matches!(
-        err.kind(),
-        ErrorKind::File(FileError::Json { .. })
-    ));
+    assert!(matches!(err.kind(), ErrorKind::File { code: "json", .. }));
     assert!(!err.to_string().contains("TOPSECRETVALUE"), "{err}");
     // Truncated file.
     let bytes = std::fs::read(credential_path("pem-pkcs8")).unwrap();
     let err = UserAssignedIdentityCredentials::from_slice(&bytes[..bytes.len() / 2]).unwrap_err();
-    assert!(matches!(
-        err.kind(),
-        ErrorKind::File(FileError::Json { .. })
-    ));
+    assert!(matches!(err.kind(), ErrorKind::File { code: "json", .. }));
 }
 
 #[test]
 fn oversized_input_is_refused_before_parsing() {
     let big = vec![b' '; MAX_CREDENTIAL_FILE_BYTES as usize + 1];
     let err = UserAssignedIdentityCredentials::from_slice(&big).unwrap_err();
-    assert!(
-        matches!(err.kind(), ErrorKind::File(FileError::FileTooLarge { size, limit }) if *size == MAX_CREDENTIAL_FILE_BYTES + 1 && *limit == MAX_CREDENTIAL_FILE_BYTES)
+    assert_eq!(err.kind().code(), "file_too_large");
+    let (size, limit) = (MAX_CREDENTIAL_FILE_BYTES + 1, MAX_CREDENTIAL_FILE_BYTES);
+    assert_eq!(
+        err.to_string(),
+        format!("is {size} bytes; credential files over {limit} bytes are refused")
     );
 
     let dir = std::env::temp_dir().join(format!("msi-dp-model-{}", std::process::id()));
@@ -226,7 +205,10 @@ fn oversized_input_is_refused_before_parsing() {
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
     assert!(matches!(
         err.kind(),
-        ErrorKind::File(FileError::FileTooLarge { .. })
+        ErrorKind::File {
+            code: "file_too_large",
+            ..
+        }
     ));
     assert_eq!(err.path(), Some(path.as_path()));
     assert!(err.to_string().contains("big.json"), "{err}");
@@ -237,7 +219,7 @@ fn oversized_input_is_refused_before_parsing() {
 fn path_errors_name_the_file() {
     let path = credential_path("does-not-exist");
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::File(FileError::Io { .. })));
+    assert!(matches!(err.kind(), ErrorKind::Io { .. }));
     assert!(err.to_string().contains("does-not-exist.json"), "{err}");
 
     let dir = std::env::temp_dir().join(format!("msi-dp-model2-{}", std::process::id()));
@@ -247,7 +229,10 @@ fn path_errors_name_the_file() {
     let err = UserAssignedIdentityCredentials::from_path(&path).unwrap_err();
     assert!(matches!(
         err.kind(),
-        ErrorKind::File(FileError::CamelCaseKeys { .. })
+        ErrorKind::File {
+            code: "camel_case_keys",
+            ..
+        }
     ));
     assert_eq!(err.path(), Some(path.as_path()));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -298,7 +283,7 @@ fn a_secret_in_the_wrong_key_is_refused_without_being_echoed() {
         let err =
             UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::File(FileError::InvalidField { field: f, .. }) if *f == field),
+            matches!(err.kind(), ErrorKind::File { code: "invalid_field", field: Some(f), .. } if *f == field),
             "{field}: {err}"
         );
         for text in [err.to_string(), format!("{err:?}")] {
@@ -331,7 +316,7 @@ fn ids_have_their_known_shapes() {
         let err =
             UserAssignedIdentityCredentials::from_slice(file.to_string().as_bytes()).unwrap_err();
         assert!(
-            matches!(err.kind(), ErrorKind::File(FileError::InvalidField { field: f, .. }) if *f == field),
+            matches!(err.kind(), ErrorKind::File { code: "invalid_field", field: Some(f), .. } if *f == field),
             "{field}={value}: {err}"
         );
     }

@@ -7,8 +7,7 @@ use crate::support;
 use std::sync::Arc;
 
 use msi_dataplane::{
-    Error, ErrorKind, FileError, ManualClock, ReloadOptions, ReloadOutcome,
-    UserAssignedIdentityCredential,
+    Error, ErrorKind, ManualClock, ReloadOptions, ReloadOutcome, UserAssignedIdentityCredential,
 };
 use serde_json::Value;
 use support::atomic_writer::{TempDir, write_temp_then_rename};
@@ -88,10 +87,11 @@ async fn status_serializes_displays_and_compares_without_secrets() {
     assert_ne!(s1, s0);
     assert_eq!(s1, s1.clone());
     let mut other = s1.clone();
-    other.last_error = Some(Error::from(ErrorKind::File(FileError::FileTooLarge {
-        size: 2,
-        limit: 1,
-    })));
+    other.last_error = Some(Error::from(ErrorKind::File {
+        code: "file_too_large",
+        field: None,
+        message: "is 2 bytes; credential files over 1 bytes are refused".into(),
+    }));
     assert_ne!(other, s1);
     let mut none = s1.clone();
     none.last_error = None;

@@ -163,7 +163,6 @@ mod with_the_store {
     use super::support::fixtures::fixture_credentials;
     use super::support::fixtures::load;
     use super::support::harness::{credential, https_env};
-    use msi_dataplane::KeyVaultError;
     use msi_dataplane_testing::{DataPlaneServer, KeyVaultServer};
 
     const TENANT: &str = "72f988bf-86f1-41af-91ab-2d7cd011db47";
@@ -313,7 +312,10 @@ mod with_the_store {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::KeyVault(KeyVaultError::InvalidStoredSecret { .. })
+                ErrorKind::InvalidAnswer {
+                    code: "invalid_stored_secret",
+                    ..
+                }
             ),
             "{err:?}"
         );

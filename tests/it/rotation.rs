@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use msi_dataplane::{
-    ErrorKind, FileError, ManualClock, ReloadOptions, ReloadOutcome, ReloadStatus,
+    ErrorKind, ManualClock, ReloadOptions, ReloadOutcome, ReloadStatus,
     UserAssignedIdentityCredential,
 };
 use support::atomic_writer::{
@@ -416,7 +416,7 @@ async fn bad_files_keep_the_last_good_credential() {
         &cred,
         "truncated JSON",
         || write_temp_then_rename(&path, &b2[..b2.len() / 2]),
-        |e| matches!(e.kind(), ErrorKind::File(FileError::Json { message, .. }) if message.contains("EOF")),
+        |e| matches!(e.kind(), ErrorKind::File { code: "json", message, .. } if message.contains("EOF")),
     )
     .await;
 
@@ -430,7 +430,7 @@ async fn bad_files_keep_the_last_good_credential() {
                 b"{\n  \"client_id\": \"x\",\n  \"tenant_id\": ,\n}\n",
             )
         },
-        |e| matches!(e.kind(), ErrorKind::File(FileError::Json { line: 3, .. })),
+        |e| matches!(e.kind(), ErrorKind::File { code: "json", message, .. } if message.starts_with("invalid JSON at line 3,")),
     )
     .await;
 
@@ -445,7 +445,10 @@ async fn bad_files_keep_the_last_good_credential() {
         |e| {
             matches!(
                 e.kind(),
-                ErrorKind::File(FileError::UnsupportedKeyType { .. })
+                ErrorKind::File {
+                    code: "unsupported_key_type",
+                    ..
+                }
             )
         },
     )
@@ -457,7 +460,7 @@ async fn bad_files_keep_the_last_good_credential() {
         "missing file",
         || std::fs::remove_file(&path).expect("remove"),
         |e| {
-            matches!(e.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::NotFound)
+            matches!(e.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::NotFound)
         },
     )
     .await;
@@ -466,7 +469,6 @@ async fn bad_files_keep_the_last_good_credential() {
     // is renamed into place, so there is never a readable version to pick up. As root
     // (CAP_DAC_OVERRIDE), mode 000 is still readable, and this sub-case cannot be made.
     {
-        use msi_dataplane::FileError;
         use std::os::unix::fs::PermissionsExt as _;
         let tmp = path.with_file_name(".unreadable.tmp");
         std::fs::write(&tmp, &b2).expect("write");
@@ -480,7 +482,7 @@ async fn bad_files_keep_the_last_good_credential() {
                 "unreadable file",
                 || std::fs::rename(&tmp, &path).expect("rename"),
                 |e| {
-                    matches!(e.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::PermissionDenied)
+                    matches!(e.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::PermissionDenied)
                 },
             )
             .await;
@@ -643,7 +645,7 @@ async fn first_load_failure_is_a_clear_error() {
         .expect_err("a missing file is an error");
     assert_eq!(err.path(), Some(missing.as_path()), "{err:?}");
     assert!(
-        matches!(err.kind(), ErrorKind::File(FileError::Io { source }) if source.kind() == std::io::ErrorKind::NotFound),
+        matches!(err.kind(), ErrorKind::Io { source } if source.kind() == std::io::ErrorKind::NotFound),
         "{err:?}"
     );
     assert!(err.to_string().contains("does-not-exist"), "{err}");
@@ -655,7 +657,7 @@ async fn first_load_failure_is_a_clear_error() {
         .expect_err("bad JSON is an error");
     assert_eq!(err.path(), Some(bad.as_path()), "{err:?}");
     assert!(
-        matches!(err.kind(), ErrorKind::File(FileError::Json { .. })),
+        matches!(err.kind(), ErrorKind::File { code: "json", .. }),
         "{err:?}"
     );
 }

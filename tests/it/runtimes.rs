@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, ErrorKind,
-    ReloadError, ReloadOptions, ReloadOutcome, ReloadStatus, RetryPolicy,
-    UserAssignedIdentityCredential,
+    ReloadOptions, ReloadOutcome, ReloadStatus, RetryPolicy, UserAssignedIdentityCredential,
 };
 use support::atomic_writer::{TempDir, write_temp_then_rename};
 use support::entra::EntraServer;
@@ -196,7 +195,13 @@ fn a_credential_whose_runtime_ended_says_it_is_no_longer_watching() {
     );
     let err = s.last_error.as_ref().expect("an error saying why");
     assert!(
-        matches!(err.kind(), ErrorKind::Reload(ReloadError::Stopped { .. })),
+        matches!(
+            err.kind(),
+            ErrorKind::Abandoned {
+                code: "reload_stopped",
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(err.kind().code(), "reload_stopped");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use msi_dataplane::dataplane::ClientFactory;
 use msi_dataplane::{
-    ClientCertificateCredential, ConfigError, Environment, ErrorCategory, ErrorKind, RetryPolicy,
+    ClientCertificateCredential, Environment, ErrorCategory, ErrorKind, RetryPolicy,
 };
 use msi_dataplane_testing::{DataPlaneServer, RecordedRequest};
 use support::entra::EntraServer;
@@ -188,10 +188,11 @@ async fn a_bad_application_id_is_a_configuration_error_naming_the_option() {
         assert!(
             matches!(
                 err.kind(),
-                ErrorKind::Config(ConfigError::InvalidOption {
-                    option: "application_id",
+                ErrorKind::Config {
+                    code: "invalid_option",
+                    field: "application_id",
                     ..
-                })
+                }
             ),
             "{bad:?}: {err:?}"
         );

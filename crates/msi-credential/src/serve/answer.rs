@@ -9,7 +9,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use msi_dataplane::unstable::bounded;
-use msi_dataplane::{Error, ErrorKind, TokenEndpointError, TokenError};
+use msi_dataplane::{Error, ErrorKind, TokenEndpointError};
 
 /// How long clients are asked to wait after a transient failure (seconds) when neither the
 /// token endpoint's `Retry-After` nor the credential's failure memory says how long.
@@ -176,7 +176,7 @@ pub(crate) fn token_failure(
         2048,
     );
     let answer = match error.kind() {
-        ErrorKind::Token(TokenError::Endpoint(e)) => Some(&**e),
+        ErrorKind::TokenEndpoint(e) => Some(&**e),
         _ => None,
     };
     let mut refusal = if error.is_transient() {
@@ -209,7 +209,7 @@ pub(crate) fn retry_after_secs(error: &Error, now: OffsetDateTime) -> u64 {
     // A memory that has already ended (or is off) says nothing.
     let memory = memory.filter(|secs| *secs > 0);
     let endpoint = match error.kind() {
-        ErrorKind::Token(TokenError::Endpoint(e)) => e.retry_after.map(|d| d.as_secs()),
+        ErrorKind::TokenEndpoint(e) => e.retry_after.map(|d| d.as_secs()),
         _ => None,
     };
     let secs = match (memory, endpoint) {
@@ -256,7 +256,7 @@ pub(crate) fn health(identities: &[IdentityHealth], details: bool) -> (u16, Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use msi_dataplane::{FileError, TokenEndpointError};
+    use msi_dataplane::TokenEndpointError;
     use std::time::Duration;
 
     #[test]
@@ -300,7 +300,7 @@ mod tests {
             refusal.error_description = Some("AADSTS700027: Client assertion failed".into());
             refusal.error_codes = vec![700027];
             refusal.retry_after = retry_after;
-            Error::from(ErrorKind::Token(TokenError::Endpoint(Box::new(refusal))))
+            Error::from(ErrorKind::TokenEndpoint(Box::new(refusal)))
         };
         let refused = token_failure(&endpoint(401, None), "cid", "https://r/", now);
         assert_eq!((refused.status, refused.retry_after), (403, None));
@@ -322,7 +322,11 @@ mod tests {
         assert_eq!(down.retry_after, Some(60));
         let down = token_failure(&endpoint(500, None), "c", "r", now);
         assert_eq!(down.retry_after, Some(DEFAULT_RETRY_AFTER_SECS));
-        let expired = Error::from(ErrorKind::File(FileError::NoPrivateKey));
+        let expired = Error::from(ErrorKind::File {
+            code: "no_private_key",
+            field: None,
+            message: "the certificate bundle holds no private key".into(),
+        });
         let refused = token_failure(&expired, "c", "r", now);
         assert_eq!(
             (refused.status, refused.error.as_str()),
@@ -343,7 +347,7 @@ mod tests {
         answer.trace_id = Some("trace-1".into());
         answer.correlation_id = Some("corr-1".into());
         answer.timestamp = Some("2026-11-27 10:00:00Z".into());
-        let error = Error::from(ErrorKind::Token(TokenError::Endpoint(Box::new(answer))));
+        let error = Error::from(ErrorKind::TokenEndpoint(Box::new(answer)));
         let refusal = token_failure(&error, "c", "r", OffsetDateTime::now_utc());
         let json: serde_json::Value =
             serde_json::from_slice(&error_body(&refusal, "client-req-1")).unwrap();

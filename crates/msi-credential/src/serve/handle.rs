@@ -27,7 +27,7 @@ use crate::serve::secret::IdentityHeaderSecret;
 use crate::serve::server::HEALTH_PATH;
 use crate::telemetry;
 use msi_dataplane::unstable::LogBudget;
-use msi_dataplane::{Clock, ConfigError, ErrorKind};
+use msi_dataplane::{Clock, ErrorKind};
 
 /// What every request reads.
 pub(crate) struct State {
@@ -216,7 +216,10 @@ async fn answer_token(
         }
         Err(error) => {
             let refusal = match error.kind() {
-                ErrorKind::Config(ConfigError::InvalidScopes { .. }) => Refusal::new(
+                ErrorKind::Config {
+                    code: "invalid_scopes",
+                    ..
+                } => Refusal::new(
                     400,
                     "invalid_resource",
                     format!("the resource cannot be asked for: {error}"),

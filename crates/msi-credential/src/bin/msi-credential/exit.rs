@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use msi_dataplane::{ConfigError, Error, ErrorCategory, ErrorKind};
+use msi_dataplane::{Error, ErrorCategory};
 
 /// The `--help` section listing the exit codes (also in the crate docs of `main.rs`).
 pub const EXIT_CODES_HELP: &str = "\
@@ -66,10 +66,7 @@ impl Exit {
     /// Pure: the exit for a library error, from its category (what the user should do).
     /// Building the HTTP client is the tool's own failure.
     pub fn for_error(err: &Error) -> Exit {
-        if matches!(
-            err.kind(),
-            ErrorKind::Config(ConfigError::HttpClient { .. })
-        ) {
+        if err.kind().code() == "http_client" {
             return Exit::Internal;
         }
         match err.category() {

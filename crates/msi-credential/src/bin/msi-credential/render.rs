@@ -463,7 +463,7 @@ fn json<T: Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use msi_dataplane::{ErrorKind, FileError};
+    use msi_dataplane::ErrorKind;
 
     #[test]
     fn human_durations() {
@@ -476,7 +476,11 @@ mod tests {
 
     #[test]
     fn file_errors_name_the_file_once() {
-        let err = Error::from(ErrorKind::File(FileError::NoPrivateKey));
+        let err = Error::from(ErrorKind::File {
+            code: "no_private_key",
+            field: None,
+            message: "the certificate bundle holds no private key".into(),
+        });
         let text = error(&err, Some(Path::new("/mnt/certs/x")), Format::Text);
         assert_eq!(
             text,
