@@ -25,7 +25,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, ManagedIdentityCredentials};
+use msi_dataplane::dataplane::{ClientFactory, ManagedIdentityCredentials};
 use msi_dataplane::{ClientCertificate, ClientCertificateCredential, Environment};
 
 use msi_dataplane_testing::DataPlaneServer;
@@ -63,7 +63,7 @@ fn bench_dataplane(c: &mut Criterion) {
         options().with_environment(http_options.clone()),
     )
     .expect("credential");
-    let client_options = || ClientOptions::default().with_environment(http_options.clone());
+    let client_options = || http_options.clone();
     let factory =
         ClientFactory::new(credential.clone(), AUDIENCE, client_options()).expect("factory");
     let identity_url = dp.identity_url();

@@ -22,7 +22,7 @@
 
 use std::process::ExitCode;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::{
     ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
     Environment, UserAssignedIdentityCredentials, keyvault,
@@ -90,11 +90,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 2. The factory, once; a client per identity URL.
-    let factory = ClientFactory::new(
-        app,
-        DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_environment(http.clone()),
-    )?;
+    let factory = ClientFactory::new(app, DataPlaneServer::AUDIENCE, http.clone())?;
     let identity_url = dp.identity_url();
     let client = factory.client(&identity_url)?;
     println!("data plane         {client:?} (query not shown: it is signed)");

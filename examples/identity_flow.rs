@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::hypershift::Component;
 use msi_dataplane::hypershift::managed_identities::ManagedIdentities;
 use msi_dataplane::keyvault::renewal::{RenewalOutcome, needing_renewal};
@@ -131,7 +131,7 @@ async fn flow() -> Result<String, BoxError> {
     let factory = ClientFactory::new(
         app_credential.clone(),
         DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_environment(http.clone()),
+        http.clone(),
     )?;
     let dataplane = factory.client(&dp.identity_url())?;
     let store = CredentialStore::new(

@@ -64,11 +64,6 @@ impl Clock for SystemClock {
     fn sleep(&self, duration: Duration) -> Sleep<'_> {
         Box::pin(tokio::time::sleep(duration))
     }
-
-    fn sleep_until(&self, deadline: OffsetDateTime) -> Sleep<'_> {
-        let remaining = Duration::try_from(deadline - self.now()).unwrap_or(Duration::ZERO);
-        Box::pin(tokio::time::sleep(remaining))
-    }
 }
 
 /// A time as people read it: RFC 3339 in UTC, to the second (`2026-11-23T05:25:12Z`),
@@ -216,9 +211,7 @@ impl ManualClock {
         *self.now.lock().unwrap_or_else(|e| e.into_inner()) = to;
         self.moved.notify_waiters();
     }
-}
 
-impl ManualClock {
     /// Every duration passed to [`sleep`](Clock::sleep), in order.
     pub fn sleeps(&self) -> Vec<Duration> {
         self.sleeps

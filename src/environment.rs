@@ -32,10 +32,11 @@ const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// for the crate-built one), `http://` loopback, the request timeout, the application id
 /// of the `User-Agent`, the clock (times and sleeps) and the retry policy.
 ///
-/// Each client takes it whole, with `with_environment`: the credential
-/// ([`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions), and
+/// Each client takes it whole: the credential (`with_environment` on
+/// [`ClientCertificateCredentialOptions`](crate::ClientCertificateCredentialOptions), and
 /// through it [`UserAssignedIdentityCredential`](crate::UserAssignedIdentityCredential)),
-/// the data plane client ([`dataplane::ClientOptions`](crate::dataplane::ClientOptions)),
+/// the data plane client (as the last argument of
+/// [`dataplane::ClientFactory::new`](crate::dataplane::ClientFactory::new)),
 /// the Key Vault store (feature `keyvault`: `keyvault::store::StoreOptions`) and the
 /// `msi-credential` crate's token server. Cloning it is cheap (the HTTP client and the
 /// clock are shared handles), so one value made at start-up serves them all; no
@@ -45,17 +46,12 @@ const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// ```
 /// use std::time::Duration;
 /// use msi_dataplane::{ClientCertificateCredentialOptions, Environment, RetryPolicy};
-/// use msi_dataplane::dataplane::ClientOptions;
 ///
 /// let env = Environment::default()
 ///     .with_request_timeout(Duration::from_secs(10))?
 ///     .with_retry_policy(RetryPolicy::default().with_max_attempts(2));
 /// let credential = ClientCertificateCredentialOptions::default().with_environment(env.clone());
-/// let data_plane = ClientOptions::default().with_environment(env);
-/// assert_eq!(
-///     credential.environment().request_timeout(),
-///     data_plane.environment().request_timeout()
-/// );
+/// assert_eq!(credential.environment().request_timeout(), env.request_timeout());
 /// # Ok::<(), msi_dataplane::Error>(())
 /// ```
 ///

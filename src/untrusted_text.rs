@@ -28,13 +28,7 @@ pub(crate) fn service_text(raw: &str) -> String {
 
 /// [`service_text`] for an optional value.
 pub(crate) fn service_text_opt(raw: Option<String>) -> Option<String> {
-    raw.map(|s| {
-        if needs_work(&s, MAX_SERVICE_TEXT_CHARS) {
-            service_text(&s)
-        } else {
-            s
-        }
-    })
+    raw.map(|s| service_text(&s))
 }
 
 /// A short prefix of input that was refused, for an error message that says what was
@@ -56,11 +50,6 @@ pub fn bounded(raw: &str, max_chars: usize) -> String {
         push_escaped(&mut out, c);
     }
     out
-}
-
-/// Whether `raw` would change under [`bounded`].
-fn needs_work(raw: &str, max_chars: usize) -> bool {
-    raw.len() > max_chars || raw.chars().any(is_unsafe)
 }
 
 fn push_escaped(out: &mut String, c: char) {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
 use msi_dataplane::telemetry;
 use msi_dataplane::{BundleFormat, ReloadOutcome};
@@ -400,7 +400,7 @@ async fn a_scripted_flow_is_counted_with_bounded_labels() {
     let dp = DataPlaneServer::start(&fx.entra, &tenant, DataPlaneServer::AUDIENCE).await;
     dp.create_user_assigned(UA);
     let vault = KeyVaultServer::start(&fx.entra, &tenant).await;
-    let options = ClientOptions::default().with_environment(fx.environment());
+    let options = fx.environment();
     let factory =
         ClientFactory::new(fx.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     let dataplane = factory.client(&dp.identity_url()).unwrap();

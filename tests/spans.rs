@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use msi_dataplane::BundleFormat;
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
 use msi_dataplane_testing::{
     DataPlaneServer, IdentityFixture, KeyVaultServer, Match, Outcome, Scripted, TestCertificate,
@@ -103,7 +103,7 @@ async fn each_operation_closes_a_span_with_its_fields_and_no_secret() {
     // A data plane and a Key Vault operation.
     let dp = DataPlaneServer::start(&fx.entra, &tenant, DataPlaneServer::AUDIENCE).await;
     dp.create_user_assigned(UA);
-    let options = ClientOptions::default().with_environment(fx.environment());
+    let options = fx.environment();
     let factory =
         ClientFactory::new(fx.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     factory

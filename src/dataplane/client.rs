@@ -30,43 +30,6 @@ use crate::untrusted_text::redact_quoted;
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
 
-/// Options for [`ClientFactory`]: the [`Environment`] its clients run in (HTTP, clock,
-/// retries), set with [`with_environment`](Self::with_environment).
-///
-/// ```
-/// use std::time::Duration;
-/// use msi_dataplane::Environment;
-/// use msi_dataplane::dataplane::ClientOptions;
-///
-/// let options = ClientOptions::default()
-///     .with_environment(Environment::default().with_request_timeout(Duration::from_secs(10))?);
-/// assert_eq!(options.environment().request_timeout(), Duration::from_secs(10));
-/// # Ok::<(), msi_dataplane::Error>(())
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct ClientOptions {
-    environment: Environment,
-}
-
-impl ClientOptions {
-    /// Run in this environment (HTTP, clock, retries), replacing any set before: e.g. one
-    /// [`Environment`] shared with the credential and the Key Vault store.
-    pub fn with_environment(mut self, environment: Environment) -> Self {
-        self.environment = environment;
-        self
-    }
-
-    /// The environment: the HTTP client (or extra roots for the crate-built one),
-    /// `http://` identity URLs on a loopback host (tests only), the request timeout
-    /// (default 30 s), the application id of the `User-Agent` every request carries, the
-    /// clock (token expiry, retry waits) and the retry policy (transport failures, 408,
-    /// 429, 5xx; a `Retry-After` from the service sets the wait). The same value serves
-    /// the credential, the Key Vault store and the token server. See [`Environment`].
-    pub fn environment(&self) -> &Environment {
-        &self.environment
-    }
-}
-
 /// Builds [`Client`]s for identity URLs; built once per token source and audience (Go:
 /// `dataplane.NewClientFactory`). Cheap to clone; clones and the clients they build share
 /// the HTTP client and the challenge cache.
@@ -83,7 +46,7 @@ impl ClientOptions {
 /// [`failure_memory`](crate::ClientCertificateCredentialOptions::with_failure_memory)).
 ///
 /// ```no_run
-/// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+/// use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 /// use msi_dataplane::{ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions};
 ///
 /// # async fn run(identity_url: &str) -> Result<(), Box<dyn std::error::Error>> {
@@ -94,7 +57,7 @@ impl ClientOptions {
 ///     ClientCertificate::from_bundle(&std::fs::read("/etc/service/app.pem")?)?,
 ///     ClientCertificateCredentialOptions::default().with_additionally_allowed_tenants(["*"]),
 /// )?;
-/// let factory = ClientFactory::new(app, "https://identity.azure.net/", ClientOptions::default())?;
+/// let factory = ClientFactory::new(app, "https://identity.azure.net/", Default::default())?;
 /// // `identity_url` is ARM's `x-ms-identity-url` header for the resource.
 /// let client = factory.client(identity_url)?;
 /// let creds = client
@@ -144,12 +107,11 @@ impl ClientFactory {
     pub fn new(
         source: impl TokenSource + 'static,
         audience: &str,
-        options: ClientOptions,
+        environment: Environment,
     ) -> Result<Self> {
         if audience.trim().trim_end_matches('/').is_empty() {
             return Err(Error::invalid_argument("audience", "is empty"));
         }
-        let environment = options.environment;
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
                 source: Arc::new(source),
@@ -170,7 +132,7 @@ impl ClientFactory {
     /// # Errors
     ///
     /// `invalid_identity_url`: not a URL, not `https` (plain `http` only on a
-    /// loopback host with [`Environment::allow_http_loopback`] in [`ClientOptions::environment`]), no host, or user
+    /// loopback host with [`Environment::allow_http_loopback`] in the factory's environment), no host, or user
     /// information in it. Nothing is sent.
     #[doc(alias = "NewClient")]
     pub fn client(&self, identity_url: &str) -> Result<Client> {

@@ -11,7 +11,7 @@
 //! HTTP client building, retry policy and response size limit.
 //!
 //! ```no_run
-//! use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+//! use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 //! use msi_dataplane::{
 //!     keyvault, ClientCertificate, ClientCertificateCredential, ClientCertificateCredentialOptions,
 //! };
@@ -25,7 +25,7 @@
 //!     ClientCertificate::from_bundle(&std::fs::read("/etc/service/app.pem")?)?,
 //!     ClientCertificateCredentialOptions::default().with_additionally_allowed_tenants(["*"]),
 //! )?;
-//! let factory = ClientFactory::new(app, "https://identity.azure.net/", ClientOptions::default())?;
+//! let factory = ClientFactory::new(app, "https://identity.azure.net/", Default::default())?;
 //! // `identity_url`: ARM's `x-ms-identity-url` header for the resource.
 //! let client = factory.client(identity_url)?;
 //! let id = "/subscriptions/.../userAssignedIdentities/my-identity";
@@ -47,13 +47,13 @@
 //!
 //! | Go (`pkg/dataplane`) | Rust (`msi_dataplane::dataplane`) |
 //! |---|---|
-//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, ClientOptions)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
+//! | `NewClientFactory(cred, audience, opts)` | [`ClientFactory::new(source, audience, Environment)`](ClientFactory::new); `ClientFactory::new(AzureTokenCredential(credential), ..)` for an `Arc<dyn TokenCredential>` (feature `azure_core`) |
 //! | `ClientFactory.NewClient(identityURL)` | [`factory.client(identity_url)`](ClientFactory::client) (https only, checked before any request) |
 //! | `GET` system-assigned (`Getcred`) | [`client.get_system_assigned_identity_credentials().await`](Client::get_system_assigned_identity_credentials) |
 //! | `Client.GetUserAssignedIdentitiesCredentials(ctx, req)` | [`client.get_user_assigned_identities_credentials(&req).await`](Client::get_user_assigned_identities_credentials) |
 //! | `DELETE` system-assigned (`Deleteidentity`) | [`client.delete_system_assigned_identity().await`](Client::delete_system_assigned_identity) (200 or 204) |
 //! | `POST .../proxy/move` (`Moveidentity`) | [`client.move_identity(&MoveIdentityRequest::new(target)).await`](Client::move_identity) |
-//! | `ManagedIdentityCredentials`, `DelegatedResource` | same names; `user_assigned_identities()`, `user_assigned_identity(id)`, `system_assigned_identity()` give [`UserAssignedIdentityCredentials`](crate::UserAssignedIdentityCredentials); built in code with `ManagedIdentityCredentials::system_assigned(identity)` / `user_assigned(identities)` and `DelegatedResource::new(id)`; `not_before()`, `not_after()`, `renew_after()`, `cannot_renew_after()` give the times typed (the fields stay the wire's strings) |
+//! | `ManagedIdentityCredentials`, `DelegatedResource` | same names; the top-level keys are the [`UserAssignedIdentityCredentials`](crate::UserAssignedIdentityCredentials) in `identity` (flattened on the wire); `user_assigned_identities()`, `user_assigned_identity(id)` give the explicit ones; built in code with `ManagedIdentityCredentials::system_assigned(identity)` / `user_assigned(identities)` and `DelegatedResource::new(id)`; `identity.not_before()`, `not_after()`, `renew_after()`, `cannot_renew_after()` give the times typed (the fields stay the wire's strings) |
 //! | `UserAssignedIdentitiesRequest`, `MoveIdentityRequest`, `MoveIdentityResponse` | same names (camelCase on the wire); `MoveIdentityResponse::identity_url` is a [`SignedUrl`], which prints without its query |
 //! | `IdentifierForManagedIdentityCredentials(id)`, `FormatManagedIdentityCredentialsForStorage(id, creds)` | [`keyvault::identifier_for_managed_identity_credentials`](crate::keyvault::identifier_for_managed_identity_credentials), [`keyvault::format_managed_identity_credentials_for_storage`](crate::keyvault::format_managed_identity_credentials_for_storage) |
 //! | `IdentifierForUserAssignedIdentityCredentials`, `FormatUserAssignedIdentityCredentialsForStorage` | [`keyvault::identifier_for_user_assigned_identity_credentials`](crate::keyvault::identifier_for_user_assigned_identity_credentials), [`keyvault::format_user_assigned_identity_credentials_for_storage`](crate::keyvault::format_user_assigned_identity_credentials_for_storage) |
@@ -110,7 +110,7 @@ mod client;
 mod source;
 mod types;
 
-pub use client::{API_VERSION, Client, ClientFactory, ClientOptions};
+pub use client::{API_VERSION, Client, ClientFactory};
 #[cfg(feature = "azure_core")]
 pub use source::AzureTokenCredential;
 pub use source::{TokenFuture, TokenSource};

@@ -7,11 +7,9 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 
 use crate::error::Result;
-use crate::file::model::{CustomClaims, UserAssignedIdentityCredentials, parse_time};
-use crate::secret::SecretString;
+use crate::file::model::{CustomClaims, UserAssignedIdentityCredentials};
 
 /// An identity's credentials as the MSI data plane returns them: the system-assigned
 /// identity's certificate at the top level, user-assigned ones in
@@ -33,24 +31,12 @@ use crate::secret::SecretString;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ManagedIdentityCredentials {
-    /// Entra authority host, e.g. `https://login.microsoftonline.com/`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub authentication_endpoint: Option<String>,
-    /// RFC 3339 time after which the credential can no longer be renewed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cannot_renew_after: Option<String>,
-    /// Application (client) id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_id: Option<String>,
-    /// Standard base64 of the certificate bundle. Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret: Option<SecretString>,
-    /// Where the MSI service serves this secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_secret_url: Option<String>,
-    /// Claims the MSI service asks to be carried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub custom_claims: Option<CustomClaims>,
+    /// The top-level identity (the system-assigned one): its keys sit at the top level on
+    /// the wire, as in the Go reference. It is what
+    /// [`ClientCertificateCredential::new`](crate::ClientCertificateCredential::new) takes,
+    /// and its typed accessors (`identity.not_after()`, ...) parse its times.
+    #[serde(flatten)]
+    pub identity: UserAssignedIdentityCredentials,
     /// Delegated resources' identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated_resources: Option<Vec<DelegatedResource>>,
@@ -63,24 +49,6 @@ pub struct ManagedIdentityCredentials {
     /// The MSI service's internal id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_id: Option<String>,
-    /// The mTLS variant of the authority.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtls_authentication_endpoint: Option<String>,
-    /// RFC 3339 end of validity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_after: Option<String>,
-    /// RFC 3339 start of validity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_before: Option<String>,
-    /// The identity's object (principal) id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_id: Option<String>,
-    /// RFC 3339 time after which the credential should be renewed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renew_after: Option<String>,
-    /// Directory (tenant) id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant_id: Option<String>,
 }
 
 /// A delegated resource's identities.
@@ -253,22 +221,13 @@ impl DelegatedResource {
 
 impl ManagedIdentityCredentials {
     /// The answer for a system-assigned identity: `identity`'s fields at the top level
-    /// (its `resource_id` is not part of it), the inverse of
-    /// [`system_assigned_identity`](Self::system_assigned_identity).
+    /// (its `resource_id` is not part of it).
     pub fn system_assigned(identity: UserAssignedIdentityCredentials) -> Self {
         ManagedIdentityCredentials {
-            authentication_endpoint: identity.authentication_endpoint,
-            cannot_renew_after: identity.cannot_renew_after,
-            client_id: identity.client_id,
-            client_secret: identity.client_secret,
-            client_secret_url: identity.client_secret_url,
-            custom_claims: identity.custom_claims,
-            mtls_authentication_endpoint: identity.mtls_authentication_endpoint,
-            not_after: identity.not_after,
-            not_before: identity.not_before,
-            object_id: identity.object_id,
-            renew_after: identity.renew_after,
-            tenant_id: identity.tenant_id,
+            identity: UserAssignedIdentityCredentials {
+                resource_id: None,
+                ..identity
+            },
             ..Default::default()
         }
     }
@@ -282,26 +241,6 @@ impl ManagedIdentityCredentials {
             explicit_identities: Some(identities.into_iter().collect()),
             ..Default::default()
         }
-    }
-
-    /// The top level's `not_before`, parsed (RFC 3339); an error names the field.
-    pub fn not_before(&self) -> Result<Option<OffsetDateTime>> {
-        parse_time("not_before", self.not_before.as_deref())
-    }
-
-    /// The top level's `not_after`, parsed.
-    pub fn not_after(&self) -> Result<Option<OffsetDateTime>> {
-        parse_time("not_after", self.not_after.as_deref())
-    }
-
-    /// The top level's `renew_after`, parsed.
-    pub fn renew_after(&self) -> Result<Option<OffsetDateTime>> {
-        parse_time("renew_after", self.renew_after.as_deref())
-    }
-
-    /// The top level's `cannot_renew_after`, parsed.
-    pub fn cannot_renew_after(&self) -> Result<Option<OffsetDateTime>> {
-        parse_time("cannot_renew_after", self.cannot_renew_after.as_deref())
     }
 
     /// The user-assigned identities (`explicit_identities`), as credentials that
@@ -322,27 +261,6 @@ impl ManagedIdentityCredentials {
                 .as_deref()
                 .is_some_and(|r| r.eq_ignore_ascii_case(resource_id))
         })
-    }
-
-    /// The top-level (system-assigned) identity's certificate credential, in the form
-    /// [`ClientCertificateCredential::new`](crate::ClientCertificateCredential::new)
-    /// accepts (no `resource_id`: the data plane gives none at the top level).
-    pub fn system_assigned_identity(&self) -> UserAssignedIdentityCredentials {
-        UserAssignedIdentityCredentials {
-            authentication_endpoint: self.authentication_endpoint.clone(),
-            cannot_renew_after: self.cannot_renew_after.clone(),
-            client_id: self.client_id.clone(),
-            client_secret: self.client_secret.clone(),
-            client_secret_url: self.client_secret_url.clone(),
-            custom_claims: self.custom_claims.clone(),
-            mtls_authentication_endpoint: self.mtls_authentication_endpoint.clone(),
-            not_after: self.not_after.clone(),
-            not_before: self.not_before.clone(),
-            object_id: self.object_id.clone(),
-            renew_after: self.renew_after.clone(),
-            resource_id: None,
-            tenant_id: self.tenant_id.clone(),
-        }
     }
 
     /// Compact JSON, absent fields omitted. It holds `client_secret`: treat it as a

@@ -154,10 +154,10 @@ pub fn format_managed_identity_credentials_for_storage(
     let name = identifier_for_managed_identity_credentials(identifier);
     let times = match credentials.user_assigned_identities() {
         [] => StorageTimes {
-            not_after: credentials.not_after.as_deref(),
-            not_before: credentials.not_before.as_deref(),
-            renew_after: credentials.renew_after.as_deref(),
-            cannot_renew_after: credentials.cannot_renew_after.as_deref(),
+            not_after: credentials.identity.not_after.as_deref(),
+            not_before: credentials.identity.not_before.as_deref(),
+            renew_after: credentials.identity.renew_after.as_deref(),
+            cannot_renew_after: credentials.identity.cannot_renew_after.as_deref(),
         },
         [one] => StorageTimes {
             not_after: one.not_after.as_deref(),

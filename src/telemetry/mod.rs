@@ -182,19 +182,13 @@ pub const ALERT_RULES: &str = include_str!("alerts.yaml");
 /// ```
 pub fn describe() {
     #[cfg(feature = "metrics")]
-    for (name, kind, help) in names::ALL {
-        let unit = if name.ends_with("_seconds") {
-            Some(metrics::Unit::Seconds)
+    for (name, help) in names::ALL {
+        if name.ends_with("_total") {
+            metrics::describe_counter!(*name, *help);
+        } else if name.ends_with("_duration_seconds") {
+            metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help);
         } else {
-            None
-        };
-        match (kind, unit) {
-            (names::Kind::Counter, _) => metrics::describe_counter!(*name, *help),
-            (names::Kind::Gauge, _) => metrics::describe_gauge!(*name, *help),
-            (names::Kind::Histogram, Some(unit)) => {
-                metrics::describe_histogram!(*name, unit, *help)
-            }
-            (names::Kind::Histogram, None) => metrics::describe_histogram!(*name, *help),
+            metrics::describe_gauge!(*name, *help);
         }
     }
 }
@@ -220,7 +214,7 @@ mod tests {
         let rules: serde_json::Value = serde_norway::from_str(ALERT_RULES).unwrap();
         let rules = rules["groups"][0]["rules"].as_array().unwrap();
         assert_eq!(rules.len(), 5);
-        let known: Vec<&str> = names::ALL.iter().map(|(name, _, _)| *name).collect();
+        let known: Vec<&str> = names::ALL.iter().map(|(name, _)| *name).collect();
         for rule in rules {
             let name = rule["alert"].as_str().unwrap();
             let expr = rule["expr"].as_str().unwrap();

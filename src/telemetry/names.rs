@@ -52,96 +52,72 @@ pub const RENEWALS: &str = "msi_dataplane_renewals_total";
 /// Counter: requests the token server (`serve`) answered, by `status`.
 pub const SERVE_REQUESTS: &str = "msi_dataplane_serve_requests_total";
 
-/// Every metric: name, kind and help text.
+/// Every metric: name and help text. Its kind is in its name: `_total` a counter,
+/// `_duration_seconds` a histogram (in seconds), anything else a gauge.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) const ALL: &[(&str, Kind, &str)] = &[
+pub(crate) const ALL: &[(&str, &str)] = &[
     (
         TOKEN_REQUESTS,
-        Kind::Counter,
         "Token requests to the token endpoint, by outcome (success, transient, refused) and error code.",
     ),
     (
         TOKEN_REQUEST_DURATION,
-        Kind::Histogram,
         "Duration of token requests, in seconds.",
     ),
     (
         TOKEN_EXPIRY,
-        Kind::Gauge,
         "Unix time the newest token of the client id expires.",
     ),
     (
         TOKEN_SOONEST_EXPIRY,
-        Kind::Gauge,
         "Unix time the soonest-ending token of the client id expires, of those not yet expired or whose refresh fails (NaN: none cached).",
     ),
     (
         TOKEN_CONSECUTIVE_FAILURES,
-        Kind::Gauge,
         "Token requests of the client id that failed in a row since its last success.",
     ),
     (
         CREDENTIAL_NOT_AFTER,
-        Kind::Gauge,
         "Unix time the credential in use ends.",
     ),
     (
         CREDENTIAL_RENEW_AFTER,
-        Kind::Gauge,
         "Unix time from which the credential in use should be renewed (NaN: it has no renew_after).",
     ),
     (
         CREDENTIAL_CANNOT_RENEW_AFTER,
-        Kind::Gauge,
         "Unix time after which the credential in use can no longer be renewed (NaN: it has no cannot_renew_after).",
     ),
     (
         RELOADS,
-        Kind::Counter,
         "Re-reads of a credential file, by outcome and the reason the last good credential was kept; a file is refused once.",
     ),
     (
         CREDENTIAL_FILE_REJECTED,
-        Kind::Gauge,
         "1 while the credential file last checked is refused for this reason, else 0; the last good credential is in use.",
     ),
     (
         DATAPLANE_REQUESTS,
-        Kind::Counter,
         "MSI data plane operations, by operation, outcome and error code.",
     ),
     (
         DATAPLANE_REQUEST_DURATION,
-        Kind::Histogram,
         "Duration of MSI data plane operations, retries included, in seconds.",
     ),
     (
         KEYVAULT_REQUESTS,
-        Kind::Counter,
         "Key Vault store operations, by operation, outcome and error code.",
     ),
     (
         KEYVAULT_REQUEST_DURATION,
-        Kind::Histogram,
         "Duration of Key Vault store operations, in seconds.",
     ),
     (
         RENEWALS,
-        Kind::Counter,
         "Stored credentials of renewal passes, by outcome: due, renewed, not newer, failed.",
     ),
     (
         SERVE_REQUESTS,
-        Kind::Counter,
         "Requests the token server answered, by HTTP status.",
     ),
 ];
-
-/// A metric's kind.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
-}

@@ -28,11 +28,6 @@ pub(crate) enum Service {
     KeyVault,
 }
 
-/// `"success"`, `"transient"` or `"refused"` (see [`labels::request_outcome`]).
-pub(crate) fn outcome(error: Option<&Error>) -> &'static str {
-    labels::request_outcome(error)
-}
-
 /// Seconds since the Unix epoch, as a gauge holds them.
 #[cfg(feature = "metrics")]
 fn unix(t: OffsetDateTime) -> f64 {
@@ -45,7 +40,7 @@ pub(crate) fn token_request(client_id: &str, error: Option<&Error>, elapsed: Dur
     #[cfg(feature = "metrics")]
     {
         let code = error.map_or(std::borrow::Cow::Borrowed(labels::NONE), labels::error_code);
-        let outcome = outcome(error);
+        let outcome = labels::request_outcome(error);
         metrics::counter!(
             names::TOKEN_REQUESTS,
             "client_id" => client_id.to_owned(),
@@ -171,34 +166,11 @@ pub(crate) fn known_series() {
     }
 }
 
-/// The times of the credential a client id now uses: its end (`not_after`), and the
-/// file's `renew_after` and `cannot_renew_after`, `NaN` when it has none (a value the
-/// credential lacks is never left from the one before; a comparison with `NaN` is
-/// false, so no rule fires on it).
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn credential_times(
-    client_id: &str,
-    not_after: OffsetDateTime,
-    renew_after: Option<OffsetDateTime>,
-    cannot_renew_after: Option<OffsetDateTime>,
-) {
-    #[cfg(feature = "metrics")]
-    {
-        let label = || ("client_id", client_id.to_owned());
-        let set = |name: &'static str, t: Option<OffsetDateTime>| {
-            let (k, v) = label();
-            metrics::gauge!(name, k => v).set(t.map_or(f64::NAN, unix));
-        };
-        set(names::CREDENTIAL_NOT_AFTER, Some(not_after));
-        set(names::CREDENTIAL_RENEW_AFTER, renew_after);
-        set(names::CREDENTIAL_CANNOT_RENEW_AFTER, cannot_renew_after);
-    }
-}
-
 /// A credential's gauges (its end, and its file's `renew_after` and `cannot_renew_after`),
 /// written while it is the one in use for its client id: a reloading credential retires
 /// the one it swaps out, under the lock the gauges are written with, so that a request
 /// still in flight on it cannot write its times over its successor's.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct CredentialGauges {
     client_id: String,
     times: (
@@ -225,12 +197,25 @@ impl CredentialGauges {
         }
     }
 
-    /// Set them, unless the credential is retired.
+    /// Set them, unless the credential is retired; a time the credential lacks is `NaN`
+    /// (never the previous credential's: a comparison with `NaN` is false, so no rule
+    /// fires on it).
     pub(crate) fn record(&self) {
-        let in_use = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
-        if *in_use {
+        #[cfg(feature = "metrics")]
+        {
+            let in_use = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
+            if !*in_use {
+                return;
+            }
             let (end, renew, cannot) = self.times;
-            credential_times(&self.client_id, end, renew, cannot);
+            for (name, t) in [
+                (names::CREDENTIAL_NOT_AFTER, Some(end)),
+                (names::CREDENTIAL_RENEW_AFTER, renew),
+                (names::CREDENTIAL_CANNOT_RENEW_AFTER, cannot),
+            ] {
+                metrics::gauge!(name, "client_id" => self.client_id.clone())
+                    .set(t.map_or(f64::NAN, unix));
+            }
         }
     }
 
@@ -314,9 +299,9 @@ pub(crate) async fn service_call<T>(
             Service::KeyVault => (names::KEYVAULT_REQUESTS, names::KEYVAULT_REQUEST_DURATION),
         };
         let code = error.map_or(std::borrow::Cow::Borrowed(labels::NONE), labels::error_code);
-        metrics::counter!(count, "operation" => operation, "outcome" => outcome(error), "error_code" => code)
+        metrics::counter!(count, "operation" => operation, "outcome" => labels::request_outcome(error), "error_code" => code)
             .increment(1);
-        metrics::histogram!(duration, "operation" => operation, "outcome" => outcome(error))
+        metrics::histogram!(duration, "operation" => operation, "outcome" => labels::request_outcome(error))
             .record(elapsed.as_secs_f64());
     }
     result
@@ -327,7 +312,7 @@ pub(crate) fn end_span(span: &tracing::Span, error: Option<&Error>, elapsed: Dur
     if span.is_disabled() {
         return;
     }
-    span.record("outcome", outcome(error));
+    span.record("outcome", labels::request_outcome(error));
     if let Some(e) = error {
         span.record("error_code", labels::error_code(e).as_ref());
     }

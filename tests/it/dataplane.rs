@@ -7,13 +7,13 @@ use crate::support;
 use std::time::Duration;
 
 use msi_dataplane::dataplane::{
-    Client, ClientFactory, ClientOptions, ManagedIdentityCredentials, MoveIdentityRequest,
+    Client, ClientFactory, ManagedIdentityCredentials, MoveIdentityRequest,
     UserAssignedIdentitiesRequest,
 };
 use msi_dataplane::limits::{MIN_REFRESH_BACKOFF, NEAR_END};
 use msi_dataplane::{
-    ClientCertificate, ClientCertificateCredential, ErrorCategory, ErrorKind, RetryPolicy,
-    UserAssignedIdentityCredentials,
+    ClientCertificate, ClientCertificateCredential, Environment, ErrorCategory, ErrorKind,
+    RetryPolicy, UserAssignedIdentityCredentials,
 };
 use msi_dataplane_testing::{DataPlaneRequest, DataPlaneServer};
 use serde_json::json;
@@ -53,13 +53,11 @@ fn service_credential(entra: &EntraServer, allowed: &[&str]) -> ClientCertificat
     .unwrap()
 }
 
-fn client_options() -> ClientOptions {
-    ClientOptions::default().with_environment(
-        https_env().with_retry_policy(
-            RetryPolicy::default()
-                .with_initial_delay(Duration::from_millis(10))
-                .with_max_delay(Duration::from_millis(50)),
-        ),
+fn client_options() -> Environment {
+    https_env().with_retry_policy(
+        RetryPolicy::default()
+            .with_initial_delay(Duration::from_millis(10))
+            .with_max_delay(Duration::from_millis(50)),
     )
 }
 
@@ -107,10 +105,14 @@ async fn get_system_assigned_credentials() {
         .await
         .unwrap();
     let fixture = load("pem-chain");
-    assert_eq!(creds.client_id, fixture.client_id);
-    assert_eq!(creds.not_after, fixture.not_after);
+    assert_eq!(creds.identity.client_id, fixture.client_id);
+    assert_eq!(creds.identity.not_after, fixture.not_after);
     assert_eq!(
-        creds.client_secret.as_ref().map(|c| c.expose_secret()),
+        creds
+            .identity
+            .client_secret
+            .as_ref()
+            .map(|c| c.expose_secret()),
         fixture.client_secret.as_ref().map(|c| c.expose_secret())
     );
     let requests = s.dp.requests();
@@ -130,8 +132,7 @@ async fn get_system_assigned_credentials() {
     assert_wire_basics(&s, r);
     // The system-assigned identity's certificate is usable as a credential.
     register(&s.entra, "pem-chain");
-    let cred =
-        ClientCertificateCredential::new(&creds.system_assigned_identity(), options()).unwrap();
+    let cred = ClientCertificateCredential::new(&creds.identity, options()).unwrap();
     cred.get_token(&[ARM]).await.unwrap();
 }
 
@@ -752,7 +753,7 @@ async fn debug_output_holds_no_secret() {
         .get_system_assigned_identity_credentials()
         .await
         .unwrap();
-    let secret = creds.client_secret.clone().unwrap();
+    let secret = creds.identity.client_secret.clone().unwrap();
     let shown = format!("{creds:?} {:?} {:?}", s.client, s.factory);
     assert!(!shown.contains(secret.expose_secret()));
     assert!(!shown.contains("sig="), "{shown}");
@@ -1057,18 +1058,18 @@ fn data_plane_types_built_in_code_match_the_wire() {
     expected.as_object_mut().unwrap().remove("resource_id");
     assert_eq!(serde_json::to_value(&system).unwrap(), expected);
     assert_eq!(
-        system.not_after().unwrap(),
+        system.identity.not_after().unwrap(),
         Some(time::macros::datetime!(2027-02-22 00:00 UTC))
     );
     assert_eq!(
-        system.renew_after().unwrap(),
+        system.identity.renew_after().unwrap(),
         Some(time::macros::datetime!(2027-01-08 00:00 UTC))
     );
-    assert!(system.cannot_renew_after().unwrap().is_some());
-    assert!(system.not_before().unwrap().is_some());
+    assert!(system.identity.cannot_renew_after().unwrap().is_some());
+    assert!(system.identity.not_before().unwrap().is_some());
     let mut broken = system.clone();
-    broken.not_after = Some("next week".into());
-    let e = broken.not_after().unwrap_err();
+    broken.identity.not_after = Some("next week".into());
+    let e = broken.identity.not_after().unwrap_err();
     assert!(
         matches!(
             e.kind(),
@@ -1189,9 +1190,7 @@ async fn an_entra_outage_costs_the_backoff_schedule_not_a_request_per_call() {
     let dp = DataPlaneServer::start(&entra, HOME_TENANT, AUDIENCE).await;
     dp.set_system_assigned(fixture_credentials("pem-chain", &entra.base_url()));
     let (clock, credential) = service_credential_on_clock(&entra);
-    let options = client_options();
-    let environment = options.environment().clone().with_clock(clock.clone());
-    let options = options.with_environment(environment);
+    let options = client_options().with_clock(clock.clone());
     let factory = ClientFactory::new(credential, AUDIENCE, options).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     client

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
+use msi_dataplane::dataplane::ClientFactory;
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, Error, ErrorKind,
     RetryPolicy,
@@ -76,8 +76,7 @@ fn the_settings_are_made_once_and_one_value_serves_every_builder() {
         .with_request_timeout(timeout)
         .unwrap();
     let credential = ClientCertificateCredentialOptions::default().with_environment(http.clone());
-    let data_plane = ClientOptions::default().with_environment(http);
-    for got in [credential.environment(), data_plane.environment()] {
+    for got in [credential.environment(), &http] {
         let debug = format!("{got:?}");
         assert!(debug.contains("extra_root_certificates: 1"), "{debug}");
         assert!(debug.contains("allow_http_loopback: true"), "{debug}");
@@ -95,12 +94,12 @@ fn the_settings_are_made_once_and_one_value_serves_every_builder() {
     let shared = Environment::default()
         .with_request_timeout(Duration::from_secs(3))
         .unwrap();
-    let data_plane = data_plane.with_environment(shared.clone());
+    let replaced = credential.clone().with_environment(shared.clone());
     assert_eq!(
-        data_plane.environment().request_timeout(),
+        replaced.environment().request_timeout(),
         Duration::from_secs(3)
     );
-    let debug = format!("{:?}", data_plane.environment());
+    let debug = format!("{:?}", replaced.environment());
     assert!(debug.contains("extra_root_certificates: 0"), "{debug}");
     // Debug shows the settings, never the client's internals.
     let debug = format!("{credential:?}");
@@ -141,7 +140,7 @@ fn the_credential_refuses_a_client_with_extra_roots() {
 #[tokio::test]
 async fn the_data_plane_client_refuses_a_client_with_extra_roots() {
     let server = EntraServer::start().await;
-    let options = ClientOptions::default().with_environment(both());
+    let options = both();
     let err = ClientFactory::new(credential(&server), "https://identity.azure.net/", options)
         .unwrap_err();
     assert_conflict(&err);
@@ -149,16 +148,10 @@ async fn the_data_plane_client_refuses_a_client_with_extra_roots() {
     ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default()
-            .with_environment(Environment::default().with_http_client(https_client())),
+        Environment::default().with_http_client(https_client()),
     )
     .unwrap();
-    ClientFactory::new(
-        credential(&server),
-        "https://identity.azure.net/",
-        ClientOptions::default().with_environment(roots()),
-    )
-    .unwrap();
+    ClientFactory::new(credential(&server), "https://identity.azure.net/", roots()).unwrap();
 }
 
 #[tokio::test]
@@ -192,8 +185,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
     let untrusting = ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default()
-            .with_environment(Environment::default().with_retry_policy(no_retry.clone())),
+        Environment::default().with_retry_policy(no_retry.clone()),
     )
     .unwrap();
     let err = untrusting
@@ -209,7 +201,7 @@ async fn the_data_plane_client_trusts_extra_roots() {
     let trusting = ClientFactory::new(
         credential(&server),
         "https://identity.azure.net/",
-        ClientOptions::default().with_environment(roots().with_retry_policy(no_retry)),
+        roots().with_retry_policy(no_retry),
     )
     .unwrap();
     let err = trusting

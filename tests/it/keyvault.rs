@@ -228,15 +228,21 @@ fn managed_identity_times_come_from_the_top_level_without_explicit_identities() 
     let creds = managed("pem-pkcs8", &[]);
     let secret = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap();
     assert_eq!(secret.name(), format!("msi-{ID}"));
-    assert_eq!(secret.attributes().expires, rfc3339(&creds.not_after));
-    assert_eq!(secret.attributes().not_before, rfc3339(&creds.not_before));
+    assert_eq!(
+        secret.attributes().expires,
+        rfc3339(&creds.identity.not_after)
+    );
+    assert_eq!(
+        secret.attributes().not_before,
+        rfc3339(&creds.identity.not_before)
+    );
     assert_eq!(
         Some(&secret.tags()["renew_after"]),
-        creds.renew_after.as_ref()
+        creds.identity.renew_after.as_ref()
     );
     assert_eq!(
         Some(&secret.tags()["cannot_renew_after"]),
-        creds.cannot_renew_after.as_ref()
+        creds.identity.cannot_renew_after.as_ref()
     );
     // The value is the compact JSON of the whole object, absent fields omitted.
     let value = secret.value().expose_secret();
@@ -251,7 +257,7 @@ fn managed_identity_times_come_from_the_single_explicit_identity() {
     // rotation-1's times differ from pem-pkcs8's at the top level.
     let creds = managed("pem-pkcs8", &["rotation-1"]);
     let one = load("rotation-1");
-    assert_ne!(creds.not_before, one.not_before);
+    assert_ne!(creds.identity.not_before, one.not_before);
     let secret = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap();
     assert_eq!(secret.attributes().not_before, rfc3339(&one.not_before));
     assert_eq!(secret.attributes().expires, rfc3339(&one.not_after));
@@ -299,7 +305,7 @@ fn two_explicit_identities_are_an_error() {
 #[test]
 fn managed_identity_bad_or_missing_times_are_named() {
     let mut creds = managed("pem-pkcs8", &[]);
-    creds.not_before = Some("2026-13-01".into());
+    creds.identity.not_before = Some("2026-13-01".into());
     let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
     assert!(
         matches!(
@@ -313,7 +319,7 @@ fn managed_identity_bad_or_missing_times_are_named() {
         "{err}"
     );
     let mut creds = managed("pem-pkcs8", &[]);
-    creds.cannot_renew_after = None;
+    creds.identity.cannot_renew_after = None;
     let err = keyvault::format_managed_identity_credentials_for_storage(ID, &creds).unwrap_err();
     assert!(
         matches!(

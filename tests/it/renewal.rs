@@ -154,9 +154,7 @@ mod with_the_store {
     use std::sync::Arc;
 
     use msi_dataplane::ErrorKind;
-    use msi_dataplane::dataplane::{
-        Client, ClientFactory, ClientOptions, UserAssignedIdentitiesRequest,
-    };
+    use msi_dataplane::dataplane::{Client, ClientFactory, UserAssignedIdentitiesRequest};
     use msi_dataplane::keyvault::renewal::RenewalOutcome;
     use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
     use time::macros::datetime;
@@ -195,12 +193,7 @@ mod with_the_store {
                 .verify_challenge_resource(false),
         )
         .unwrap();
-        let factory = ClientFactory::new(
-            app,
-            DataPlaneServer::AUDIENCE,
-            ClientOptions::default().with_environment(https_env()),
-        )
-        .unwrap();
+        let factory = ClientFactory::new(app, DataPlaneServer::AUDIENCE, https_env()).unwrap();
         let client = factory.client(&dp.identity_url()).unwrap();
         let issued = client
             .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([

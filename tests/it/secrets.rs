@@ -467,7 +467,7 @@ async fn the_testing_kit_prints_and_logs_no_secret() {
 async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     use std::sync::Arc;
 
-    use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+    use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
     use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
     use msi_dataplane_testing::{DataPlaneServer, KeyVaultServer};
 
@@ -485,12 +485,7 @@ async fn the_kit_data_plane_and_key_vault_print_and_log_no_secret() {
     let dp = DataPlaneServer::start(&entra, TENANT, DataPlaneServer::AUDIENCE).await;
     let vault = KeyVaultServer::start(&entra, TENANT).await;
     dp.create_user_assigned(RID);
-    let factory = ClientFactory::new(
-        app.clone(),
-        DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_environment(http.clone()),
-    )
-    .unwrap();
+    let factory = ClientFactory::new(app.clone(), DataPlaneServer::AUDIENCE, http.clone()).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     let issued = client
         .get_user_assigned_identities_credentials(&UserAssignedIdentitiesRequest::new([RID]))

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
+use msi_dataplane::dataplane::ClientFactory;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
     ClientCertificateCredential, ClientCertificateCredentialOptions, Environment, Error,
@@ -160,8 +160,7 @@ async fn data_plane_error(base: &str, http: Environment, clock: Arc<ManualClock>
     let factory = ClientFactory::new(
         credential(&entra, "pem-pkcs8"),
         AUDIENCE,
-        ClientOptions::default()
-            .with_environment(http.with_retry_policy(three_attempts()).with_clock(clock)),
+        http.with_retry_policy(three_attempts()).with_clock(clock),
     )
     .unwrap();
     let identity_url = format!(

@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions};
+use msi_dataplane::dataplane::ClientFactory;
 use msi_dataplane::{
     ClientCertificateCredential, Environment, ErrorCategory, ErrorKind, RetryPolicy,
 };
@@ -133,13 +133,11 @@ async fn the_servers_record_a_bounded_escaped_agent() {
     assert!(recorded.chars().count() < 540, "{}", recorded.len());
 }
 
-fn data_plane_options(http: Environment) -> ClientOptions {
-    ClientOptions::default().with_environment(
-        http.with_retry_policy(
-            RetryPolicy::default()
-                .with_initial_delay(Duration::from_millis(10))
-                .with_max_delay(Duration::from_millis(50)),
-        ),
+fn data_plane_options(http: Environment) -> Environment {
+    http.with_retry_policy(
+        RetryPolicy::default()
+            .with_initial_delay(Duration::from_millis(10))
+            .with_max_delay(Duration::from_millis(50)),
     )
 }
 

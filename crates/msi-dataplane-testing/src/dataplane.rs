@@ -134,7 +134,7 @@ pub struct IssuedIdentity {
 ///
 /// ```no_run
 /// # async fn demo() {
-/// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+/// use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 /// use msi_dataplane_testing::{DataPlaneServer, EntraServer};
 ///
 /// let entra = EntraServer::start().await;
@@ -492,7 +492,7 @@ impl DataPlaneServer {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+    /// use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
     /// use msi_dataplane_testing::{DataPlaneServer, IdentityFixture, Match, Scripted};
     ///
     /// let app = IdentityFixture::start().await; // the managing service's own identity
@@ -505,7 +505,7 @@ impl DataPlaneServer {
     ///     .respond(Scripted::status(503).retry_after("0"))
     ///     .expect(2)
     ///     .mount();
-    /// let options = ClientOptions::default().with_environment(app.environment());
+    /// let options = app.environment();
     /// let factory = ClientFactory::new(app.credential.clone(), DataPlaneServer::AUDIENCE, options).unwrap();
     /// let client = factory.client(&dp.identity_url()).unwrap();
     /// let issued = client

@@ -6,7 +6,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::store::CredentialStore;
 use msi_dataplane::{
     BundleFormat, ClientCertificateCredential, ClientCertificateCredentialOptions, Environment,
@@ -232,8 +232,7 @@ async fn data_plane_scripts_match_by_method_and_tenant() {
         .expect(1)
         .mount_scoped();
 
-    let options = ClientOptions::default()
-        .with_environment(http.with_retry_policy(RetryPolicy::default().with_max_attempts(1)));
+    let options = http.with_retry_policy(RetryPolicy::default().with_max_attempts(1));
     let factory = ClientFactory::new(credential, DataPlaneServer::AUDIENCE, options).unwrap();
     let request = |id: &str| UserAssignedIdentitiesRequest::new([id]);
     let issued = factory

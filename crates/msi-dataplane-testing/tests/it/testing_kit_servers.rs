@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use msi_dataplane::dataplane::{ClientFactory, ClientOptions, UserAssignedIdentitiesRequest};
+use msi_dataplane::dataplane::{ClientFactory, UserAssignedIdentitiesRequest};
 use msi_dataplane::keyvault::renewal::RenewalOutcome;
 use msi_dataplane::keyvault::store::{CredentialStore, StoreOptions};
 use msi_dataplane::{
@@ -51,12 +51,8 @@ async fn issue_store_rotate_renew_with_the_issue_log_and_stored_versions() {
     let vault = KeyVaultServer::start(&entra, &tenant).await;
     let service = app_credential(&entra, &app);
     let http = Environment::default().with_http_client(entra.client());
-    let factory = ClientFactory::new(
-        service.clone(),
-        DataPlaneServer::AUDIENCE,
-        ClientOptions::default().with_environment(http.clone()),
-    )
-    .unwrap();
+    let factory =
+        ClientFactory::new(service.clone(), DataPlaneServer::AUDIENCE, http.clone()).unwrap();
     let client = factory.client(&dp.identity_url()).unwrap();
     let store = CredentialStore::new(
         &vault.url(),
