@@ -25,11 +25,13 @@ use time::OffsetDateTime;
 
 use crate::clock::rfc3339;
 
+#[cfg(feature = "keyvault")]
 mod link;
 mod service;
 mod token;
 mod transport;
 
+#[cfg(feature = "keyvault")]
 pub(crate) use link::LinkFault;
 pub use service::ServiceError;
 pub(crate) use service::{DATA_PLANE, KEY_VAULT};

@@ -245,15 +245,6 @@ fn missing(field: &'static str) -> Error {
     Error::config("missing_storage_time", field, message)
 }
 
-/// A stored secret that is not a credential of the storage format (code
-/// `invalid_stored_secret`; `reason` never holds the value).
-pub(crate) fn invalid_stored_secret(name: &str, reason: impl std::fmt::Display) -> Error {
-    Error::answer(
-        "invalid_stored_secret",
-        format!("stored secret `{name}` is not usable: {reason}"),
-    )
-}
-
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyVaultSecret {

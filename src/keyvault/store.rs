@@ -1115,7 +1115,10 @@ fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T
 
 /// The stored secret `name` cannot be renewed, for `reason`.
 fn invalid(name: &str, reason: &str) -> Error {
-    crate::keyvault::format::invalid_stored_secret(name, reason)
+    Error::answer(
+        "invalid_stored_secret",
+        format!("stored secret `{name}` is not usable: {reason}"),
+    )
 }
 
 /// One store operation in its `keyvault_request` span, counted by outcome with its
