@@ -112,7 +112,8 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
 fn decode_pkcs12(bytes: &[u8]) -> Result<RawBundle> {
     let bags = pkcs12_scan::scan(bytes)?;
     tracing::debug!(bags, "PKCS#12 archive within bounds");
-    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(bytes, "").map_err(pkcs12_error)?;
+    let archive = p12_keystore::Pkcs12Archive::from_pkcs12(bytes, "")
+        .map_err(|e| pkcs12_scan::unreadable(crate::parser_errors::pkcs12(&e)))?;
     let certificates = archive
         .certs
         .iter()
@@ -174,15 +175,6 @@ fn finish(
         certificates,
         key,
     })
-}
-
-fn pkcs12_error(e: p12_keystore::error::Error) -> Error {
-    let reason = crate::parser_errors::pkcs12(&e);
-    Error::file(
-        "pkcs12",
-        Some("client_secret"),
-        format!("PKCS#12 archive cannot be read: {reason}"),
-    )
 }
 
 fn unknown_format(reason: &str) -> Error {

@@ -16,42 +16,6 @@
 
 use crate::error::Error;
 
-/// The scan's refusals, made the crate's [`Error`] where the scan returns.
-#[derive(Debug)]
-pub(crate) enum ErrorKind {
-    File(FileError),
-}
-
-/// What the scan refuses: an archive it cannot read, or one over a bound.
-#[derive(Debug)]
-pub(crate) enum FileError {
-    Pkcs12 {
-        reason: String,
-    },
-    Pkcs12Limit {
-        what: String,
-        value: u64,
-        limit: u64,
-    },
-}
-
-impl From<ErrorKind> for Error {
-    fn from(ErrorKind::File(e): ErrorKind) -> Self {
-        match e {
-            FileError::Pkcs12 { reason } => {
-                let message = format!("PKCS#12 archive cannot be read: {reason}");
-                Error::file("pkcs12", Some("client_secret"), message)
-            }
-            FileError::Pkcs12Limit { what, value, limit } => {
-                let message = format!(
-                    "PKCS#12 archive refused before decryption: {what} is {value}, at most {limit} are accepted"
-                );
-                Error::file("pkcs12_limit", Some("client_secret"), message)
-            }
-        }
-    }
-}
-
 /// Largest iteration count accepted for the MAC or any visible encryption of a PKCS#12
 /// archive.
 pub const MAX_PKCS12_ITERATIONS: u64 = 10_000;
@@ -93,7 +57,7 @@ pub(crate) fn is_der_sequence(bytes: &[u8]) -> bool {
 /// Check an archive's structure against the bounds (module docs); returns how many
 /// unencrypted bags it has. Errors say which bound and where (a byte offset), never bytes
 /// of the input.
-pub(crate) fn scan(archive: &[u8]) -> Result<usize, ErrorKind> {
+pub(crate) fn scan(archive: &[u8]) -> Result<usize, Error> {
     let (pfx, _) = Tlv::read(archive, 0, SEQUENCE)?;
     let (_version, rest) = pfx.contents().next(INTEGER)?;
     let (auth_safe, rest) = rest.next(SEQUENCE)?;
@@ -155,7 +119,7 @@ struct Scan {
 }
 
 impl Scan {
-    fn bags(&mut self, safe_contents: Tlv<'_>, depth: usize) -> Result<(), ErrorKind> {
+    fn bags(&mut self, safe_contents: Tlv<'_>, depth: usize) -> Result<(), Error> {
         if depth > 2 {
             return Err(malformed(safe_contents.offset, "bags nested too deeply"));
         }
@@ -184,13 +148,11 @@ impl Scan {
                     check_encryption(&algorithm, "a shrouded key bag")?;
                 }
                 Some(BAG_SECRET) => {
-                    return Err(ErrorKind::File(FileError::Pkcs12 {
-                        reason: format!(
-                            "the secret bag at byte {} is not supported (only certificate and \
-                             key bags are)",
-                            bag.offset
-                        ),
-                    }));
+                    return Err(unreadable(format!(
+                        "the secret bag at byte {} is not supported (only certificate and key \
+                         bags are)",
+                        bag.offset
+                    )));
                 }
                 Some(BAG_SAFE_CONTENTS) => {
                     let (nested, _) = value.contents().next(SEQUENCE)?;
@@ -205,7 +167,7 @@ impl Scan {
 
 /// The iteration count of an encryption `AlgorithmIdentifier`, checked; unknown schemes
 /// and key derivations other than PBKDF2 are refused here.
-fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
+fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), Error> {
     let (oid, params) = algorithm.contents().next(OID)?;
     if oid.bytes.starts_with(OID_PKCS12_PBE_PREFIX) {
         // pkcs-12PbeParams ::= SEQUENCE { salt OCTET STRING, iterations INTEGER }
@@ -220,13 +182,11 @@ fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
         let (kdf, _) = pbes2.contents().next(SEQUENCE)?;
         let (kdf_oid, kdf_params) = kdf.contents().next(OID)?;
         if kdf_oid.bytes != OID_PBKDF2 {
-            return Err(ErrorKind::File(FileError::Pkcs12 {
-                reason: format!(
-                    "{what} at byte {} uses a key derivation other than PBKDF2 (scrypt is not \
-                     supported)",
-                    algorithm.offset
-                ),
-            }));
+            return Err(unreadable(format!(
+                "{what} at byte {} uses a key derivation other than PBKDF2 (scrypt is not \
+                 supported)",
+                algorithm.offset
+            )));
         }
         // PBKDF2-params ::= SEQUENCE { salt CHOICE { OCTET STRING, AlgorithmIdentifier },
         //                              iterationCount INTEGER, ... }
@@ -235,12 +195,10 @@ fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
         let (iterations, _) = after.next(INTEGER)?;
         return check_iterations(&iterations, what);
     }
-    Err(ErrorKind::File(FileError::Pkcs12 {
-        reason: format!(
-            "{what} at byte {} uses an unsupported encryption scheme",
-            algorithm.offset
-        ),
-    }))
+    Err(unreadable(format!(
+        "{what} at byte {} uses an unsupported encryption scheme",
+        algorithm.offset
+    )))
 }
 
 /// A non-negative INTEGER's value (saturating at `u64::MAX`); `None` if negative.
@@ -259,22 +217,19 @@ fn integer_value(integer: &Tlv<'_>) -> Option<u64> {
     })
 }
 
-fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), ErrorKind> {
+fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), Error> {
     let value = integer_value(integer)
         .filter(|v| *v > 0)
         .ok_or_else(|| malformed(integer.offset, "an iteration count that is not positive"))?;
     if value > MAX_PKCS12_ITERATIONS {
-        return Err(ErrorKind::File(FileError::Pkcs12Limit {
-            what: format!("iterations of {what} (byte {})", integer.offset),
-            value,
-            limit: MAX_PKCS12_ITERATIONS,
-        }));
+        let what = format!("iterations of {what} (byte {})", integer.offset);
+        return Err(limit(&what, value, MAX_PKCS12_ITERATIONS));
     }
     Ok(())
 }
 
 /// How many elements `items` holds (for the message of a limit).
-fn count(mut items: Items<'_>) -> Result<usize, ErrorKind> {
+fn count(mut items: Items<'_>) -> Result<usize, Error> {
     let mut n = 0;
     while !items.is_empty() {
         items = items.next_any()?.1;
@@ -283,18 +238,21 @@ fn count(mut items: Items<'_>) -> Result<usize, ErrorKind> {
     Ok(n)
 }
 
-fn limit(what: &str, value: u64, limit: u64) -> ErrorKind {
-    ErrorKind::File(FileError::Pkcs12Limit {
-        what: what.to_owned(),
-        value,
-        limit,
-    })
+fn limit(what: &str, value: u64, limit: u64) -> Error {
+    let message = format!(
+        "PKCS#12 archive refused before decryption: {what} is {value}, at most {limit} are accepted"
+    );
+    Error::file("pkcs12_limit", Some("client_secret"), message)
 }
 
-fn malformed(offset: usize, what: &str) -> ErrorKind {
-    ErrorKind::File(FileError::Pkcs12 {
-        reason: format!("malformed DER at byte {offset}: {what}"),
-    })
+/// An archive that cannot be read, for `reason` (which quotes nothing of the input).
+pub(crate) fn unreadable(reason: String) -> Error {
+    let message = format!("PKCS#12 archive cannot be read: {reason}");
+    Error::file("pkcs12", Some("client_secret"), message)
+}
+
+fn malformed(offset: usize, what: &str) -> Error {
+    unreadable(format!("malformed DER at byte {offset}: {what}"))
 }
 
 /// One DER element: its tag, its contents and where they start in the archive.
@@ -314,7 +272,7 @@ struct Items<'a> {
 
 impl<'a> Tlv<'a> {
     /// Read one element of tag `tag` at the start of `input` (found at `offset`).
-    fn read(input: &'a [u8], offset: usize, tag: u8) -> Result<(Tlv<'a>, Items<'a>), ErrorKind> {
+    fn read(input: &'a [u8], offset: usize, tag: u8) -> Result<(Tlv<'a>, Items<'a>), Error> {
         let (tlv, rest) = Items {
             bytes: input,
             offset,
@@ -339,7 +297,7 @@ impl<'a> Items<'a> {
         self.bytes.is_empty()
     }
 
-    fn next(self, tag: u8) -> Result<(Tlv<'a>, Items<'a>), ErrorKind> {
+    fn next(self, tag: u8) -> Result<(Tlv<'a>, Items<'a>), Error> {
         let (tlv, rest) = self.next_any()?;
         // An encrypted container's content is [0] IMPLICIT OCTET STRING: primitive or not.
         if tlv.tag != tag && !(tag == CONTEXT_0 && tlv.tag == CONTEXT_0_PRIMITIVE) {
@@ -348,7 +306,7 @@ impl<'a> Items<'a> {
         Ok((tlv, rest))
     }
 
-    fn next_any(self) -> Result<(Tlv<'a>, Items<'a>), ErrorKind> {
+    fn next_any(self) -> Result<(Tlv<'a>, Items<'a>), Error> {
         let truncated = || malformed(self.offset, "truncated element");
         let [tag, first, rest @ ..] = self.bytes else {
             return Err(truncated());
@@ -502,10 +460,19 @@ mod tests {
         seq(&parts)
     }
 
-    fn limit_of(archive: &[u8]) -> (String, u64, u64) {
+    /// The message of the limit `archive` is refused by.
+    fn limit_of(archive: &[u8]) -> String {
         match scan(archive) {
-            Err(ErrorKind::File(FileError::Pkcs12Limit { what, value, limit })) => {
-                (what, value, limit)
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    crate::ErrorKind::File {
+                        code: "pkcs12_limit",
+                        ..
+                    }
+                ) =>
+            {
+                e.to_string()
             }
             other => panic!("expected a limit, got {other:?}"),
         }
@@ -526,23 +493,23 @@ mod tests {
     #[test]
     fn each_bound_is_enforced() {
         let many: Vec<Vec<u8>> = (0..715).map(|_| shrouded_bag(&pbe(2048))).collect();
-        let (what, value, _) = limit_of(&pfx(&[data_container(&many)], Some(2048)));
-        assert_eq!((what.as_str(), value), ("bags", 715));
+        let what = limit_of(&pfx(&[data_container(&many)], Some(2048)));
+        assert!(what.contains(": bags is 715, at most 36"), "{what}");
 
-        let (what, value, _) = limit_of(&pfx(&[data_container(&[])], Some(1_000_000)));
+        let what = limit_of(&pfx(&[data_container(&[])], Some(1_000_000)));
         assert!(what.contains("the MAC"), "{what}");
-        assert_eq!(value, 1_000_000);
+        assert!(what.contains(" is 1000000, at most 10000 "), "{what}");
 
         let bag = shrouded_bag(&pbe(10_001));
-        let (what, ..) = limit_of(&pfx(&[data_container(&[bag])], None));
+        let what = limit_of(&pfx(&[data_container(&[bag])], None));
         assert!(what.contains("shrouded key bag"), "{what}");
 
-        let (what, ..) = limit_of(&pfx(&[encrypted_container(&pbes2(u32::MAX))], None));
+        let what = limit_of(&pfx(&[encrypted_container(&pbes2(u32::MAX))], None));
         assert!(what.contains("encrypted container"), "{what}");
 
         let containers: Vec<Vec<u8>> = (0..20).map(|_| data_container(&[])).collect();
-        let (what, value, _) = limit_of(&pfx(&containers, None));
-        assert_eq!((what.as_str(), value), ("containers", 20));
+        let what = limit_of(&pfx(&containers, None));
+        assert!(what.contains(": containers is 20, at most 8"), "{what}");
     }
 
     #[test]
