@@ -14,13 +14,13 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 use time::OffsetDateTime;
 
-use crate::clock::{rfc3339, saturating_add, to_time};
-use crate::error::Result;
+use crate::clock::{rfc3339, to_time};
+use crate::error::{ErrorKind, Result};
 use crate::file::bundle::BundleFormat;
 use crate::file::certificate::ClientCertificate;
 pub use crate::file::model::FileTimes;
 use crate::file::model::{CredentialFile, UserAssignedIdentityCredentials, read_limited};
-use crate::file::validity::{NOT_BEFORE_SKEW, Window};
+use crate::file::validity::{NOT_BEFORE_SKEW, Window, expiry_warning};
 use crate::token::endpoint;
 
 pub use crate::file::validity::EXPIRES_SOON_MARGIN;
@@ -305,39 +305,33 @@ fn time_problems(
     let mut out = Vec::new();
     let mut push = |severity, kind, message: String| out.push(problem(severity, kind, message));
 
-    // Validity now, as the credential enforces it.
-    let expired = if now > cert.not_after {
-        push(
-            Error,
-            K::Expired,
-            format!("the certificate expired at {}", rfc3339(cert.not_after)),
-        );
-        true
-    } else if let Some(end) = file.not_after.filter(|end| now > *end) {
-        push(
+    // Validity now, as the credential enforces it; then, within it, whether it ends soon.
+    let window = Window::new(file, cert.not_before, cert.not_after);
+    let refusal = window.check(now).err();
+    match refusal.as_ref().map(crate::Error::kind) {
+        Some(ErrorKind::Expired { expired_at, .. }) if *expired_at < cert.not_after => push(
             Error,
             K::Expired,
             format!(
                 "the file's not_after {} has passed (the certificate is valid until {})",
-                rfc3339(end),
+                rfc3339(*expired_at),
                 rfc3339(cert.not_after)
             ),
-        );
-        true
-    } else {
-        false
-    };
-    if saturating_add(now, to_time(NOT_BEFORE_SKEW)) < cert.not_before {
-        push(
+        ),
+        Some(ErrorKind::Expired { expired_at, .. }) => push(
+            Error,
+            K::Expired,
+            format!("the certificate expired at {}", rfc3339(*expired_at)),
+        ),
+        Some(_) => push(
             Error,
             K::NotYetValid,
             format!(
                 "the certificate is not valid until {}",
                 rfc3339(cert.not_before)
             ),
-        );
-    } else if now < cert.not_before {
-        push(
+        ),
+        None if now < cert.not_before => push(
             Warning,
             K::NotYetValid,
             format!(
@@ -345,7 +339,8 @@ fn time_problems(
                 rfc3339(cert.not_before),
                 NOT_BEFORE_SKEW.as_secs() / 60
             ),
-        );
+        ),
+        None => {}
     }
     if let Some(start) = file.not_before.filter(|start| now < *start) {
         push(
@@ -354,16 +349,17 @@ fn time_problems(
             format!("the file's not_before {} is in the future", rfc3339(start)),
         );
     }
-
-    // Rotation.
-    let end = Window::new(file, cert.not_before, cert.not_after).end;
-    if !expired && now >= saturating_add(end, -margin) {
+    let expired = matches!(
+        refusal.as_ref().map(crate::Error::kind),
+        Some(ErrorKind::Expired { .. })
+    );
+    if !expired && expiry_warning(now, None, window.end, margin).is_some() {
         push(
             Warning,
             K::ExpiresSoon,
             format!(
                 "the credential ends at {}, in less than {} days",
-                rfc3339(end),
+                rfc3339(window.end),
                 margin.whole_days()
             ),
         );
