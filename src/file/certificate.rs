@@ -5,13 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use aws_lc_rs::digest;
-use aws_lc_rs::signature::RsaKeyPair;
+use aws_lc_rs::signature::{KeyPair as _, RsaKeyPair};
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::error::{Error, Result};
 use crate::file::bundle::{self, BundleFormat};
-use crate::file::key::{self, LoadedKey};
+use crate::file::key;
 use crate::file::model::UserAssignedIdentityCredentials;
 
 /// Certificate `index` of the bundle cannot be parsed.
@@ -80,16 +80,8 @@ impl ClientCertificate {
     /// password (legacy RC2/3DES with a SHA-1 MAC, or AES-256 with a SHA-256 MAC).
     pub fn from_bundle(bytes: &[u8]) -> Result<Self> {
         let raw = bundle::decode_bundle(bytes)?;
-        let loaded = key::load(raw.key)?;
-        Self::assemble(loaded, raw.certificates, raw.format)
-    }
-
-    fn assemble(
-        loaded: LoadedKey,
-        mut certificates: Vec<Vec<u8>>,
-        format: BundleFormat,
-    ) -> Result<Self> {
-        let public = loaded.public_key_der();
+        let (loaded, mut certificates) = (key::load(raw.key)?, raw.certificates);
+        let public = loaded.pair.public_key().as_ref();
         let mut leaf = None;
         for (index, der) in certificates.iter().enumerate() {
             let (_, cert) =
@@ -124,7 +116,7 @@ impl ClientCertificate {
             sha256,
             not_before,
             not_after,
-            format,
+            format: raw.format,
         })
     }
 
@@ -220,7 +212,7 @@ fn fixed<const N: usize>(d: digest::Digest) -> [u8; N] {
     out
 }
 
-pub(crate) fn hex_lower(bytes: &[u8]) -> String {
+fn hex_lower(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -5,7 +5,7 @@
 //! validates it and keeps it for constant-time signing. AWS-LC wipes the key on drop; the
 //! DER buffers given here are zeroized by their owners.
 
-use aws_lc_rs::signature::{KeyPair, RsaKeyPair};
+use aws_lc_rs::signature::RsaKeyPair;
 use pkcs8::der::Decode;
 
 use crate::error::{Error, Result};
@@ -29,31 +29,17 @@ pub(crate) struct LoadedKey {
     pub bits: usize,
 }
 
-impl LoadedKey {
-    /// The DER `RSAPublicKey` of this key, as it appears in a certificate's SPKI.
-    pub fn public_key_der(&self) -> &[u8] {
-        self.pair.public_key().as_ref()
-    }
-}
-
 /// Load the bundle's key.
 pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
     match raw {
         RawKey::Refused(error) => Err(error),
         RawKey::Pkcs1(der) => load_pkcs1(&der),
         RawKey::Pkcs8(der) => match pkcs8::PrivateKeyInfoRef::from_der(&der) {
-            Ok(info) => {
-                let oid = info.algorithm.oid.to_string();
-                match oid.as_str() {
-                    OID_RSA => {
-                        let bits = rsa_bits(info.private_key.as_bytes())?;
-                        check_bits(bits)?;
-                        let pair = RsaKeyPair::from_pkcs8(&der).map_err(rejected)?;
-                        Ok(LoadedKey { pair, bits })
-                    }
-                    other => Err(unsupported(&algorithm_name(other))),
-                }
-            }
+            // PKCS#8 RSA wraps the PKCS#1 key.
+            Ok(info) => match info.algorithm.oid.to_string().as_str() {
+                OID_RSA => load_pkcs1(info.private_key.as_bytes()),
+                other => Err(unsupported(&algorithm_name(other))),
+            },
             // A `PRIVATE KEY` block holding PKCS#1 content: accepted, as the Go stack does.
             Err(_) => load_pkcs1(&der),
         },
@@ -63,7 +49,8 @@ pub(crate) fn load(raw: RawKey) -> Result<LoadedKey> {
 fn load_pkcs1(der: &[u8]) -> Result<LoadedKey> {
     let bits = rsa_bits(der)?;
     check_bits(bits)?;
-    let pair = RsaKeyPair::from_der(der).map_err(rejected)?;
+    let pair = RsaKeyPair::from_der(der)
+        .map_err(|e| invalid_key(format!("rejected by the signing backend ({e})")))?;
     Ok(LoadedKey { pair, bits })
 }
 
@@ -92,10 +79,6 @@ fn check_bits(bits: usize) -> Result<()> {
         return Err(invalid_key(reason));
     }
     Ok(())
-}
-
-fn rejected(e: aws_lc_rs::error::KeyRejected) -> Error {
-    invalid_key(format!("rejected by the signing backend ({e})"))
 }
 
 fn invalid_key(reason: String) -> Error {

@@ -6,8 +6,10 @@
 //! four that a token needs and names every missing one at once. Unknown keys are ignored.
 //! Keys are snake_case; a file written with camelCase keys gets an error that says so.
 
+use std::collections::HashMap;
 use std::path::Path;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -138,9 +140,7 @@ impl UserAssignedIdentityCredentials {
     pub(crate) fn deserialize(bytes: &[u8]) -> Result<Self> {
         check_size(bytes)?;
         let creds: Self = serde_json::from_slice(bytes).map_err(json_error)?;
-        if creds.any_key_absent() {
-            check_camel_case(bytes)?;
-        }
+        check_camel_case(bytes)?;
         Ok(creds)
     }
 
@@ -202,22 +202,6 @@ impl UserAssignedIdentityCredentials {
             .map_or(0, |s| s.expose_secret().len())
             + 2048
     }
-
-    fn any_key_absent(&self) -> bool {
-        self.authentication_endpoint.is_none()
-            || self.cannot_renew_after.is_none()
-            || self.client_id.is_none()
-            || self.client_secret.is_none()
-            || self.client_secret_url.is_none()
-            || self.custom_claims.is_none()
-            || self.mtls_authentication_endpoint.is_none()
-            || self.not_after.is_none()
-            || self.not_before.is_none()
-            || self.object_id.is_none()
-            || self.renew_after.is_none()
-            || self.resource_id.is_none()
-            || self.tenant_id.is_none()
-    }
 }
 
 /// A credential file parsed and validated once ([`parse`](Self::parse)): its required
@@ -268,10 +252,10 @@ impl<'a> CredentialFile<'a> {
             ("client_secret", client_secret),
         ];
         if let Some((field, _)) = required.iter().find(|(_, v)| v.trim().is_empty()) {
-            return Err(invalid(field, "is empty"));
+            return Err(Error::invalid_field(field, "is empty"));
         }
         if !is_url_safe_tenant(tenant_id) {
-            return Err(invalid("tenant_id", TENANT_RULE));
+            return Err(Error::invalid_field("tenant_id", TENANT_RULE));
         }
         check_guid("client_id", client_id)?;
         if let Some(object_id) = &creds.object_id {
@@ -336,16 +320,16 @@ pub(crate) fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
     read_limited_as(path, CREDENTIAL_FILE)
 }
 
-/// When keys are absent, look for their camelCase spellings: a file written with
-/// camelCase keys should be told so, not just told that keys are missing. Only the keys
-/// are kept; every value is skipped unread, so no copy of `client_secret` is made.
+/// Look for camelCase spellings of absent keys: a file written with camelCase keys should
+/// be told so, not just told that keys are missing. Only the top-level keys are kept;
+/// every value is skipped unread, so no copy of `client_secret` is made.
 fn check_camel_case(bytes: &[u8]) -> Result<()> {
-    let Ok(TopLevelKeys(present)) = serde_json::from_slice::<TopLevelKeys>(bytes) else {
+    let Ok(present) = serde_json::from_slice::<HashMap<String, IgnoredAny>>(bytes) else {
         return Ok(());
     };
     let (keys, expected): (Vec<String>, Vec<String>) = KEYS
         .iter()
-        .filter(|(snake, camel)| present.contains(camel) && !present.contains(snake))
+        .filter(|(snake, camel)| present.contains_key(*camel) && !present.contains_key(*snake))
         .map(|(snake, camel)| ((*camel).to_owned(), (*snake).to_owned()))
         .unzip();
     if keys.is_empty() {
@@ -356,59 +340,6 @@ fn check_camel_case(bytes: &[u8]) -> Result<()> {
             "found camelCase key(s) {keys}; credential files use snake_case keys (e.g. {expected})"
         );
         Err(Error::file("camel_case_keys", None, message))
-    }
-}
-
-/// The schema's keys (snake_case or camelCase) present at the top level of a JSON object.
-struct TopLevelKeys(Vec<&'static str>);
-
-impl<'de> Deserialize<'de> for TopLevelKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = TopLevelKeys;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<TopLevelKeys, A::Error> {
-                let mut present = Vec::new();
-                while let Some(key) = map.next_key::<KnownKey>()? {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    if let KnownKey(Some(k)) = key {
-                        present.push(k);
-                    }
-                }
-                Ok(TopLevelKeys(present))
-            }
-        }
-        deserializer.deserialize_map(Visitor)
-    }
-}
-
-/// A key, kept only when it is one of the schema's spellings (so the key text itself is
-/// never copied: JSON keys of any length are compared in place).
-struct KnownKey(Option<&'static str>);
-
-impl<'de> Deserialize<'de> for KnownKey {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = KnownKey;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<KnownKey, E> {
-                Ok(KnownKey(
-                    KEYS.iter()
-                        .flat_map(|(snake, camel)| [*snake, *camel])
-                        .find(|k| *k == key),
-                ))
-            }
-        }
-        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -423,9 +354,9 @@ pub(crate) fn parse_time(
             .map_err(|e| {
                 // A short prefix says which value it was; `time`'s own message quotes
                 // nothing of the input.
-                invalid(
+                Error::invalid_field(
                     field,
-                    &format!("`{}` is not an RFC 3339 time ({e})", quoted_input(v)),
+                    format!("`{}` is not an RFC 3339 time ({e})", quoted_input(v)),
                 )
             }),
     }
@@ -446,9 +377,9 @@ fn check_guid(field: &'static str, value: &str) -> Result<()> {
     if is_guid(value) {
         return Ok(());
     }
-    Err(invalid(
+    Err(Error::invalid_field(
         field,
-        &format!(
+        format!(
             "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
             quoted_input(value)
         ),
@@ -476,18 +407,14 @@ fn check_resource_id(value: &str) -> Result<()> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(invalid(
+        Some(reason) => Err(Error::invalid_field(
             "resource_id",
-            &format!(
+            format!(
                 "`{}` is not an Azure resource id: it {reason}",
                 quoted_input(value)
             ),
         )),
     }
-}
-
-fn invalid(field: &'static str, reason: &str) -> Error {
-    Error::invalid_field(field, reason)
 }
 
 /// Compact JSON of a value that holds a secret, in one pass. `size_hint` is the expected

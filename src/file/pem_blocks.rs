@@ -58,36 +58,21 @@ impl Block<'_> {
             text.extend(line.iter().filter(|b| !is_space(**b)));
         }
         let mut out = Zeroizing::new(Vec::with_capacity(text.len().div_ceil(4) * 3 + 3));
-        STANDARD
-            .decode_vec(text.as_slice(), &mut out)
-            .map_err(|e| {
-                let line_of = |offset: usize| {
-                    starts
-                        .iter()
-                        .rev()
-                        .find(|(start, _)| *start <= offset)
-                        .map_or(self.line + 1, |(_, line)| *line)
-                };
-                let what = self.describe();
-                match e {
-                    base64::DecodeError::InvalidByte(offset, _) => {
-                        format!(
-                            "{what}: a character that is not base64 on line {}",
-                            line_of(offset)
-                        )
-                    }
-                    base64::DecodeError::InvalidLastSymbol(offset, _) => format!(
-                        "{what}: the base64 body ends in a symbol with trailing bits set (line {})",
-                        line_of(offset)
-                    ),
-                    base64::DecodeError::InvalidLength(len) => format!(
-                        "{what}: the base64 body has {len} characters, which is not a valid length"
-                    ),
-                    base64::DecodeError::InvalidPadding => {
-                        format!("{what}: the base64 body has invalid padding")
-                    }
-                }
-            })?;
+        STANDARD.decode_vec(&*text, &mut out).map_err(|e| {
+            use base64::DecodeError as D;
+            let (reason, offset) = match e {
+                D::InvalidByte(at, _) => ("a character that is not base64", at),
+                D::InvalidLastSymbol(at, _) => ("a last symbol with trailing bits set", at),
+                D::InvalidLength(_) => ("an invalid length", text.len()),
+                D::InvalidPadding => ("invalid padding", text.len()),
+            };
+            let line = (starts.iter().rev().find(|(start, _)| *start <= offset))
+                .map_or(self.line + 1, |(_, line)| *line);
+            format!(
+                "{}: the base64 body has {reason} (line {line})",
+                self.describe()
+            )
+        })?;
         Ok(out)
     }
 
