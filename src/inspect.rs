@@ -404,24 +404,15 @@ fn time_problems(
             );
         }
     }
-    let ordered = [
-        ("not_before", file.not_before, "not_after", file.not_after),
-        ("renew_after", file.renew_after, "not_after", file.not_after),
-        (
-            "not_before",
-            file.not_before,
-            "renew_after",
-            file.renew_after,
-        ),
-        (
-            "renew_after",
-            file.renew_after,
-            "cannot_renew_after",
-            file.cannot_renew_after,
-        ),
+    let times = [
+        ("not_before", file.not_before),
+        ("not_after", file.not_after),
+        ("renew_after", file.renew_after),
+        ("cannot_renew_after", file.cannot_renew_after),
     ];
-    for (early, a, late, b) in ordered {
-        if let (Some(a), Some(b)) = (a, b)
+    // Each pair: the earlier, then the later (indices into `times`).
+    for (early, late) in [(0, 1), (2, 1), (0, 2), (2, 3)] {
+        if let ((early, Some(a)), (late, Some(b))) = (times[early], times[late])
             && a > b
         {
             push(
@@ -431,28 +422,13 @@ fn time_problems(
             );
         }
     }
-    for (field, value, consequence) in [
-        (
-            "not_before",
-            file.not_before,
-            "rotation compares the certificate's notBefore instead",
-        ),
-        (
-            "not_after",
-            file.not_after,
-            "the certificate's notAfter is the only end",
-        ),
-        (
-            "renew_after",
-            file.renew_after,
-            "no rotation deadline is known",
-        ),
-        (
-            "cannot_renew_after",
-            file.cannot_renew_after,
-            "no renewal deadline is known",
-        ),
-    ] {
+    let consequences = [
+        "rotation compares the certificate's notBefore instead",
+        "the certificate's notAfter is the only end",
+        "no rotation deadline is known",
+        "no renewal deadline is known",
+    ];
+    for ((field, value), consequence) in times.into_iter().zip(consequences) {
         if value.is_none() {
             push(
                 Info,

@@ -393,28 +393,18 @@ const MAX_RESOURCE_ID_LEN: usize = 1024;
 /// Pure: `value` has the shape of an ARM resource id: `/subscriptions/...`, printable
 /// ASCII without spaces, at most [`MAX_RESOURCE_ID_LEN`] bytes.
 fn check_resource_id(value: &str) -> Result<()> {
-    let reason = if value.len() > MAX_RESOURCE_ID_LEN {
-        Some(format!("is longer than {MAX_RESOURCE_ID_LEN} bytes"))
-    } else if !value.bytes().all(|b| b.is_ascii_graphic()) {
-        Some("may hold only printable ASCII without spaces".to_owned())
-    } else if !value
-        .get(..15)
-        .is_some_and(|p| p.eq_ignore_ascii_case("/subscriptions/"))
-    {
-        Some("does not start with `/subscriptions/`".to_owned())
-    } else {
-        None
-    };
-    match reason {
-        None => Ok(()),
-        Some(reason) => Err(Error::invalid_field(
-            "resource_id",
-            format!(
-                "`{}` is not an Azure resource id: it {reason}",
-                quoted_input(value)
-            ),
-        )),
+    let shaped = value.len() <= MAX_RESOURCE_ID_LEN
+        && value.bytes().all(|b| b.is_ascii_graphic())
+        && (value.get(..15)).is_some_and(|p| p.eq_ignore_ascii_case("/subscriptions/"));
+    if shaped {
+        return Ok(());
     }
+    let reason = format!(
+        "`{}` is not an Azure resource id (`/subscriptions/...`, printable ASCII without \
+         spaces, at most {MAX_RESOURCE_ID_LEN} bytes)",
+        quoted_input(value)
+    );
+    Err(Error::invalid_field("resource_id", reason))
 }
 
 /// Compact JSON of a value that holds a secret, in one pass. `size_hint` is the expected

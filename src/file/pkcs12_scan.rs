@@ -88,7 +88,7 @@ pub(crate) fn scan(archive: &[u8]) -> Result<usize, Error> {
             MAX_PKCS12_CONTAINERS as u64,
         ));
     }
-    let mut scan = Scan::default();
+    let mut bags = 0;
     let mut items = safes.contents();
     while !items.is_empty() {
         let (info, rest) = items.next(SEQUENCE)?;
@@ -97,8 +97,8 @@ pub(crate) fn scan(archive: &[u8]) -> Result<usize, Error> {
         let (explicit, _) = content.next(CONTEXT_0)?;
         if oid.bytes == OID_DATA {
             let (octets, _) = explicit.contents().next(OCTET_STRING)?;
-            let (bags, _) = Tlv::read(octets.bytes, octets.offset, SEQUENCE)?;
-            scan.bags(bags, 0)?;
+            let (contents, _) = Tlv::read(octets.bytes, octets.offset, SEQUENCE)?;
+            scan_bags(contents, 0, &mut bags)?;
         } else if oid.bytes == OID_ENCRYPTED_DATA {
             // EncryptedData ::= SEQUENCE { version, EncryptedContentInfo ::= SEQUENCE {
             //   contentType, contentEncryptionAlgorithm, [0] encryptedContent } }
@@ -110,59 +110,46 @@ pub(crate) fn scan(archive: &[u8]) -> Result<usize, Error> {
         }
         // Other content types: the decoder refuses them without deriving a key.
     }
-    Ok(scan.bags)
+    Ok(bags)
 }
 
-#[derive(Default)]
-struct Scan {
-    bags: usize,
-}
-
-impl Scan {
-    fn bags(&mut self, safe_contents: Tlv<'_>, depth: usize) -> Result<(), Error> {
-        if depth > 2 {
-            return Err(malformed(safe_contents.offset, "bags nested too deeply"));
-        }
-        // Count first: the bound holds before any bag is looked into.
-        self.bags += count(safe_contents.contents())?;
-        if self.bags > MAX_PKCS12_BAGS {
-            return Err(limit("bags", self.bags as u64, MAX_PKCS12_BAGS as u64));
-        }
-        let mut bags = safe_contents.contents();
-        while !bags.is_empty() {
-            let (bag, rest) = bags.next(SEQUENCE)?;
-            bags = rest;
-            let (bag_id, after) = bag.contents().next(OID)?;
-            let kind = bag_id
-                .bytes
-                .strip_prefix(OID_BAG_PREFIX)
-                .and_then(|tail| match tail {
-                    [n] => Some(*n),
-                    _ => None,
-                });
-            let (value, _) = after.next(CONTEXT_0)?;
-            match kind {
-                Some(BAG_SHROUDED_KEY) => {
-                    let (info, _) = value.contents().next(SEQUENCE)?;
-                    let (algorithm, _) = info.contents().next(SEQUENCE)?;
-                    check_encryption(&algorithm, "a shrouded key bag")?;
-                }
-                Some(BAG_SECRET) => {
-                    return Err(unreadable(format!(
-                        "the secret bag at byte {} is not supported (only certificate and key \
-                         bags are)",
-                        bag.offset
-                    )));
-                }
-                Some(BAG_SAFE_CONTENTS) => {
-                    let (nested, _) = value.contents().next(SEQUENCE)?;
-                    self.bags(nested, depth + 1)?;
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+/// Check a `SafeContents`' bags, adding their number to `seen`.
+fn scan_bags(safe_contents: Tlv<'_>, depth: usize, seen: &mut usize) -> Result<(), Error> {
+    if depth > 2 {
+        return Err(malformed(safe_contents.offset, "bags nested too deeply"));
     }
+    // Count first: the bound holds before any bag is looked into.
+    *seen += count(safe_contents.contents())?;
+    if *seen > MAX_PKCS12_BAGS {
+        return Err(limit("bags", *seen as u64, MAX_PKCS12_BAGS as u64));
+    }
+    let mut bags = safe_contents.contents();
+    while !bags.is_empty() {
+        let (bag, rest) = bags.next(SEQUENCE)?;
+        bags = rest;
+        let (bag_id, after) = bag.contents().next(OID)?;
+        let (value, _) = after.next(CONTEXT_0)?;
+        match bag_id.bytes.strip_prefix(OID_BAG_PREFIX) {
+            Some([BAG_SHROUDED_KEY]) => {
+                let (info, _) = value.contents().next(SEQUENCE)?;
+                let (algorithm, _) = info.contents().next(SEQUENCE)?;
+                check_encryption(&algorithm, "a shrouded key bag")?;
+            }
+            Some([BAG_SECRET]) => {
+                return Err(unreadable(format!(
+                    "the secret bag at byte {} is not supported (only certificate and key \
+                     bags are)",
+                    bag.offset
+                )));
+            }
+            Some([BAG_SAFE_CONTENTS]) => {
+                let (nested, _) = value.contents().next(SEQUENCE)?;
+                scan_bags(nested, depth + 1, seen)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The iteration count of an encryption `AlgorithmIdentifier`, checked; unknown schemes
