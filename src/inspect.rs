@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::clock::{rfc3339, to_time};
@@ -115,7 +115,6 @@ pub struct CertificateSummary {
     /// RSA modulus size, in bits.
     pub key_bits: usize,
     /// PEM or PKCS#12; serialized as `"pem"` or `"pkcs12"`.
-    #[serde(serialize_with = "serialize_format")]
     pub bundle_format: BundleFormat,
 }
 
@@ -183,16 +182,6 @@ impl CredentialReport {
         expiry_margin: Duration,
     ) -> Result<Self> {
         let file = CredentialFile::parse(creds)?;
-        Self::of(&file, cert, now, expiry_margin)
-    }
-
-    /// The report of a parsed file.
-    fn of(
-        file: &CredentialFile<'_>,
-        cert: &ClientCertificate,
-        now: OffsetDateTime,
-        expiry_margin: Duration,
-    ) -> Result<Self> {
         let certificate = CertificateSummary {
             subject: cert.subject()?,
             issuer: cert.issuer()?,
@@ -241,11 +230,9 @@ impl CredentialReport {
     ) -> Result<Self> {
         let path = path.as_ref();
         let report = || {
-            let bytes = read_limited(path)?;
-            let creds = UserAssignedIdentityCredentials::deserialize(&bytes)?;
-            let file = CredentialFile::parse(&creds)?;
-            let cert = ClientCertificate::from_base64(file.client_secret)?;
-            Self::of(&file, &cert, now, expiry_margin)
+            let creds = UserAssignedIdentityCredentials::from_slice(&read_limited(path)?)?;
+            let cert = ClientCertificate::from_credentials(&creds)?;
+            Self::new(&creds, &cert, now, expiry_margin)
         };
         report().map_err(|e| e.with_path(path))
     }
@@ -446,13 +433,6 @@ fn problem(severity: Severity, kind: ProblemKind, message: String) -> Problem {
         kind,
         message,
     }
-}
-
-fn serialize_format<S: Serializer>(format: &BundleFormat, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(match format {
-        BundleFormat::Pem => "pem",
-        BundleFormat::Pkcs12 => "pkcs12",
-    })
 }
 
 #[cfg(test)]

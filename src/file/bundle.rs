@@ -13,8 +13,9 @@ use crate::file::{pem_blocks, pkcs12_scan};
 /// At most this many certificates are accepted in one bundle.
 pub const MAX_CERTIFICATES: usize = 32;
 
-/// Which container the bundle came in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which container the bundle came in. Serializes (serde) as `"pem"` or `"pkcs12"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum BundleFormat {
     /// PEM blocks.
@@ -49,7 +50,7 @@ pub(crate) fn decode_base64(secret: &str) -> Result<Zeroizing<Vec<u8>>> {
         .map_err(|e| {
             let reason = describe_base64_error(&e);
             let message = format!("`client_secret` is not valid base64: {reason}");
-            Error::file("secret_not_base64", Some("client_secret"), message)
+            secret_error("secret_not_base64", message)
         })?;
     Ok(out)
 }
@@ -89,10 +90,11 @@ fn decode_pem(bytes: &[u8]) -> Result<RawBundle> {
                 keys.push(RawKey::Refused(encrypted("PKCS#8 EncryptedPrivateKeyInfo")));
             }
             Some("EC PRIVATE KEY") => {
-                keys.push(RawKey::Refused(Error::file(
+                let message = "the private key is EC (SEC1 `EC PRIVATE KEY`); only RSA keys \
+                               are supported";
+                keys.push(RawKey::Refused(secret_error(
                     "unsupported_key_type",
-                    Some("client_secret"),
-                    "the private key is EC (SEC1 `EC PRIVATE KEY`); only RSA keys are supported",
+                    message,
                 )));
             }
             _ => {
@@ -132,61 +134,48 @@ fn finish(
     certificates: Vec<Vec<u8>>,
     mut keys: Vec<RawKey>,
 ) -> Result<RawBundle> {
-    if certificates.len() > MAX_CERTIFICATES {
-        let count = certificates.len();
+    let (count, holds) = (certificates.len(), "the certificate bundle holds");
+    let refused = if count > MAX_CERTIFICATES {
+        let message =
+            format!("{holds} {count} certificates; at most {MAX_CERTIFICATES} are accepted");
+        secret_error("too_many_certificates", message)
+    } else if keys.len() > 1 {
         let message = format!(
-            "the certificate bundle holds {count} certificates; at most {MAX_CERTIFICATES} are accepted"
+            "{holds} {} private keys; exactly one is expected",
+            keys.len()
         );
-        return Err(Error::file(
-            "too_many_certificates",
-            Some("client_secret"),
-            message,
-        ));
-    }
-    let key = match keys.len() {
-        0 => {
-            return Err(Error::file(
-                "no_private_key",
-                Some("client_secret"),
-                "the certificate bundle holds no private key",
-            ));
+        secret_error("multiple_private_keys", message)
+    } else if let Some(key) = keys.pop() {
+        if count == 0 {
+            secret_error("no_certificate", format!("{holds} no certificate"))
+        } else {
+            return Ok(RawBundle {
+                format,
+                certificates,
+                key,
+            });
         }
-        1 => keys.remove(0),
-        count => {
-            let message = format!(
-                "the certificate bundle holds {count} private keys; exactly one is expected"
-            );
-            return Err(Error::file(
-                "multiple_private_keys",
-                Some("client_secret"),
-                message,
-            ));
-        }
+    } else {
+        secret_error("no_private_key", format!("{holds} no private key"))
     };
-    if certificates.is_empty() {
-        return Err(Error::file(
-            "no_certificate",
-            Some("client_secret"),
-            "the certificate bundle holds no certificate",
-        ));
-    }
-    Ok(RawBundle {
-        format,
-        certificates,
-        key,
-    })
+    Err(refused)
+}
+
+/// A refusal of the certificate bundle: `code` from the table, about `client_secret`.
+pub(crate) fn secret_error(code: &'static str, message: impl Into<String>) -> Error {
+    Error::file(code, Some("client_secret"), message)
 }
 
 fn unknown_format(reason: &str) -> Error {
     let message =
         format!("`client_secret` holds neither a PEM bundle nor a PKCS#12 (PFX) archive: {reason}");
-    Error::file("unknown_bundle_format", Some("client_secret"), message)
+    secret_error("unknown_bundle_format", message)
 }
 
 fn encrypted(format: &str) -> Error {
     let message =
         format!("the private key is encrypted ({format}); an unencrypted key is required");
-    Error::file("encrypted_private_key", Some("client_secret"), message)
+    secret_error("encrypted_private_key", message)
 }
 
 fn describe_base64_error(e: &base64::DecodeError) -> String {

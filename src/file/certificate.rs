@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::error::{Error, Result};
-use crate::file::bundle::{self, BundleFormat};
+use crate::file::bundle::{self, BundleFormat, secret_error};
 use crate::file::key;
 use crate::file::model::UserAssignedIdentityCredentials;
 
@@ -21,7 +21,7 @@ fn invalid_certificate(
 ) -> Error {
     let reason = crate::parser_errors::x509(e);
     let message = format!("certificate #{index} in the bundle cannot be parsed: {reason}");
-    Error::file("invalid_certificate", Some("client_secret"), message)
+    secret_error("invalid_certificate", message)
 }
 
 /// A decoded certificate bundle, ready to sign client assertions.
@@ -99,7 +99,7 @@ impl ClientCertificate {
             leaf.ok_or_else(|| {
                 let checked = certificates.len();
                 let message = format!("no certificate in the bundle matches the private key ({checked} certificate(s) checked)");
-                Error::file("no_matching_certificate", Some("client_secret"), message)
+                secret_error("no_matching_certificate", message)
             })?;
         let leaf_der = certificates.remove(index);
         certificates.insert(0, leaf_der);

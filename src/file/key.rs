@@ -9,7 +9,7 @@ use aws_lc_rs::signature::RsaKeyPair;
 use pkcs8::der::Decode;
 
 use crate::error::{Error, Result};
-use crate::file::bundle::RawKey;
+use crate::file::bundle::{RawKey, secret_error};
 
 /// RSA keys shorter than this are refused.
 pub const MIN_RSA_BITS: usize = 2048;
@@ -72,7 +72,7 @@ fn rsa_bits(pkcs1_der: &[u8]) -> Result<usize> {
 fn check_bits(bits: usize) -> Result<()> {
     if bits < MIN_RSA_BITS {
         let message = format!("the RSA key has {bits} bits; at least {MIN_RSA_BITS} are required");
-        return Err(Error::file("key_too_small", Some("client_secret"), message));
+        return Err(secret_error("key_too_small", message));
     }
     if bits > MAX_RSA_BITS {
         let reason = format!("the RSA key has {bits} bits; at most {MAX_RSA_BITS} are supported");
@@ -83,13 +83,13 @@ fn check_bits(bits: usize) -> Result<()> {
 
 fn invalid_key(reason: String) -> Error {
     let message = format!("the private key cannot be decoded: {reason}");
-    Error::file("invalid_private_key", Some("client_secret"), message)
+    secret_error("invalid_private_key", message)
 }
 
 /// A private key that is not RSA (`EC`, ...).
 fn unsupported(algorithm: &str) -> Error {
     let message = format!("the private key is {algorithm}; only RSA keys are supported");
-    Error::file("unsupported_key_type", Some("client_secret"), message)
+    secret_error("unsupported_key_type", message)
 }
 
 fn algorithm_name(oid: &str) -> String {
