@@ -253,31 +253,22 @@ impl CredentialReport {
 
 /// The token URL, or the problem with the authority.
 fn check_authority(authority: &str, tenant: &str) -> (Option<String>, Option<Problem>) {
-    let url = |authority| Some(endpoint::token_url(&authority, tenant).to_string());
-    match endpoint::authority(authority, false) {
-        Ok(authority) => (url(authority), None),
-        Err(strict) => match endpoint::authority(authority, true) {
-            Ok(authority) => (
-                url(authority),
-                Some(problem(
-                    Severity::Warning,
-                    ProblemKind::Authority,
-                    "the authority is plain http on a loopback host: usable only with \
-                     `allow_http_loopback` (tests and local emulators)"
-                        .to_owned(),
-                )),
-            ),
-            Err(_) => (
-                None,
-                Some(problem(
-                    Severity::Error,
-                    ProblemKind::Authority,
-                    strict.kind().to_string(),
-                )),
-            ),
-        },
-    }
+    let strict = endpoint::authority(authority, false);
+    let loopback = endpoint::authority(authority, true);
+    let found = match (&strict, &loopback) {
+        (Ok(_), _) => None,
+        (Err(_), Ok(_)) => Some((Severity::Warning, LOOPBACK_AUTHORITY.to_owned())),
+        (Err(e), Err(_)) => Some((Severity::Error, e.kind().to_string())),
+    };
+    let url = (strict.or(loopback).ok()).map(|a| endpoint::token_url(&a, tenant).to_string());
+    (
+        url,
+        found.map(|(severity, text)| problem(severity, ProblemKind::Authority, text)),
+    )
 }
+
+const LOOPBACK_AUTHORITY: &str = "the authority is plain http on a loopback host: usable only \
+                                  with `allow_http_loopback` (tests and local emulators)";
 
 /// Pure: every problem with the credential's times at `now`.
 fn time_problems(

@@ -17,11 +17,6 @@ pub const MIN_RSA_BITS: usize = 2048;
 pub const MAX_RSA_BITS: usize = 8192;
 
 const OID_RSA: &str = "1.2.840.113549.1.1.1";
-const OID_RSA_PSS: &str = "1.2.840.113549.1.1.10";
-const OID_EC: &str = "1.2.840.10045.2.1";
-const OID_ED25519: &str = "1.3.101.112";
-const OID_ED448: &str = "1.3.101.113";
-const OID_DSA: &str = "1.2.840.10040.4.1";
 
 /// A loaded RSA private key.
 pub(crate) struct LoadedKey {
@@ -94,11 +89,11 @@ fn unsupported(algorithm: &str) -> Error {
 
 fn algorithm_name(oid: &str) -> String {
     match oid {
-        OID_EC => "EC".to_owned(),
-        OID_ED25519 => "Ed25519".to_owned(),
-        OID_ED448 => "Ed448".to_owned(),
-        OID_DSA => "DSA".to_owned(),
-        OID_RSA_PSS => "RSASSA-PSS (restricted RSA key)".to_owned(),
+        "1.2.840.10045.2.1" => "EC".to_owned(),
+        "1.3.101.112" => "Ed25519".to_owned(),
+        "1.3.101.113" => "Ed448".to_owned(),
+        "1.2.840.10040.4.1" => "DSA".to_owned(),
+        "1.2.840.113549.1.1.10" => "RSASSA-PSS (restricted RSA key)".to_owned(),
         other => format!("an unsupported algorithm (OID {other})"),
     }
 }

@@ -253,9 +253,19 @@ impl<'a> CredentialFile<'a> {
         if !is_url_safe_tenant(tenant_id) {
             return Err(Error::invalid_field("tenant_id", TENANT_RULE));
         }
-        check_guid("client_id", client_id)?;
-        if let Some(object_id) = &creds.object_id {
-            check_guid("object_id", object_id)?;
+        let ids = [
+            ("client_id", Some(client_id)),
+            ("object_id", creds.object_id.as_deref()),
+        ];
+        if let Some((field, Some(id))) = ids
+            .into_iter()
+            .find(|(_, id)| id.is_some_and(|id| !is_guid(id)))
+        {
+            let reason = format!(
+                "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
+                quoted_input(id)
+            );
+            return Err(Error::invalid_field(field, reason));
         }
         if let Some(resource_id) = &creds.resource_id {
             check_resource_id(resource_id)?;
@@ -367,19 +377,6 @@ pub(crate) fn is_guid(value: &str) -> bool {
             .next()
             .is_some_and(|g| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
     }) && groups.next().is_none()
-}
-
-fn check_guid(field: &'static str, value: &str) -> Result<()> {
-    if is_guid(value) {
-        return Ok(());
-    }
-    Err(Error::invalid_field(
-        field,
-        format!(
-            "`{}` is not a GUID (8-4-4-4-12 hexadecimal digits)",
-            quoted_input(value)
-        ),
-    ))
 }
 
 /// The longest `resource_id` accepted (an ARM id of a user-assigned identity is well

@@ -43,14 +43,12 @@ impl Window {
         leaf_not_before: OffsetDateTime,
         leaf_not_after: OffsetDateTime,
     ) -> Self {
-        let end = match times.not_after {
-            Some(file_end) if file_end < leaf_not_after => file_end,
-            _ => leaf_not_after,
-        };
         Window {
             not_before: times.not_before.unwrap_or(leaf_not_before),
             leaf_not_before,
-            end,
+            end: times
+                .not_after
+                .map_or(leaf_not_after, |end| end.min(leaf_not_after)),
         }
     }
 
