@@ -733,6 +733,7 @@ mod tests {
     fn coded_in_sources() -> Vec<(String, ErrorCategory)> {
         let shapes = [
             ("Error::file(", Cred),
+            ("secret_error(", Cred), // the bundle's refusals: Error::file about client_secret
             ("Error::config(", Cfg),
             ("Error::answer(", Svc),
             ("Error::abandoned(", Cfg),
