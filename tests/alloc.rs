@@ -65,7 +65,10 @@ fn assert_counters_see_an_allocation() {
         drop(probe);
         grew && live_bytes() == b0
     });
-    assert!(seen, "the heap counter never saw a 64-byte allocation come and go");
+    assert!(
+        seen,
+        "the heap counter never saw a 64-byte allocation come and go"
+    );
 }
 
 /// A credential made in `rt`'s context.

@@ -22,6 +22,9 @@ use crate::serve::answer::{self, Refusal};
 use crate::serve::identity::Identities;
 use crate::serve::limit::{RATE_LIMITED_RETRY_AFTER, RateLimiter, budgeted};
 use crate::serve::listener::Trusted;
+use crate::serve::probe::{
+    PROBE_ANSWER_HEADER, PROBE_NONCE_HEADER, PROBE_PROOF_HEADER, ProbeNonces, answer_proof,
+};
 use crate::serve::request::{self, HEALTH_PATH, IDENTITY_HEADER_NAME, Route};
 use crate::serve::secret::IdentityHeaderSecret;
 use crate::telemetry;
@@ -32,6 +35,8 @@ use msi_dataplane::{Clock, ErrorKind};
 pub(crate) struct State {
     pub(crate) identities: Identities,
     pub(crate) secret: ArcSwap<IdentityHeaderSecret>,
+    /// The nonces of the probe's proofs accepted lately (a replay is refused).
+    pub(crate) probe_nonces: ProbeNonces,
     pub(crate) token_path: String,
     /// Token requests that reach the token endpoint (new requests, not joined ones).
     pub(crate) token_requests: Option<RateLimiter>,
@@ -122,16 +127,33 @@ async fn answer_request(state: &State, req: Request<Incoming>) -> Response<Full<
     let secret_ok = presented.is_some_and(|p| state.secret.load().matches(p));
     if route == Route::Health {
         let now = state.clock.now();
+        // The probe proves the secret without sending it, and is answered with a proof.
+        let nonce = headers.get(PROBE_NONCE_HEADER).map(HeaderValue::as_bytes);
+        let proof = headers.get(PROBE_PROOF_HEADER).map(HeaderValue::as_bytes);
+        let proven = nonce.zip(proof).and_then(|(nonce, proof)| {
+            let key = state.probe_nonces.check(
+                &state.secret.load(),
+                nonce,
+                proof,
+                now.unix_timestamp(),
+            )?;
+            Some((key, nonce))
+        });
         let report: Vec<_> = state
             .identities
             .all()
             .iter()
             .map(|i| i.health(now))
             .collect();
-        let (status, body) = answer::health(&report, secret_ok);
-        let response = json(status, body);
-        // The probe (`msi-credential probe` sends the secret) is never limited; the bare
-        // status for a caller without it has the refusals' budget.
+        let (status, body) = answer::health(&report, secret_ok || proven.is_some());
+        let answer = proven.map(|(key, nonce)| answer_proof(&key, nonce, status, &body));
+        let mut response = json(status, body);
+        if let Some(answer) = answer.and_then(|a| HeaderValue::from_str(&a).ok()) {
+            response.headers_mut().insert(PROBE_ANSWER_HEADER, answer);
+            return trusted(response);
+        }
+        // A caller with the secret is never limited; the bare status for a caller without
+        // it has the refusals' budget.
         return match secret_ok {
             true => trusted(response),
             false => budgeted(&state.refusals, response),

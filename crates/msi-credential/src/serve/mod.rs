@@ -82,11 +82,13 @@
 //!   narrows all of this to the resources the pod's applications need.
 //!
 //! - **Health**: `GET /healthz`: 200 when every identity's credential is within its
-//!   validity, else 503. With the secret: the identities' details (client ids,
-//!   thumbprints, times), never limited; the sidecar's probes run `msi-credential probe
-//!   --secret-file` with the server's secret file (kubelet's `httpGet` probes come from
-//!   outside the pod and cannot reach loopback). Without it: the status alone, within the
-//!   budget of answers to callers without the secret.
+//!   validity, else 503. With the secret, or a proof of it ([`ProbeChallenge`]: the
+//!   secret is never sent, and the answer carries the server's own proof): the
+//!   identities' details (client ids, thumbprints, times), never limited; the sidecar's
+//!   probes run `msi-credential probe --secret-file` with the server's secret file
+//!   (kubelet's `httpGet` probes come from outside the pod and cannot reach loopback).
+//!   Without it: the status alone, within the budget of answers to callers without the
+//!   secret.
 //! - **Metrics**: [`MetricsServer`] serves a rendering of the process's metrics on
 //!   `GET /metrics` on the same bounded listener, with limits of its own
 //!   ([`MetricsServerOptions`]), on a thread of its own at a lower scheduling priority,
@@ -244,6 +246,7 @@ mod identity;
 mod limit;
 mod listener;
 mod metrics_server;
+mod probe;
 mod request;
 mod secret;
 mod server;
@@ -254,6 +257,9 @@ pub use error::{Result, ServeError};
 pub use identity::{SERVED_TOKEN_REFRESH_WINDOW, ServedIdentity};
 pub use listener::{HEAD_LIMIT_BYTES, MAX_CONNECTIONS_LIMIT};
 pub use metrics_server::{METRICS_CONTENT_TYPE, METRICS_PATH, MetricsServer, MetricsServerOptions};
+pub use probe::{
+    PROBE_ANSWER_HEADER, PROBE_NONCE_HEADER, PROBE_PROOF_HEADER, PROBE_WINDOW, ProbeChallenge,
+};
 pub use request::HEALTH_PATH;
 pub use request::{
     APP_SERVICE_API_VERSION, IDENTITY_HEADER_NAME, MAX_HEADER_BYTES, MAX_HEADER_COUNT,

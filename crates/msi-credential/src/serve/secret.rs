@@ -175,6 +175,16 @@ impl IdentityHeaderSecret {
         self.previous.is_some()
     }
 
+    /// The current secret's digest: the probe's key.
+    pub(crate) fn key(&self) -> [u8; 32] {
+        self.current
+    }
+
+    /// The digests of every accepted secret: the keys a probe's proof may be made with.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = [u8; 32]> {
+        std::iter::once(self.current).chain(self.previous)
+    }
+
     /// Whether `other` accepts the same secrets (digests compared).
     pub(crate) fn same_secrets(&self, other: &IdentityHeaderSecret) -> bool {
         self.current == other.current && self.previous == other.previous

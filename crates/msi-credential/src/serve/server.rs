@@ -322,6 +322,7 @@ impl TokenServer {
         let state = Arc::new(State {
             identities,
             secret: ArcSwap::from_pointee(secret),
+            probe_nonces: Default::default(),
             token_path: options.token_path.clone(),
             token_requests: options
                 .max_token_requests_per_second

@@ -9,6 +9,9 @@ use crate::support;
 use std::process::Command;
 use std::time::Duration;
 
+use msi_credential::serve::{
+    PROBE_ANSWER_HEADER, PROBE_NONCE_HEADER, PROBE_PROOF_HEADER, ProbeChallenge,
+};
 use msi_dataplane_testing::{EntraServer, TempDir};
 use serving::{ARM, Mounted, SECRET};
 
@@ -83,6 +86,35 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
         Some(2),
         "an unusable secret: {refused:?}"
     );
+    // The probe's proof, as the server sees it: a good one once gets the details and the
+    // server's own proof; its replay, and a proof made with another secret, get the bare
+    // status and no proof.
+    let ask = |challenge: &ProbeChallenge| {
+        client
+            .get(&health)
+            .header(PROBE_NONCE_HEADER, challenge.nonce())
+            .header(PROBE_PROOF_HEADER, challenge.proof())
+            .send()
+    };
+    let good = ProbeChallenge::new(SECRET, unix_now()).unwrap();
+    for (challenge, proven) in [
+        (&good, true),
+        (&good, false),
+        (
+            &ProbeChallenge::new("another-secret-0123456789", unix_now()).unwrap(),
+            false,
+        ),
+    ] {
+        let answer = ask(challenge).await.unwrap();
+        let status = answer.status().as_u16();
+        let proof = answer.headers().get(PROBE_ANSWER_HEADER).cloned();
+        let body = answer.bytes().await.unwrap();
+        let details = String::from_utf8_lossy(&body).contains(&a.identity.client_id);
+        assert_eq!((status, details, proof.is_some()), (200, proven, proven));
+        if let Some(proof) = proof {
+            assert!(challenge.verifies(status, &body, proof.as_bytes()));
+        }
+    }
     // SIGTERM, as Kubernetes stops a container.
     assert_eq!(stop(child), Some(0));
     // Nothing listens now: the probe says so.
@@ -91,6 +123,78 @@ async fn serve_answers_tokens_and_probes_until_sigterm() {
         .output()
         .unwrap();
     assert_eq!(probe.status.code(), Some(7), "{probe:?}");
+}
+
+fn unix_now() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(now.unwrap().as_secs()).unwrap()
+}
+
+/// While the sidecar is down, another process may hold its port: the probe given the
+/// secret sends it no secret, and fails, whatever that process answers.
+#[test]
+fn a_squatter_on_the_port_learns_no_secret_and_the_probe_fails_against_it() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("cli-probe-squatter");
+    let secret_file = dir.join("identity-header");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
+    // Two squatters: one answers 200 "ready"; one echoes the probe's own proof back as
+    // the server's.
+    for echo in [false, true] {
+        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/healthz", squatter.local_addr().unwrap());
+        let heard = std::thread::spawn(move || {
+            let (mut stream, _) = squatter.accept().unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut heard = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !heard.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut chunk).unwrap();
+                assert!(n > 0, "the probe closed before its head ended");
+                heard.extend_from_slice(&chunk[..n]);
+            }
+            let text = String::from_utf8_lossy(&heard).into_owned();
+            let proof = text
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("x-msi-probe-proof: ")
+                        .map(str::to_owned)
+                })
+                .unwrap_or_default();
+            let body = r#"{"status":"ready"}"#;
+            let extra = if echo {
+                format!("x-msi-probe-answer: {proof}\r\n")
+            } else {
+                String::new()
+            };
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(answer.as_bytes()).unwrap();
+            heard
+        });
+        let probe = Command::new(BIN)
+            .args(["probe", "--url", &url, "--secret-file"])
+            .arg(&secret_file)
+            .output()
+            .unwrap();
+        let heard = heard.join().unwrap();
+        assert!(
+            !heard.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "the squatter heard the secret: {}",
+            String::from_utf8_lossy(&heard)
+        );
+        assert_eq!(probe.status.code(), Some(7), "{probe:?}");
+        let stderr = String::from_utf8_lossy(&probe.stderr);
+        assert!(
+            stderr.contains("did not prove it holds the secret"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -210,9 +210,10 @@ pub struct ProbeArgs {
     /// Time allowed for the answer.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "3s")]
     pub timeout: Duration,
-    /// The server's identity header secret file (its first line is sent as
-    /// `X-IDENTITY-HEADER`): the probe then gets the full health report and is never
-    /// held to the budget of callers without the secret.
+    /// The server's identity header secret file (its first line). The probe proves it
+    /// knows the secret without sending it and requires the server to prove the same,
+    /// so it fails against another process holding the port; it then gets the full
+    /// health report and is never held to the budget of callers without the secret.
     #[arg(long, value_name = "FILE", conflicts_with = "secret_env")]
     pub secret_file: Option<PathBuf>,
     /// An environment variable holding the identity header secret (as `--secret-file`).

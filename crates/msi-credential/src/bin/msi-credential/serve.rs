@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use msi_credential::serve::{
-    IDENTITY_HEADER_NAME, IdentityHeaderSecret, ServeError, ServeOptions, ServedIdentity,
-    TokenServer, read_presented_secret,
+    IdentityHeaderSecret, PROBE_ANSWER_HEADER, PROBE_NONCE_HEADER, PROBE_PROOF_HEADER,
+    ProbeChallenge, ServeError, ServeOptions, ServedIdentity, TokenServer, read_presented_secret,
 };
 use msi_dataplane::unstable::is_loopback_host;
 use msi_dataplane::{ClientCertificateCredentialOptions, ReloadOptions, RetryPolicy};
@@ -184,7 +184,8 @@ fn client_options(args: &ServeArgs) -> Result<ClientCertificateCredentialOptions
 }
 
 /// Run `probe`: GET the health URL (loopback only, no proxy); exit 0 when it answers 200,
-/// 7 otherwise (not ready, or not reachable).
+/// 7 otherwise (not ready, not reachable, or, given the secret, a server that does not
+/// prove it holds it: the secret itself is never sent).
 pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
     let runtime = match crate::runtime() {
         Ok(runtime) => runtime,
@@ -203,8 +204,12 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
             return Exit::Usage;
         }
     };
-    let secret = match probe_secret(args) {
-        Ok(secret) => secret,
+    let challenge = match probe_secret(args) {
+        Ok(secret) => secret.map(|secret| ProbeChallenge::new(&secret, unix_now())),
+        Err(err) => return report(&err, None, format),
+    };
+    let challenge = match challenge.transpose() {
+        Ok(challenge) => challenge,
         Err(err) => return report(&err, None, format),
     };
     let answer = runtime.block_on(async {
@@ -213,40 +218,62 @@ pub fn probe(args: &ProbeArgs, format: Format) -> Exit {
             .timeout(args.timeout)
             .build()
             .map_err(|e| e.to_string())?;
-        let mut request = client.get(url);
-        if let Some(secret) = &secret {
-            request = request.header(IDENTITY_HEADER_NAME, secret.as_str());
+        let mut request = client.get(url.clone());
+        if let Some(challenge) = &challenge {
+            request = request
+                .header(PROBE_NONCE_HEADER, challenge.nonce())
+                .header(PROBE_PROOF_HEADER, challenge.proof());
         }
         let response = request.send().await.map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
-        let body = response.text().await.unwrap_or_default();
-        Ok::<_, String>((status, body))
+        let proof = response.headers().get(PROBE_ANSWER_HEADER).cloned();
+        let body = response.bytes().await.unwrap_or_default();
+        Ok::<_, String>((status, proof, body))
     });
-    match answer {
-        Ok((200, body)) => {
-            let _ = output::stdout(body.trim());
-            Exit::Success
-        }
-        Ok((status, body)) => {
-            let message = format!("not ready (HTTP {status}): {}", body.trim());
-            output::failure(&render::plain_error("transient", &message, format), format);
-            Exit::Transient
+    let (status, body) = match answer {
+        Ok((status, proof, body)) => {
+            let proven =
+                |c: &ProbeChallenge| proof.is_some_and(|p| c.verifies(status, &body, p.as_bytes()));
+            if challenge.as_ref().is_some_and(|c| !proven(c)) {
+                let message = format!(
+                    "the server on {} did not prove it holds the secret (another process \
+                     may hold the port, or its secret differs)",
+                    url.authority()
+                );
+                output::failure(
+                    &render::plain_error("unauthorized", &message, format),
+                    format,
+                );
+                return Exit::Transient;
+            }
+            (status, String::from_utf8_lossy(&body).into_owned())
         }
         Err(e) => {
             let message = format!("the token server does not answer: {e}");
             output::failure(&render::plain_error("transient", &message, format), format);
-            Exit::Transient
+            return Exit::Transient;
         }
+    };
+    if status == 200 {
+        let _ = output::stdout(body.trim());
+        return Exit::Success;
     }
+    let message = format!("not ready (HTTP {status}): {}", body.trim());
+    output::failure(&render::plain_error("transient", &message, format), format);
+    Exit::Transient
 }
 
-/// The secret the probe presents, if it was given one (checked as the server checks
-/// it; never printed).
+fn unix_now() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The secret the probe proves it knows, if it was given one (checked as the server
+/// checks it; never sent, never printed).
 fn probe_secret(args: &ProbeArgs) -> Result<Option<Zeroizing<String>>, ServeError> {
     match (&args.secret_file, &args.secret_env) {
         (Some(path), _) => read_presented_secret(path).map(Some),
         (None, Some(name)) => {
-            // Checked as the server checks it; the value itself is what is sent.
             IdentityHeaderSecret::from_env(name)?;
             Ok(std::env::var(name).ok().map(Zeroizing::new))
         }
