@@ -15,7 +15,11 @@
 //!   without the secret and never reading;
 //! - `healthz_pipelined`: the health check without the secret, 64 requests pipelined at
 //!   a time on each of `CONNECTIONS` connections;
-//! - `metrics_404`: the same on the metrics listener, for a path it does not serve.
+//! - `metrics_404`: the same on the metrics listener, for a path it does not serve;
+//! - `orphaning`: 1,024 connections (twice the cap) with the secret and a 4 KiB receive
+//!   buffer, each pipelining 20 cached-token requests (answers that fit the server's
+//!   send buffer) and never reading, so that the server evicts them: the peak of the
+//!   bytes the kernel queues for the server's connections is printed beside the p99.
 //!
 //! `cargo bench -p msi-credential --bench serve` (10 s per server, alternated
 //! five times); under `cargo test --benches` each runs for a moment only. Results in
@@ -48,6 +52,8 @@ const SECRET: &str = "bench-identity-header-secret-0123456789";
 /// What one run measured.
 struct Run {
     requests: usize,
+    /// Connections the server closed under the client, opened again.
+    reconnections: usize,
     elapsed: Duration,
     p50: Duration,
     p99: Duration,
@@ -60,47 +66,77 @@ impl Run {
 }
 
 /// `CONNECTIONS` keep-alive connections to `addr`, each sending `request` (a path and
-/// query) back to back for `duration`.
+/// query) back to back for `duration`. A connection the server closes (evicted past its
+/// cap) is opened again and the request sent again, as the SDKs do: its latency counts
+/// from the first attempt, and the reconnections are counted.
 async fn load(addr: SocketAddr, target: &str, duration: Duration) -> Run {
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
     for _ in 0..CONNECTIONS {
         let target = target.to_owned();
         tasks.push(tokio::spawn(async move {
-            let stream = TcpStream::connect(addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
             let mut latencies = Vec::new();
+            let mut sender = None;
+            let mut reconnections = 0;
             while Instant::now() < deadline {
-                let request = Request::get(&target)
-                    .header("host", addr.to_string())
-                    .header("x-identity-header", SECRET)
-                    .header("metadata", "true")
-                    .body(Empty::<Bytes>::new())
-                    .unwrap();
                 let started = Instant::now();
-                let response = sender.send_request(request).await.unwrap();
-                assert_eq!(response.status(), 200);
-                let body = response.into_body().collect().await.unwrap().to_bytes();
-                assert!(!body.is_empty());
+                loop {
+                    let ready = match sender.take() {
+                        Some(ready) => ready,
+                        None => {
+                            let Ok(stream) = TcpStream::connect(addr).await else {
+                                reconnections += 1;
+                                continue;
+                            };
+                            let _ = stream.set_nodelay(true);
+                            let io = TokioIo::new(stream);
+                            let Ok((ready, conn)) = hyper::client::conn::http1::handshake(io).await
+                            else {
+                                reconnections += 1;
+                                continue;
+                            };
+                            tokio::spawn(conn);
+                            ready
+                        }
+                    };
+                    let mut ready: hyper::client::conn::http1::SendRequest<Empty<Bytes>> = ready;
+                    let request = Request::get(&target)
+                        .header("host", addr.to_string())
+                        .header("x-identity-header", SECRET)
+                        .header("metadata", "true")
+                        .body(Empty::<Bytes>::new())
+                        .unwrap();
+                    let Ok(response) = ready.send_request(request).await else {
+                        reconnections += 1;
+                        continue;
+                    };
+                    assert_eq!(response.status(), 200);
+                    let Ok(body) = response.into_body().collect().await else {
+                        reconnections += 1;
+                        continue;
+                    };
+                    assert!(!body.to_bytes().is_empty());
+                    sender = Some(ready);
+                    break;
+                }
                 latencies.push(started.elapsed());
             }
-            latencies
+            (latencies, reconnections)
         }));
     }
     let started = Instant::now();
-    let mut all = Vec::new();
+    let (mut all, mut reconnections) = (Vec::new(), 0);
     for task in tasks {
-        all.extend(task.await.unwrap());
+        let (latencies, again) = task.await.unwrap();
+        all.extend(latencies);
+        reconnections += again;
     }
     let elapsed = started.elapsed();
     all.sort_unstable();
     let at = |q: f64| all[((all.len() - 1) as f64 * q) as usize];
     Run {
         requests: all.len(),
+        reconnections,
         elapsed,
         p50: at(0.50),
         p99: at(0.99),
@@ -254,6 +290,75 @@ async fn flood_never_reading(
     closed
 }
 
+/// Clients with the secret that never read and that the server must evict:
+/// `connections` connections, each with a 4 KiB receive buffer, pipelining `request` 20
+/// times and holding the connection unread; when the server closes one, another takes
+/// its place, until `stop`. The connections the server closed.
+async fn flood_orphaning(
+    addr: SocketAddr,
+    request: String,
+    connections: usize,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let pipeline = request.repeat(20);
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (pipeline, stop) = (pipeline.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut closed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+                    continue;
+                };
+                let _ = socket.set_recv_buffer_size(4096);
+                let Ok(mut stream) = socket.connect(addr).await else {
+                    continue;
+                };
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(100),
+                    stream.write_all(pipeline.as_bytes()),
+                )
+                .await;
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    match stream.try_write(b"\r\n") {
+                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                            closed += 1;
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            closed
+        }));
+    }
+    let mut closed = 0;
+    for task in tasks {
+        closed += task.await.unwrap_or(0);
+    }
+    closed
+}
+
+/// The bytes the kernel queues for the connections whose local port is `port` (send and
+/// receive queues, the listener left out), from `/proc/net/tcp` (Linux; 0 elsewhere).
+fn queued_bytes(port: u16) -> u64 {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let mut queued = 0;
+    for row in text.lines().skip(1) {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let local = fields.get(1).and_then(|f| f.rsplit(':').next());
+        if local.and_then(|p| u16::from_str_radix(p, 16).ok()) != Some(port) || fields[3] == "0A" {
+            continue;
+        }
+        if let Some((tx, rx)) = fields.get(4).and_then(|f| f.split_once(':')) {
+            queued +=
+                u64::from_str_radix(tx, 16).unwrap_or(0) + u64::from_str_radix(rx, 16).unwrap_or(0);
+        }
+    }
+    queued
+}
+
 /// The CPU time (clock ticks, 100 a second) of this process's threads, summed by thread
 /// name (Linux; empty elsewhere).
 fn thread_cpu() -> Vec<(String, u64)> {
@@ -385,12 +490,13 @@ fn main() {
     let target = "/msi/token?api-version=2019-08-01&resource=https://management.azure.com/";
     let show = |name: &str, run: &Run| {
         println!(
-            "{name:<28} {:>9.0} req/s  p50 {:>6.1} µs  p99 {:>7.1} µs  ({} requests, {} connections)",
+            "{name:<28} {:>9.0} req/s  p50 {:>6.1} µs  p99 {:>7.1} µs  ({} requests, {} connections, {} reopened)",
             run.per_second(),
             run.p50.as_secs_f64() * 1e6,
             run.p99.as_secs_f64() * 1e6,
             run.requests,
-            CONNECTIONS
+            CONNECTIONS,
+            run.reconnections
         );
     };
     // The flood's own runtime (one thread), so that it competes for the CPU as another
@@ -412,7 +518,10 @@ fn main() {
         "never_reading",
         "healthz_pipelined",
         "metrics_404",
+        "orphaning",
     ];
+    let token_with_secret =
+        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\nx-identity-header: {SECRET}\r\n\r\n");
     let mut ratios = Vec::new();
     let mut p99_ratios: Vec<Vec<f64>> = vec![Vec::new(); floods.len()];
     for _ in 0..rounds {
@@ -442,6 +551,12 @@ fn main() {
                     CONNECTIONS,
                     stop.clone(),
                 )),
+                "orphaning" => flooder.spawn(flood_orphaning(
+                    addr,
+                    token_with_secret.clone(),
+                    1024,
+                    stop.clone(),
+                )),
                 _ => flooder.spawn(flood_pipelined(
                     metrics.local_addr(),
                     not_found.clone(),
@@ -449,9 +564,25 @@ fn main() {
                     stop.clone(),
                 )),
             };
+            let peak_queued = std::thread::spawn({
+                let stop = stop.clone();
+                move || {
+                    let mut peak = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        peak = peak.max(queued_bytes(addr.port()));
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    peak
+                }
+            });
             std::thread::sleep(Duration::from_millis(100));
             let flooded = clients.block_on(load(addr, target, duration));
             stop.store(true, Ordering::Relaxed);
+            println!(
+                "{:<28} {:>9} bytes queued in the kernel at the peak",
+                format!("serve/{kind}_kernel"),
+                peak_queued.join().unwrap_or(0)
+            );
             let count = flooder.block_on(flooding).unwrap();
             show(&format!("serve/flooded_{kind}"), &flooded);
             let cpu_after = thread_cpu();
@@ -474,7 +605,7 @@ fn main() {
                 used.join(", ")
             );
             let what = match *kind {
-                "never_reading" => "connections closed by the server",
+                "never_reading" | "orphaning" => "connections closed by the server",
                 _ => "flood answers",
             };
             println!(

@@ -720,3 +720,88 @@ async fn entras_retry_after_holds_the_server_back_as_long() {
         serving::posts(&entra, ARM) - asked
     );
 }
+
+/// The descriptors of process `pid` that are connections of the server on `port` (the
+/// sockets of `/proc/<pid>/fd` whose inode is one of the port's, the listener left out).
+fn client_descriptors(pid: u32, port: u16) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for row in text.lines().skip(1) {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let local_port = fields[1].rsplit(':').next();
+            let local_port = local_port.and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && fields[3] != "0A" {
+                inodes.insert(format!("socket:[{}]", fields[9]));
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|link| inodes.contains(link.to_string_lossy().as_ref()))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_joined_on_a_hanging_token_request_never_take_the_descriptors_past_the_cap() {
+    let entra = EntraServer::start().await;
+    let a = Mounted::new(&entra);
+    let dir = TempDir::new("serve-hard-cap");
+    let ca = EntraServer::write_ca_pem(dir.path());
+    let hanging = "api://hanging";
+    entra.set_scope_delay(&format!("{hanging}/.default"), Duration::from_secs(5));
+    let cap = 16;
+    let (child, serving) = spawn_serve(&a, &ca, &["--max-connections", "16"]);
+    let (addr, pid) = (serving_addr(&serving), child.id());
+    let request = format!(
+        "GET /msi/token?api-version=2019-08-01&resource={hanging} HTTP/1.1\r\nHost: {addr}\r\n\
+         X-IDENTITY-HEADER: {SECRET}\r\n\r\n"
+    );
+    let peak = Arc::new(AtomicUsize::new(0));
+    let flooding = Arc::new(AtomicBool::new(true));
+    let watcher = std::thread::spawn({
+        let (peak, flooding) = (peak.clone(), flooding.clone());
+        move || {
+            while flooding.load(Ordering::Acquire) {
+                peak.fetch_max(client_descriptors(pid, addr.port()), Ordering::AcqRel);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    });
+    // Eight times the cap: half join the one hanging token request (busy, not idle), half
+    // are accepted and send nothing (not yet parsed); every one is kept open.
+    let mut flood = Vec::new();
+    for i in 0..8 * cap {
+        let Ok(mut stream) = TcpStream::connect(addr) else {
+            continue;
+        };
+        if i % 2 == 0 {
+            let _ = stream.write_all(request.as_bytes()); // a reset one may refuse it
+        }
+        flood.push(stream);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    flooding.store(false, Ordering::Release);
+    watcher.join().unwrap();
+    let peak = peak.load(Ordering::Acquire);
+    eprintln!(
+        "hard cap: {} connections opened, at most {peak} held by the server (cap {cap})",
+        flood.len()
+    );
+    assert!(peak >= cap / 2, "the flood reached the server: {peak}");
+    assert!(
+        peak <= cap + 1,
+        "the server held {peak} client connections with a cap of {cap}"
+    );
+    // The first connection, busy on the hanging request, was kept and is answered.
+    flood[0]
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let (status, _, _) = serving::read_answer(&mut flood[0]).unwrap();
+    assert_eq!(status, 200);
+    drop(flood);
+    assert_eq!(stop(child), Some(0));
+}
