@@ -11,8 +11,14 @@
 //! decoder, which bounds each derivation itself (10^6 iterations; scrypt within 1 GiB);
 //! their number is bounded by the file's size (`SECURITY.md` gives the measured worst case).
 //!
+//! The DER is read with the `der` crate (through `pkcs8`), as strictly as the decoder
+//! reads it.
+//!
 //! Azure, OpenSSL and .NET write 2,048 (or 2,000) iterations; Java's keytool 10,000, and
 //! they put only certificates in encrypted containers.
+
+use pkcs8::der::asn1::AnyRef;
+use pkcs8::der::{Decode, Reader, SliceReader, Tag, TagNumber, Tagged};
 
 use crate::error::Error;
 
@@ -27,12 +33,11 @@ pub const MAX_PKCS12_BAGS: usize = 36;
 /// archive. Writers use two: one for the certificates, one for the key.
 pub const MAX_PKCS12_CONTAINERS: usize = 8;
 
-const SEQUENCE: u8 = 0x30;
-const INTEGER: u8 = 0x02;
-const OCTET_STRING: u8 = 0x04;
-const OID: u8 = 0x06;
-const CONTEXT_0: u8 = 0xa0;
-const CONTEXT_0_PRIMITIVE: u8 = 0x80;
+/// `[0]`, constructed (explicit) or primitive: either is accepted where it is expected.
+const CONTEXT_0: Tag = Tag::ContextSpecific {
+    constructed: true,
+    number: TagNumber(0),
+};
 
 // DER contents of the object identifiers the scan recognises.
 const OID_DATA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x07, 0x01];
@@ -51,100 +56,86 @@ const OID_PBKDF2: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0c
 
 /// Whether `bytes` is one DER SEQUENCE spanning the whole input, as a PKCS#12 archive is.
 pub(crate) fn is_der_sequence(bytes: &[u8]) -> bool {
-    matches!(Tlv::read(bytes, 0, SEQUENCE), Ok((_, rest)) if rest.is_empty())
+    AnyRef::from_der(bytes).is_ok_and(|any| any.tag() == Tag::Sequence)
 }
 
 /// Check an archive's structure against the bounds (module docs); returns how many
-/// unencrypted bags it has. Errors say which bound and where (a byte offset), never bytes
-/// of the input.
+/// unencrypted bags it has. Errors say which bound, never bytes of the input.
 pub(crate) fn scan(archive: &[u8]) -> Result<usize, Error> {
-    let (pfx, _) = Tlv::read(archive, 0, SEQUENCE)?;
-    let (_version, rest) = pfx.contents().next(INTEGER)?;
-    let (auth_safe, rest) = rest.next(SEQUENCE)?;
-    let (oid, content) = auth_safe.contents().next(OID)?;
-    if oid.bytes != OID_DATA {
-        return Err(malformed(
-            oid.offset,
-            "the archive's content is not of type data",
-        ));
+    let mut pfx = items(first(archive, Tag::Sequence)?)?;
+    next(&mut pfx, Tag::Integer)?; // the version
+    let mut auth_safe = items(next(&mut pfx, Tag::Sequence)?)?;
+    if next(&mut auth_safe, Tag::ObjectIdentifier)? != OID_DATA {
+        return Err(malformed("the archive's content is not of type data"));
     }
-    if !rest.is_empty() {
+    if !pfx.is_finished() {
         // MacData ::= SEQUENCE { mac DigestInfo, macSalt OCTET STRING, iterations INTEGER }
-        let (mac_data, _) = rest.next(SEQUENCE)?;
-        let (_digest_info, after) = mac_data.contents().next(SEQUENCE)?;
-        let (_salt, after) = after.next(OCTET_STRING)?;
-        if !after.is_empty() {
-            check_iterations(&after.next(INTEGER)?.0, "the MAC")?;
+        let mut mac_data = items(next(&mut pfx, Tag::Sequence)?)?;
+        next(&mut mac_data, Tag::Sequence)?;
+        next(&mut mac_data, Tag::OctetString)?;
+        if !mac_data.is_finished() {
+            check_iterations(next(&mut mac_data, Tag::Integer)?, "the MAC")?;
         }
     }
-    let (explicit, _) = content.next(CONTEXT_0)?;
-    let (octets, _) = explicit.contents().next(OCTET_STRING)?;
-    let (safes, _) = Tlv::read(octets.bytes, octets.offset, SEQUENCE)?;
-    let containers = count(safes.contents())?;
+    let octets = first(next(&mut auth_safe, CONTEXT_0)?, Tag::OctetString)?;
+    let safes = first(octets, Tag::Sequence)?;
+    let containers = count(safes)?;
     if containers > MAX_PKCS12_CONTAINERS {
-        return Err(limit(
-            "containers",
-            containers as u64,
-            MAX_PKCS12_CONTAINERS as u64,
-        ));
+        let (found, most) = (containers as u64, MAX_PKCS12_CONTAINERS as u64);
+        return Err(limit("containers", found, most));
     }
     let mut bags = 0;
-    let mut items = safes.contents();
-    while !items.is_empty() {
-        let (info, rest) = items.next(SEQUENCE)?;
-        items = rest;
-        let (oid, content) = info.contents().next(OID)?;
-        let (explicit, _) = content.next(CONTEXT_0)?;
-        if oid.bytes == OID_DATA {
-            let (octets, _) = explicit.contents().next(OCTET_STRING)?;
-            let (contents, _) = Tlv::read(octets.bytes, octets.offset, SEQUENCE)?;
-            scan_bags(contents, 0, &mut bags)?;
-        } else if oid.bytes == OID_ENCRYPTED_DATA {
+    let mut safes = items(safes)?;
+    while !safes.is_finished() {
+        // ContentInfo ::= SEQUENCE { contentType OID, content [0] EXPLICIT ANY }
+        let mut info = items(next(&mut safes, Tag::Sequence)?)?;
+        let oid = next(&mut info, Tag::ObjectIdentifier)?;
+        let explicit = next(&mut info, CONTEXT_0)?;
+        if oid == OID_DATA {
+            let octets = first(explicit, Tag::OctetString)?;
+            scan_bags(first(octets, Tag::Sequence)?, 0, &mut bags)?;
+        } else if oid == OID_ENCRYPTED_DATA {
             // EncryptedData ::= SEQUENCE { version, EncryptedContentInfo ::= SEQUENCE {
             //   contentType, contentEncryptionAlgorithm, [0] encryptedContent } }
-            let (encrypted_data, _) = explicit.contents().next(SEQUENCE)?;
-            let (_version, after) = encrypted_data.contents().next(INTEGER)?;
-            let (content_info, _) = after.next(SEQUENCE)?;
-            let (_type, after) = content_info.contents().next(OID)?;
-            check_encryption(&after.next(SEQUENCE)?.0, "an encrypted container")?;
+            let mut encrypted = items(first(explicit, Tag::Sequence)?)?;
+            next(&mut encrypted, Tag::Integer)?;
+            let mut content_info = items(next(&mut encrypted, Tag::Sequence)?)?;
+            next(&mut content_info, Tag::ObjectIdentifier)?;
+            let algorithm = next(&mut content_info, Tag::Sequence)?;
+            check_encryption(algorithm, "an encrypted container")?;
         }
-        // Other content types: the decoder refuses them without deriving a key.
     }
     Ok(bags)
 }
 
-/// Check a `SafeContents`' bags, adding their number to `seen`.
-fn scan_bags(safe_contents: Tlv<'_>, depth: usize, seen: &mut usize) -> Result<(), Error> {
+/// Count and check the bags of one `SafeContents` (the contents of its SEQUENCE),
+/// following nested `SafeContents` bags at most two levels down.
+fn scan_bags(safe_contents: &[u8], depth: usize, seen: &mut usize) -> Result<(), Error> {
     if depth > 2 {
-        return Err(malformed(safe_contents.offset, "bags nested too deeply"));
+        return Err(malformed("bags nested too deeply"));
     }
-    // Count first: the bound holds before any bag is looked into.
-    *seen += count(safe_contents.contents())?;
+    *seen += count(safe_contents)?;
     if *seen > MAX_PKCS12_BAGS {
         return Err(limit("bags", *seen as u64, MAX_PKCS12_BAGS as u64));
     }
-    let mut bags = safe_contents.contents();
-    while !bags.is_empty() {
-        let (bag, rest) = bags.next(SEQUENCE)?;
-        bags = rest;
-        let (bag_id, after) = bag.contents().next(OID)?;
-        let (value, _) = after.next(CONTEXT_0)?;
-        match bag_id.bytes.strip_prefix(OID_BAG_PREFIX) {
+    let mut bags = items(safe_contents)?;
+    while !bags.is_finished() {
+        // SafeBag ::= SEQUENCE { bagId OID, bagValue [0] EXPLICIT ANY, attributes SET OPTIONAL }
+        let mut bag = items(next(&mut bags, Tag::Sequence)?)?;
+        let bag_id = next(&mut bag, Tag::ObjectIdentifier)?;
+        let value = next(&mut bag, CONTEXT_0)?;
+        match bag_id.strip_prefix(OID_BAG_PREFIX) {
             Some([BAG_SHROUDED_KEY]) => {
-                let (info, _) = value.contents().next(SEQUENCE)?;
-                let (algorithm, _) = info.contents().next(SEQUENCE)?;
-                check_encryption(&algorithm, "a shrouded key bag")?;
+                // EncryptedPrivateKeyInfo ::= SEQUENCE { encryptionAlgorithm, encryptedData }
+                let mut info = items(first(value, Tag::Sequence)?)?;
+                check_encryption(next(&mut info, Tag::Sequence)?, "a shrouded key bag")?;
             }
             Some([BAG_SECRET]) => {
-                return Err(unreadable(format!(
-                    "the secret bag at byte {} is not supported (only certificate and key \
-                     bags are)",
-                    bag.offset
-                )));
+                let reason = "a secret bag is not supported (only certificate and key bags are)";
+                return Err(unreadable(reason.to_owned()));
             }
             Some([BAG_SAFE_CONTENTS]) => {
-                let (nested, _) = value.contents().next(SEQUENCE)?;
-                scan_bags(nested, depth + 1, seen)?;
+                scan_bags(first(value, Tag::Sequence)?, depth + 1, seen)?;
             }
             _ => {}
         }
@@ -152,45 +143,39 @@ fn scan_bags(safe_contents: Tlv<'_>, depth: usize, seen: &mut usize) -> Result<(
     Ok(())
 }
 
-/// The iteration count of an encryption `AlgorithmIdentifier`, checked; unknown schemes
-/// and key derivations other than PBKDF2 are refused here.
-fn check_encryption(algorithm: &Tlv<'_>, what: &str) -> Result<(), Error> {
-    let (oid, params) = algorithm.contents().next(OID)?;
-    if oid.bytes.starts_with(OID_PKCS12_PBE_PREFIX) {
+/// Check an `AlgorithmIdentifier` (the contents of its SEQUENCE) of a password-based
+/// encryption: the PKCS#12 KDF or PBES2 with PBKDF2, within the iteration bound.
+fn check_encryption(algorithm: &[u8], what: &str) -> Result<(), Error> {
+    let mut algorithm = items(algorithm)?;
+    let oid = next(&mut algorithm, Tag::ObjectIdentifier)?;
+    if oid.starts_with(OID_PKCS12_PBE_PREFIX) {
         // pkcs-12PbeParams ::= SEQUENCE { salt OCTET STRING, iterations INTEGER }
-        let (pbe, _) = params.next(SEQUENCE)?;
-        let (_salt, after) = pbe.contents().next(OCTET_STRING)?;
-        let (iterations, _) = after.next(INTEGER)?;
-        return check_iterations(&iterations, what);
+        let mut pbe = items(next(&mut algorithm, Tag::Sequence)?)?;
+        next(&mut pbe, Tag::OctetString)?;
+        return check_iterations(next(&mut pbe, Tag::Integer)?, what);
     }
-    if oid.bytes == OID_PBES2 {
-        // PBES2-params ::= SEQUENCE { keyDerivationFunc AlgorithmIdentifier, encryptionScheme }
-        let (pbes2, _) = params.next(SEQUENCE)?;
-        let (kdf, _) = pbes2.contents().next(SEQUENCE)?;
-        let (kdf_oid, kdf_params) = kdf.contents().next(OID)?;
-        if kdf_oid.bytes != OID_PBKDF2 {
-            return Err(unreadable(format!(
-                "{what} at byte {} uses a key derivation other than PBKDF2 (scrypt is not \
-                 supported)",
-                algorithm.offset
-            )));
+    if oid == OID_PBES2 {
+        // PBES2-params ::= SEQUENCE { keyDerivationFunc, encryptionScheme }
+        let mut pbes2 = items(next(&mut algorithm, Tag::Sequence)?)?;
+        let mut kdf = items(next(&mut pbes2, Tag::Sequence)?)?;
+        if next(&mut kdf, Tag::ObjectIdentifier)? != OID_PBKDF2 {
+            let reason =
+                format!("{what} uses a key derivation other than PBKDF2 (scrypt is not supported)");
+            return Err(unreadable(reason));
         }
-        // PBKDF2-params ::= SEQUENCE { salt CHOICE { OCTET STRING, AlgorithmIdentifier },
-        //                              iterationCount INTEGER, ... }
-        let (pbkdf2, _) = kdf_params.next(SEQUENCE)?;
-        let (_salt, after) = pbkdf2.contents().next_any()?;
-        let (iterations, _) = after.next(INTEGER)?;
-        return check_iterations(&iterations, what);
+        // PBKDF2-params ::= SEQUENCE { salt CHOICE, iterationCount INTEGER, ... }
+        let mut pbkdf2 = items(next(&mut kdf, Tag::Sequence)?)?;
+        AnyRef::decode(&mut pbkdf2).map_err(der_error)?;
+        return check_iterations(next(&mut pbkdf2, Tag::Integer)?, what);
     }
     Err(unreadable(format!(
-        "{what} at byte {} uses an unsupported encryption scheme",
-        algorithm.offset
+        "{what} uses an unsupported encryption scheme"
     )))
 }
 
-/// A non-negative INTEGER's value (saturating at `u64::MAX`); `None` if negative.
-fn integer_value(integer: &Tlv<'_>) -> Option<u64> {
-    let bytes = integer.bytes;
+/// A non-negative INTEGER's value (saturating at `u64::MAX`); `None` for a negative or
+/// empty one.
+fn integer_value(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes[0] & 0x80 != 0 {
         return None;
     }
@@ -204,22 +189,58 @@ fn integer_value(integer: &Tlv<'_>) -> Option<u64> {
     })
 }
 
-fn check_iterations(integer: &Tlv<'_>, what: &str) -> Result<(), Error> {
+fn check_iterations(integer: &[u8], what: &str) -> Result<(), Error> {
     let value = integer_value(integer)
         .filter(|v| *v > 0)
-        .ok_or_else(|| malformed(integer.offset, "an iteration count that is not positive"))?;
+        .ok_or_else(|| malformed("an iteration count that is not positive"))?;
     if value > MAX_PKCS12_ITERATIONS {
-        let what = format!("iterations of {what} (byte {})", integer.offset);
-        return Err(limit(&what, value, MAX_PKCS12_ITERATIONS));
+        return Err(limit(
+            &format!("iterations of {what}"),
+            value,
+            MAX_PKCS12_ITERATIONS,
+        ));
     }
     Ok(())
 }
 
-/// How many elements `items` holds (for the message of a limit).
-fn count(mut items: Items<'_>) -> Result<usize, Error> {
+/// A reader over the elements of `contents`.
+fn items(contents: &[u8]) -> Result<SliceReader<'_>, Error> {
+    SliceReader::new(contents).map_err(der_error)
+}
+
+/// The contents of the next element of `items`, which must have `tag` (`[0]` in either
+/// form where [`CONTEXT_0`] is expected).
+fn next<'a>(items: &mut SliceReader<'a>, tag: Tag) -> Result<&'a [u8], Error> {
+    let element = AnyRef::decode(items).map_err(der_error)?;
+    let either_zero = |t: Tag| {
+        matches!(
+            t,
+            Tag::ContextSpecific {
+                number: TagNumber(0),
+                ..
+            }
+        )
+    };
+    if element.tag() != tag && !(either_zero(tag) && either_zero(element.tag())) {
+        return Err(malformed(&format!(
+            "{} where {tag} was expected",
+            element.tag()
+        )));
+    }
+    Ok(element.value())
+}
+
+/// The contents of the first element of `bytes`, which must have `tag`.
+fn first(bytes: &[u8], tag: Tag) -> Result<&[u8], Error> {
+    next(&mut items(bytes)?, tag)
+}
+
+/// How many elements `contents` holds.
+fn count(contents: &[u8]) -> Result<usize, Error> {
+    let mut items = items(contents)?;
     let mut n = 0;
-    while !items.is_empty() {
-        items = items.next_any()?.1;
+    while !items.is_finished() {
+        AnyRef::decode(&mut items).map_err(der_error)?;
         n += 1;
     }
     Ok(n)
@@ -232,107 +253,31 @@ fn limit(what: &str, value: u64, limit: u64) -> Error {
     Error::file("pkcs12_limit", Some("client_secret"), message)
 }
 
-/// An archive that cannot be read, for `reason` (which quotes nothing of the input).
 pub(crate) fn unreadable(reason: String) -> Error {
     let message = format!("PKCS#12 archive cannot be read: {reason}");
     Error::file("pkcs12", Some("client_secret"), message)
 }
 
-fn malformed(offset: usize, what: &str) -> Error {
-    unreadable(format!("malformed DER at byte {offset}: {what}"))
+fn malformed(what: &str) -> Error {
+    unreadable(format!("malformed DER: {what}"))
 }
 
-/// One DER element: its tag, its contents and where they start in the archive.
-#[derive(Clone, Copy)]
-struct Tlv<'a> {
-    tag: u8,
-    bytes: &'a [u8],
-    offset: usize,
-}
-
-/// A run of DER elements (the contents of a constructed element).
-#[derive(Clone, Copy)]
-struct Items<'a> {
-    bytes: &'a [u8],
-    offset: usize,
-}
-
-impl<'a> Tlv<'a> {
-    /// Read one element of tag `tag` at the start of `input` (found at `offset`).
-    fn read(input: &'a [u8], offset: usize, tag: u8) -> Result<(Tlv<'a>, Items<'a>), Error> {
-        let (tlv, rest) = Items {
-            bytes: input,
-            offset,
-        }
-        .next_any()?;
-        if tlv.tag != tag {
-            return Err(malformed(offset, "unexpected tag"));
-        }
-        Ok((tlv, rest))
-    }
-
-    fn contents(&self) -> Items<'a> {
-        Items {
-            bytes: self.bytes,
-            offset: self.offset,
-        }
-    }
-}
-
-impl<'a> Items<'a> {
-    fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
-    fn next(self, tag: u8) -> Result<(Tlv<'a>, Items<'a>), Error> {
-        let (tlv, rest) = self.next_any()?;
-        // An encrypted container's content is [0] IMPLICIT OCTET STRING: primitive or not.
-        if tlv.tag != tag && !(tag == CONTEXT_0 && tlv.tag == CONTEXT_0_PRIMITIVE) {
-            return Err(malformed(self.offset, "unexpected tag"));
-        }
-        Ok((tlv, rest))
-    }
-
-    fn next_any(self) -> Result<(Tlv<'a>, Items<'a>), Error> {
-        let truncated = || malformed(self.offset, "truncated element");
-        let [tag, first, rest @ ..] = self.bytes else {
-            return Err(truncated());
-        };
-        if tag & 0x1f == 0x1f {
-            return Err(malformed(self.offset, "a high tag number"));
-        }
-        let (len, header) = if first & 0x80 == 0 {
-            (usize::from(*first), 2)
-        } else {
-            let n = usize::from(first & 0x7f);
-            if n == 0 || n > 4 || rest.len() < n {
-                return Err(malformed(self.offset, "an invalid length"));
-            }
-            let len = rest[..n]
-                .iter()
-                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-            (len, 2 + n)
-        };
-        let end = header
-            .checked_add(len)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(truncated)?;
-        let tlv = Tlv {
-            tag: *tag,
-            bytes: &self.bytes[header..end],
-            offset: self.offset + header,
-        };
-        let rest = Items {
-            bytes: &self.bytes[end..],
-            offset: self.offset + end,
-        };
-        Ok((tlv, rest))
-    }
+/// The decoder's error, by its kind (its position is within one nested element, so it
+/// is left out).
+fn der_error(error: pkcs8::der::Error) -> Error {
+    malformed(&error.kind().to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SEQUENCE: u8 = 0x30;
+    const INTEGER: u8 = 0x02;
+    const OCTET_STRING: u8 = 0x04;
+    const OID: u8 = 0x06;
+    const CONTEXT_0: u8 = 0xa0;
+    const CONTEXT_0_PRIMITIVE: u8 = 0x80;
 
     /// A DER element.
     fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
