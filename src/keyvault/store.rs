@@ -36,19 +36,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::pager::{Page, Pager, PagerContinuation};
+use azure_core::http::response::ResponseBody;
 use azure_core::http::{
-    ClientOptions, ExponentialRetryOptions, RequestContent, RetryOptions, Transport,
+    ClientOptions, ExponentialRetryOptions, RequestContent, Response, RetryOptions, Transport,
 };
 use azure_security_keyvault_secrets::models::{
-    DeletedSecret, ListDeletedSecretPropertiesResult, Secret, SecretAttributes as SdkAttributes,
-    SecretClientGetSecretOptions, SecretClientListDeletedSecretPropertiesOptions,
-    SecretClientListSecretPropertiesOptions, SetSecretParameters,
+    DeletedSecretProperties, ListDeletedSecretPropertiesResult, Secret,
+    SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
+    SecretClientListDeletedSecretPropertiesOptions, SecretClientListSecretPropertiesOptions,
 };
 use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
 use futures::TryStreamExt as _;
@@ -360,20 +362,18 @@ impl CredentialStore {
     ///
     /// As [`put_managed_identity`](Self::put_managed_identity).
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
-        observed("put", async {
-            let name = secret.name();
+        let name = secret.name();
+        let send = || {
             // The body rendered once from the formatted secret: the SDK's
             // `SetSecretParameters` would take copies of the value and tags first.
             let json = secret.render_set_secret_body(Some("application/json"))?;
-            let body: RequestContent<SetSecretParameters> = RequestContent::from(json.into_bytes());
-            let response = self
-                .client
-                .set_secret(name, body, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
-            let stored = response.into_model().map_err(|e| invalid_answer(name, e))?;
+            let body = RequestContent::from(json.into_bytes());
+            Ok(self.client.set_secret(name, body, None))
+        };
+        self.call(("put", "set"), name, send, |answer| {
+            let stored = described(name, true, model(name, &answer)?).properties;
             tracing::info!(secret = name, "stored a credential in Key Vault");
-            Ok(secret_properties(name, stored).1)
+            Ok(stored)
         })
         .await
     }
@@ -450,25 +450,24 @@ impl CredentialStore {
         name: &str,
         version: Option<&str>,
     ) -> Result<(SecretString, StoredProperties)> {
-        observed("get", async {
-            validate_secret_name(name)?;
-            if let Some(version) = version {
-                validate_secret_version(version)?;
-            }
+        let send = || {
+            version.map(validate_secret_version).transpose()?;
+            let secret_version = version.map(str::to_owned);
             let options = SecretClientGetSecretOptions {
-                secret_version: version.map(str::to_owned),
+                secret_version,
                 ..Default::default()
             };
-            let response = self
-                .client
-                .get_secret(name, Some(options))
-                .await
-                .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
-            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
-            match secret_properties(name, secret) {
-                (Some(value), properties) => Ok((value, properties)),
-                (None, _) => Err(invalid(name, "Key Vault returned no value")),
-            }
+            Ok(self.client.get_secret(name, Some(options)))
+        };
+        self.call(("get", "get"), name, send, |answer| {
+            // The SDK's model holds the value as a plain `String` (see SECURITY.md).
+            let secret: Secret = model(name, &answer)?;
+            let Some(value) = secret.value else {
+                return Err(invalid(name, "Key Vault returned no value"));
+            };
+            let attributes = secret.attributes.as_ref();
+            let properties = properties_of(name, secret.id.as_deref(), attributes, secret.tags);
+            Ok((SecretString::from(value), properties))
         })
         .await
     }
@@ -481,17 +480,11 @@ impl CredentialStore {
     /// [`ErrorKind::Service`] (404 when there is no such secret),
     /// [`ErrorKind::Transport`].
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
-        observed("delete", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .delete_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "delete", name, e))?;
-            let deleted: DeletedSecret =
-                response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let send = || Ok(self.client.delete_secret(name, None));
+        self.call(("delete", "delete"), name, send, |answer| {
+            let deleted = described(name, true, model(name, &answer)?);
             tracing::info!(secret = name, "deleted a stored credential (soft)");
-            Ok(deleted_of(name, deleted))
+            Ok(deleted)
         })
         .await
     }
@@ -502,16 +495,9 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn get_deleted(&self, name: &str) -> Result<DeletedCredential> {
-        observed("get_deleted", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .get_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "get deleted", name, e))?;
-            let deleted: DeletedSecret =
-                response.into_model().map_err(|e| invalid_answer(name, e))?;
-            Ok(deleted_of(name, deleted))
+        let send = || Ok(self.client.get_deleted_secret(name, None));
+        self.call(("get_deleted", "get deleted"), name, send, |answer| {
+            Ok(described(name, true, model(name, &answer)?))
         })
         .await
     }
@@ -522,12 +508,8 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn purge_deleted(&self, name: &str) -> Result<()> {
-        observed("purge_deleted", async {
-            validate_secret_name(name)?;
-            self.client
-                .purge_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "purge", name, e))?;
+        let send = || Ok(self.client.purge_deleted_secret(name, None));
+        self.call(("purge_deleted", "purge"), name, send, |_| {
             tracing::info!(secret = name, "purged a deleted credential");
             Ok(())
         })
@@ -540,18 +522,36 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn recover_deleted(&self, name: &str) -> Result<StoredProperties> {
-        observed("recover_deleted", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .recover_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
-            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let send = || Ok(self.client.recover_deleted_secret(name, None));
+        self.call(("recover_deleted", "recover"), name, send, |answer| {
+            let recovered = described(name, true, model(name, &answer)?).properties;
             tracing::info!(secret = name, "recovered a deleted credential");
-            Ok(secret_properties(name, secret).1)
+            Ok(recovered)
         })
         .await
+    }
+
+    /// One request about the secret `name`, in its `keyvault_request` span (`metric`):
+    /// the name checked, then `send`'s own checks, before anything is sent; Key Vault's
+    /// error as the crate's (`operation`, as its messages name it); and the answer's body
+    /// handed to `done`.
+    async fn call<M, F, T, Sent>(
+        &self,
+        (metric, operation): (&'static str, &'static str),
+        name: &str,
+        send: impl FnOnce() -> Result<Sent>,
+        done: impl FnOnce(ResponseBody) -> Result<T>,
+    ) -> Result<T>
+    where
+        Sent: Future<Output = azure_core::Result<Response<M, F>>>,
+    {
+        let call = async {
+            validate_secret_name(name)?;
+            let answer = send()?.await;
+            let answer = answer.map_err(|e| map_error(&self.vault_url, operation, name, e))?;
+            done(answer.into_body())
+        };
+        telemetry::service_call(Service::KeyVault, metric, call).await
     }
 
     /// The properties of every stored credential (`msi-` and `uamsi-` secrets), across
@@ -599,7 +599,7 @@ impl CredentialStore {
         };
         let pager = self.client.list_secret_properties(Some(options));
         let walk = self.walk("list", pager, |item| each(item.properties));
-        observed("list", walk).await
+        telemetry::service_call(Service::KeyVault, "list", walk).await
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
@@ -618,7 +618,7 @@ impl CredentialStore {
         let pager = self.client.list_deleted_secret_properties(Some(options));
         let mut listed = Vec::new();
         let walk = self.walk("list deleted", pager, |item| listed.push(item));
-        observed("list_deleted", walk).await?;
+        telemetry::service_call(Service::KeyVault, "list_deleted", walk).await?;
         Ok(listed)
     }
 
@@ -644,9 +644,8 @@ impl CredentialStore {
                     let Some(name) = stored_name(item.id.as_deref()) else {
                         continue;
                     };
-                    let properties =
-                        properties_of(&name, None, item.attributes.as_ref(), item.tags);
-                    bytes = bytes.saturating_add(weight(&properties));
+                    let deleted = described(&name, false, item);
+                    bytes = bytes.saturating_add(weight(&deleted.properties));
                     if handed >= self.options.max_list_items {
                         let limit = self.options.max_list_items;
                         return refuse(LinkFault::TooManyItems { limit });
@@ -655,12 +654,7 @@ impl CredentialStore {
                         let limit = self.options.max_list_bytes;
                         return refuse(LinkFault::TooManyBytes { limit });
                     }
-                    each(DeletedCredential {
-                        properties,
-                        recovery_id: item.recovery_id.map(|id| service_text(&id)),
-                        deleted_date: item.deleted_date,
-                        scheduled_purge_date: item.scheduled_purge_date,
-                    });
+                    each(deleted);
                     handed += 1;
                 }
                 check_next_link(&mut guard, pages.continuation(), operation)?;
@@ -693,7 +687,8 @@ impl CredentialStore {
     /// `invalid_stored_secret` when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
-        let result = observed("renew", self.renew_once(dataplane, name)).await;
+        let renewal = self.renew_once(dataplane, name);
+        let result = telemetry::service_call(Service::KeyVault, "renew", renewal).await;
         let outcome = match &result {
             Ok(RenewalOutcome::Stored { .. }) => "renewed",
             Ok(RenewalOutcome::NotNewer { .. }) => "not_newer",
@@ -930,6 +925,27 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
     Some((name, version))
 }
 
+/// A secret Key Vault described, without its value (an answer about one secret, read
+/// as the deleted one's model, a superset of the others without the value; or an item of
+/// a listing, whose id names no version and is not read for one: `versioned` false).
+fn described(name: &str, versioned: bool, item: DeletedSecretProperties) -> DeletedCredential {
+    let id = item.id.as_deref().filter(|_| versioned);
+    DeletedCredential {
+        properties: properties_of(name, id, item.attributes.as_ref(), item.tags),
+        recovery_id: item.recovery_id.map(|id| service_text(&id)),
+        deleted_date: item.deleted_date,
+        scheduled_purge_date: item.scheduled_purge_date,
+    }
+}
+
+/// Key Vault's answer about the secret `name`, read as the SDK's model `M`.
+fn model<M: serde::de::DeserializeOwned>(name: &str, answer: &ResponseBody) -> Result<M> {
+    answer.json().map_err(|e| {
+        let reason = format!("Key Vault's answer cannot be read: {}", e.kind());
+        invalid(name, &reason)
+    })
+}
+
 fn properties_of(
     name: &str,
     id: Option<&str>,
@@ -951,18 +967,6 @@ fn properties_of(
     properties
 }
 
-/// A secret Key Vault returned: its value (which the SDK's model holds as a plain
-/// `String`: see SECURITY.md), and its properties.
-fn secret_properties(name: &str, secret: Secret) -> (Option<SecretString>, StoredProperties) {
-    let properties = properties_of(
-        name,
-        secret.id.as_deref(),
-        secret.attributes.as_ref(),
-        secret.tags,
-    );
-    (secret.value.map(SecretString::from), properties)
-}
-
 /// Pure: about the bytes `properties` hold in a listing (its strings and a fixed part per
 /// field), counted against [`StoreOptions::with_max_list_bytes`].
 fn weight(properties: &StoredProperties) -> usize {
@@ -974,27 +978,6 @@ fn weight(properties: &StoredProperties) -> usize {
         .map(|(k, v)| k.len() + v.len() + PER_TAG)
         .sum();
     FIXED + properties.name.len() + properties.version.as_ref().map_or(0, String::len) + tags
-}
-
-fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
-    DeletedCredential {
-        properties: properties_of(
-            name,
-            deleted.id.as_deref(),
-            deleted.attributes.as_ref(),
-            deleted.tags,
-        ),
-        recovery_id: deleted.recovery_id,
-        deleted_date: deleted.deleted_date,
-        scheduled_purge_date: deleted.scheduled_purge_date,
-    }
-}
-
-fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    invalid(
-        name,
-        &format!("Key Vault's answer cannot be read: {}", e.kind()),
-    )
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
@@ -1119,15 +1102,6 @@ fn invalid(name: &str, reason: &str) -> Error {
         "invalid_stored_secret",
         format!("stored secret `{name}` is not usable: {reason}"),
     )
-}
-
-/// One store operation in its `keyvault_request` span, counted by outcome with its
-/// duration.
-async fn observed<T>(
-    operation: &'static str,
-    call: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    telemetry::service_call(Service::KeyVault, operation, call).await
 }
 
 #[cfg(test)]
