@@ -984,20 +984,19 @@ fn weight(properties: &StoredProperties) -> usize {
 /// 409 of a name held by a deleted secret, a credential failure, or a transport failure.
 fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core::Error) -> Error {
     // An error of this crate's own that the SDK carried (from the credential, or from the
-    // transport: an answer over the size limit) comes back as it was.
-    if let Some(ours) = source_of::<Error>(&e).cloned() {
-        // The transport does not know the store's operation; name it here.
-        if let ErrorKind::InvalidAnswer {
-            code: "invalid_key_vault_response",
-            message,
-        } = ours.kind()
-        {
-            return Error::answer(
+    // transport: an answer over the size limit) comes back as it was, with the store's
+    // operation named when the transport, which does not know it, refused the answer.
+    if let Some(ours) = source_of::<Error>(&e) {
+        return match ours.kind() {
+            ErrorKind::InvalidAnswer {
+                code: "invalid_key_vault_response",
+                message,
+            } => Error::answer(
                 "invalid_key_vault_response",
                 format!("Key Vault {operation}: {message}"),
-            );
-        }
-        return ours;
+            ),
+            _ => ours.clone(),
+        };
     }
     match e.kind() {
         AzureErrorKind::HttpResponse {
@@ -1010,40 +1009,35 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 .as_ref()
                 .map(|r| crate::http::azure_error_body::parse_error_body(r.body()))
                 .unwrap_or_default();
-            let code = code.or_else(|| service_text_opt(error_code.clone()));
             // A name held by a deleted secret: what to do instead of Key Vault's message.
-            let message = match status == 409 && operation == "set" {
-                true => Some(format!(
+            let held = (status == 409 && operation == "set").then(|| {
+                format!(
                     "secret `{name}` is deleted but recoverable, so its name cannot be reused: \
                      purge it (`purge_deleted`) or recover it (`recover_deleted`) first"
-                )),
-                false => message,
-            };
-            let request = format!("{operation} of secret `{name}`");
-            let (service, answer) = (KEY_VAULT, Default::default());
-            let e = ServiceError {
-                service,
+                )
+            });
+            ErrorKind::Service(Box::new(ServiceError {
+                service: KEY_VAULT,
                 status,
-                code,
-                message,
-                request,
-                ..answer
-            };
-            ErrorKind::Service(Box::new(e)).into()
+                code: code.or_else(|| service_text_opt(error_code.clone())),
+                message: held.or(message),
+                request: format!("{operation} of secret `{name}`"),
+                ..Default::default()
+            }))
+            .into()
         }
         AzureErrorKind::Credential => Error::external(e),
+        // serde's message without the values it quotes, and where it stopped.
         AzureErrorKind::DataConversion => unusable(
             operation,
-            match source_of::<serde_json::Error>(&e) {
-                // serde's message without the values it quotes, and where it stopped.
-                Some(json) => format!(
-                    "{} at line {}, column {}",
-                    crate::parser_errors::json(json),
-                    json.line(),
-                    json.column()
-                ),
-                None => "the answer cannot be decoded".to_owned(),
-            },
+            source_of::<serde_json::Error>(&e).map_or_else(
+                || "the answer cannot be decoded".to_owned(),
+                |json| {
+                    let (line, column) = (json.line(), json.column());
+                    let message = crate::parser_errors::json(json);
+                    format!("{message} at line {line}, column {column}")
+                },
+            ),
         ),
         kind => {
             // The transport put reqwest's error inside (see `azure::sdk_transport`): the
@@ -1056,12 +1050,13 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 }
                 None => (false, TransportFault::Protocol),
             };
+            let message = service_text(&format!("{operation} `{name}`: {}", cause_chain(&e)));
             TransportError::new(
-                "Key Vault",
+                KEY_VAULT,
                 vault_url,
                 timeout,
                 fault,
-                service_text(&format!("{operation} `{name}`: {}", cause_chain(&e))),
+                message,
                 Some(Arc::new(e)),
             )
             .into()
