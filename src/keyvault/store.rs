@@ -598,8 +598,8 @@ impl CredentialStore {
             ..Default::default()
         };
         let pager = self.client.list_secret_properties(Some(options));
-        let walk = self.walk("list", pager, |item| each(item.properties));
-        telemetry::service_call(Service::KeyVault, "list", walk).await
+        self.walk(("list", "list"), pager, |item| each(item.properties))
+            .await
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
@@ -617,23 +617,26 @@ impl CredentialStore {
         };
         let pager = self.client.list_deleted_secret_properties(Some(options));
         let mut listed = Vec::new();
-        let walk = self.walk("list deleted", pager, |item| listed.push(item));
-        telemetry::service_call(Service::KeyVault, "list_deleted", walk).await?;
+        let walk = self.walk(("list_deleted", "list deleted"), pager, |item| {
+            listed.push(item)
+        });
+        walk.await?;
         Ok(listed)
     }
 
-    /// One listing: every stored credential of its pages handed to `each` as its page
-    /// arrives (both listings' pages read as the deleted one's, whose items add three
-    /// fields), within the store's bounds (pages, links, items, bytes, deadline); the
-    /// number handed.
+    /// One listing, in its `keyvault_request` span (`metric`; `operation` as its messages
+    /// name it): every stored credential of its pages handed to `each` as its page arrives
+    /// (both listings' pages read as the deleted one's, whose items add three fields),
+    /// within the store's bounds (pages, links, items, bytes, deadline); the number handed.
     async fn walk<P: Page + serde::de::DeserializeOwned + Send>(
         &self,
-        operation: &'static str,
+        (metric, operation): (&'static str, &'static str),
         pager: azure_core::Result<Pager<P>>,
         mut each: impl FnMut(DeletedCredential) + Send,
     ) -> Result<usize> {
         let fail = |e| map_error(&self.vault_url, operation, "*", e);
         let refuse = |fault| Err(refused_link(operation, fault));
+        let (max_items, max_bytes) = (self.options.max_list_items, self.options.max_list_bytes);
         let walk = async {
             let mut pages = pager.map_err(fail)?.into_pages();
             let mut guard = LinkGuard::new(&self.vault, self.options.max_list_pages);
@@ -645,28 +648,42 @@ impl CredentialStore {
                         continue;
                     };
                     let deleted = described(&name, false, item);
-                    bytes = bytes.saturating_add(weight(&deleted.properties));
-                    if handed >= self.options.max_list_items {
-                        let limit = self.options.max_list_items;
-                        return refuse(LinkFault::TooManyItems { limit });
+                    // About the bytes it holds: its strings, a fixed part for it and each tag.
+                    let tags = deleted.properties.tags.iter();
+                    let tags: usize = tags.map(|(k, v)| k.len() + v.len() + 64).sum();
+                    let weight = std::mem::size_of::<StoredProperties>() + name.len() + tags;
+                    bytes = bytes.saturating_add(weight);
+                    if handed >= max_items {
+                        return refuse(LinkFault::TooManyItems { limit: max_items });
                     }
-                    if bytes > self.options.max_list_bytes {
-                        let limit = self.options.max_list_bytes;
-                        return refuse(LinkFault::TooManyBytes { limit });
+                    if bytes > max_bytes {
+                        return refuse(LinkFault::TooManyBytes { limit: max_bytes });
                     }
                     each(deleted);
                     handed += 1;
                 }
-                check_next_link(&mut guard, pages.continuation(), operation)?;
+                // Before the next page is requested: its link must pass the guard.
+                match pages.continuation() {
+                    None => {}
+                    Some(PagerContinuation::Link(link)) => {
+                        guard.follow(link).map_err(|f| refused_link(operation, f))?
+                    }
+                    // Key Vault pages by link only; anything else is not followed.
+                    Some(other) => {
+                        let other = crate::untrusted_text::quoted_input(other.as_ref());
+                        let reason = format!("a continuation that is not a link: `{other}`");
+                        return Err(unusable(operation, reason));
+                    }
+                }
             }
             Ok(handed)
         };
-        match tokio::time::timeout(self.options.list_deadline, walk).await {
-            Ok(result) => result,
-            Err(_) => refuse(LinkFault::Deadline {
-                after: self.options.list_deadline,
-            }),
-        }
+        let deadline = self.options.list_deadline;
+        let deadline_or_walk = async {
+            let walked = tokio::time::timeout(deadline, walk).await;
+            walked.unwrap_or_else(|_| refuse(LinkFault::Deadline { after: deadline }))
+        };
+        telemetry::service_call(Service::KeyVault, metric, deadline_or_walk).await
     }
 
     /// Renew the identity stored as `name` (`msi-<id>` or `uamsi-<id>`): ask `dataplane`
@@ -837,31 +854,9 @@ fn refused_link(operation: &'static str, fault: LinkFault) -> Error {
 }
 
 /// Key Vault answered `operation` with something the store does not use.
-pub(crate) fn unusable(operation: &str, reason: impl std::fmt::Display) -> Error {
+fn unusable(operation: &str, reason: impl std::fmt::Display) -> Error {
     let message = format!("Key Vault {operation}: the answer is not usable: {reason}");
     Error::answer("invalid_key_vault_response", message)
-}
-
-/// Before the next page is requested: its link must pass the walk's guard.
-fn check_next_link(
-    guard: &mut LinkGuard,
-    next: Option<&PagerContinuation>,
-    operation: &'static str,
-) -> Result<()> {
-    match next {
-        None => Ok(()),
-        Some(PagerContinuation::Link(link)) => {
-            guard.follow(link).map_err(|f| refused_link(operation, f))
-        }
-        // Key Vault pages by link only; anything else is not followed.
-        Some(other) => Err(unusable(
-            operation,
-            format!(
-                "a continuation that is not a link: `{}`",
-                crate::untrusted_text::quoted_input(other.as_ref())
-            ),
-        )),
-    }
 }
 
 /// A stored credential of either kind.
@@ -965,19 +960,6 @@ fn properties_of(
         .into_iter()
         .collect::<BTreeMap<_, _>>();
     properties
-}
-
-/// Pure: about the bytes `properties` hold in a listing (its strings and a fixed part per
-/// field), counted against [`StoreOptions::with_max_list_bytes`].
-fn weight(properties: &StoredProperties) -> usize {
-    const FIXED: usize = std::mem::size_of::<StoredProperties>();
-    const PER_TAG: usize = 64;
-    let tags: usize = properties
-        .tags
-        .iter()
-        .map(|(k, v)| k.len() + v.len() + PER_TAG)
-        .sum();
-    FIXED + properties.name.len() + properties.version.as_ref().map_or(0, String::len) + tags
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
