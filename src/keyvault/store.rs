@@ -762,16 +762,14 @@ impl CredentialStore {
         };
         let (stored, fresh) = match self.get(name, None).await?.credentials {
             AnyCredentials::UserAssignedIdentity(stored) => {
-                let resource_id = stored
-                    .resource_id
-                    .clone()
-                    .ok_or_else(|| invalid(name, "the stored credential has no resource_id"))?;
-                let request = UserAssignedIdentitiesRequest::new([resource_id.as_str()]);
+                let no_id = || invalid(name, "the stored credential has no resource_id");
+                let resource_id = stored.resource_id.as_deref().ok_or_else(no_id)?;
+                let request = UserAssignedIdentitiesRequest::new([resource_id]);
                 let fresh = dataplane
                     .get_user_assigned_identities_credentials(&request)
                     .await?;
                 let offered = fresh
-                    .user_assigned_identity(&resource_id)
+                    .user_assigned_identity(resource_id)
                     .ok_or_else(|| invalid(name, "the data plane did not return this identity"))?;
                 (
                     format_user_assigned_identity_credentials_for_storage(identifier, &stored)?,
@@ -780,19 +778,19 @@ impl CredentialStore {
             }
             AnyCredentials::ManagedIdentity(stored) => {
                 let identities = stored.user_assigned_identities();
-                let ids: Vec<String> = identities
-                    .iter()
-                    .filter_map(|i| i.resource_id.clone())
-                    .collect();
-                let fresh = if identities.is_empty() {
-                    dataplane.get_system_assigned_identity_credentials().await?
-                } else if ids.len() == identities.len() {
-                    let request = UserAssignedIdentitiesRequest::new(ids);
-                    dataplane
-                        .get_user_assigned_identities_credentials(&request)
-                        .await?
-                } else {
-                    return Err(invalid(name, "an explicit identity has no resource_id"));
+                let ids: Option<Vec<String>> =
+                    identities.iter().map(|i| i.resource_id.clone()).collect();
+                let fresh = match ids {
+                    _ if identities.is_empty() => {
+                        dataplane.get_system_assigned_identity_credentials().await?
+                    }
+                    Some(ids) => {
+                        let request = UserAssignedIdentitiesRequest::new(ids);
+                        dataplane
+                            .get_user_assigned_identities_credentials(&request)
+                            .await?
+                    }
+                    None => return Err(invalid(name, "an explicit identity has no resource_id")),
                 };
                 (
                     format_managed_identity_credentials_for_storage(identifier, &stored)?,
@@ -800,17 +798,8 @@ impl CredentialStore {
                 )
             }
         };
-        self.store_if_newer(name, stored.attributes().not_before, &fresh)
-            .await
-    }
-
-    async fn store_if_newer(
-        &self,
-        name: &str,
-        stored_not_before: OffsetDateTime,
-        secret: &KeyVaultSecret,
-    ) -> Result<RenewalOutcome> {
-        let offered_not_before = secret.attributes().not_before;
+        let stored_not_before = stored.attributes().not_before;
+        let offered_not_before = fresh.attributes().not_before;
         if !should_store(stored_not_before, offered_not_before) {
             tracing::debug!(secret = name, "renewal: nothing newer to store");
             return Ok(RenewalOutcome::NotNewer {
@@ -819,7 +808,7 @@ impl CredentialStore {
                 offered_not_before,
             });
         }
-        let properties = self.put(secret).await?;
+        let properties = self.put(&fresh).await?;
         tracing::info!(secret = name, "renewal: stored newer credentials");
         Ok(RenewalOutcome::Stored {
             name: name.to_owned(),
