@@ -34,7 +34,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -238,8 +238,7 @@ pub struct DeletedCredential {
 #[derive(Clone)]
 pub struct CredentialStore {
     client: Arc<SecretClient>,
-    vault_url: String,
-    /// `vault_url`, parsed: the origin every `nextLink` must share.
+    /// The vault's URL, parsed: the origin every `nextLink` must share.
     vault: url::Url,
     /// The listing's settings (the environment in it is spent on the client).
     options: StoreOptions,
@@ -248,7 +247,7 @@ pub struct CredentialStore {
 impl fmt::Debug for CredentialStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CredentialStore")
-            .field("vault_url", &self.vault_url)
+            .field("vault_url", &self.vault.as_str())
             .field("page_size", &self.options.page_size)
             .finish_non_exhaustive()
     }
@@ -302,7 +301,6 @@ impl CredentialStore {
             .map_err(|e| Error::invalid_argument("vault_url", e.to_string()))?;
         Ok(CredentialStore {
             client: Arc::new(client),
-            vault_url: parsed.as_str().to_owned(),
             vault: parsed,
             options,
         })
@@ -310,7 +308,7 @@ impl CredentialStore {
 
     /// The vault URL.
     pub fn vault_url(&self) -> &str {
-        &self.vault_url
+        self.vault.as_str()
     }
 
     /// The Azure SDK's `SecretClient` the store sends through: the same vault, credential,
@@ -415,12 +413,7 @@ impl CredentialStore {
     /// As [`get_managed_identity`](Self::get_managed_identity), and
     /// `invalid_stored_secret` for a name of neither prefix.
     pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
-        let (value, properties) = self.get_value(name, version).await?;
-        let credentials = AnyCredentials::parse(name, value.expose_secret())?;
-        Ok(Stored {
-            credentials,
-            properties,
-        })
+        self.get_typed(name, version, AnyCredentials::parse).await
     }
 
     async fn get_typed<T>(
@@ -465,8 +458,8 @@ impl CredentialStore {
             let Some(value) = secret.value else {
                 return Err(invalid(name, "Key Vault returned no value"));
             };
-            let attributes = secret.attributes.as_ref();
-            let properties = properties_of(name, secret.id.as_deref(), attributes, secret.tags);
+            let properties =
+                properties_of(name, secret.id.as_deref(), secret.attributes, secret.tags);
             Ok((SecretString::from(value), properties))
         })
         .await
@@ -548,7 +541,7 @@ impl CredentialStore {
         let call = async {
             validate_secret_name(name)?;
             let answer = send()?.await;
-            let answer = answer.map_err(|e| map_error(&self.vault_url, operation, name, e))?;
+            let answer = answer.map_err(|e| map_error(self.vault.as_str(), operation, name, e))?;
             done(answer.into_body())
         };
         telemetry::service_call(Service::KeyVault, metric, call).await
@@ -634,7 +627,7 @@ impl CredentialStore {
         pager: azure_core::Result<Pager<P>>,
         mut each: impl FnMut(DeletedCredential) + Send,
     ) -> Result<usize> {
-        let fail = |e| map_error(&self.vault_url, operation, "*", e);
+        let fail = |e| map_error(self.vault.as_str(), operation, "*", e);
         let refuse = |fault| Err(refused_link(operation, fault));
         let (max_items, max_bytes) = (self.options.max_list_items, self.options.max_list_bytes);
         let walk = async {
@@ -915,7 +908,7 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
 fn described(name: &str, versioned: bool, item: DeletedSecretProperties) -> DeletedCredential {
     let id = item.id.as_deref().filter(|_| versioned);
     DeletedCredential {
-        properties: properties_of(name, id, item.attributes.as_ref(), item.tags),
+        properties: properties_of(name, id, item.attributes, item.tags),
         recovery_id: item.recovery_id.map(|id| service_text(&id)),
         deleted_date: item.deleted_date,
         scheduled_purge_date: item.scheduled_purge_date,
@@ -930,25 +923,24 @@ fn model<M: serde::de::DeserializeOwned>(name: &str, answer: &ResponseBody) -> R
     })
 }
 
+/// The properties of the secret `name` from the parts of an SDK model: the version from
+/// `id`, when given.
 fn properties_of(
     name: &str,
     id: Option<&str>,
-    attributes: Option<&SdkAttributes>,
+    attributes: Option<SdkAttributes>,
     tags: Option<HashMap<String, String>>,
 ) -> StoredProperties {
-    let mut properties = StoredProperties::new(name);
-    properties.version = id.and_then(split_id).and_then(|(_, version)| version);
-    if let Some(a) = attributes {
-        properties.enabled = a.enabled;
-        properties.not_before = a.not_before;
-        properties.expires = a.expires;
-        properties.updated = a.updated;
+    let a = attributes.unwrap_or_default();
+    StoredProperties {
+        name: name.to_owned(),
+        version: id.and_then(split_id).and_then(|(_, version)| version),
+        enabled: a.enabled,
+        not_before: a.not_before,
+        expires: a.expires,
+        updated: a.updated,
+        tags: tags.unwrap_or_default().into_iter().collect(),
     }
-    properties.tags = tags
-        .unwrap_or_default()
-        .into_iter()
-        .collect::<BTreeMap<_, _>>();
-    properties
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
@@ -1052,14 +1044,8 @@ fn sdk_retry(policy: &RetryPolicy) -> RetryOptions {
 /// The first error of type `T` in an SDK error's chain of sources (azure_core wraps the
 /// cause: this crate's own error, or serde's).
 fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(found) = s.downcast_ref::<T>() {
-            return Some(found);
-        }
-        source = s.source();
-    }
-    None
+    std::iter::successors(std::error::Error::source(e), |s| s.source())
+        .find_map(|s| s.downcast_ref::<T>())
 }
 
 /// The stored secret `name` cannot be renewed, for `reason`.
