@@ -51,6 +51,9 @@ use crate::keyvault::format::{
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
 
+/// Why a name of neither kind is not a stored credential.
+pub(crate) const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
+
 /// What a stored credential holds, by its name's prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoredKind {
@@ -178,7 +181,7 @@ impl RenewalState {
 pub fn renewal_state(properties: &StoredProperties, now: OffsetDateTime) -> RenewalState {
     if properties.kind().is_none() {
         return RenewalState::Untracked {
-            reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
+            reason: NO_PREFIX.into(),
         };
     }
     let tag = |name: &str| -> Result<OffsetDateTime, String> {
@@ -229,10 +232,7 @@ pub struct RenewalPlan<'a> {
 /// named are skipped.
 pub fn needing_renewal(listed: &[StoredProperties], now: OffsetDateTime) -> RenewalPlan<'_> {
     let mut plan = RenewalPlan::default();
-    for properties in listed {
-        if properties.kind().is_none() {
-            continue;
-        }
+    for properties in listed.iter().filter(|p| p.kind().is_some()) {
         match renewal_state(properties, now) {
             RenewalState::Current { .. } => plan.current += 1,
             RenewalState::Due { .. } => plan.due.push(properties),

@@ -73,7 +73,8 @@ use crate::keyvault::format::{
     validate_secret_version,
 };
 use crate::keyvault::renewal::{
-    RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal, should_store,
+    NO_PREFIX, RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal,
+    should_store,
 };
 use crate::secret::SecretString;
 use crate::telemetry::{self, Service};
@@ -863,9 +864,6 @@ impl AnyCredentials {
         }
     }
 }
-
-/// The reason a name of neither kind is refused.
-const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
 
 /// A stored value as `ManagedIdentityCredentials`; serde_json's line and column, never
 /// the value.
