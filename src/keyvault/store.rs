@@ -629,7 +629,12 @@ impl CredentialStore {
         mut each: impl FnMut(DeletedCredential) + Send,
     ) -> Result<usize> {
         let fail = |e| map_error(self.vault.as_str(), operation, "*", e);
-        let refuse = |fault| Err(refused_link(operation, fault));
+        let refused = |fault: LinkFault| {
+            Error::answer(
+                "refused_link",
+                format!("Key Vault {operation} stopped: {fault}"),
+            )
+        };
         let (max_items, max_bytes) = (self.options.max_list_items, self.options.max_list_bytes);
         let walk = async {
             let mut pages = pager.map_err(fail)?.into_pages();
@@ -648,10 +653,10 @@ impl CredentialStore {
                     let weight = std::mem::size_of::<StoredProperties>() + name.len() + tags;
                     bytes = bytes.saturating_add(weight);
                     if handed >= max_items {
-                        return refuse(LinkFault::TooManyItems { limit: max_items });
+                        return Err(refused(LinkFault::TooManyItems { limit: max_items }));
                     }
                     if bytes > max_bytes {
-                        return refuse(LinkFault::TooManyBytes { limit: max_bytes });
+                        return Err(refused(LinkFault::TooManyBytes { limit: max_bytes }));
                     }
                     each(deleted);
                     handed += 1;
@@ -659,9 +664,7 @@ impl CredentialStore {
                 // Before the next page is requested: its link must pass the guard.
                 match pages.continuation() {
                     None => {}
-                    Some(PagerContinuation::Link(link)) => {
-                        guard.follow(link).map_err(|f| refused_link(operation, f))?
-                    }
+                    Some(PagerContinuation::Link(link)) => guard.follow(link).map_err(refused)?,
                     // Key Vault pages by link only; anything else is not followed.
                     Some(other) => {
                         let other = crate::untrusted_text::quoted_input(other.as_ref());
@@ -675,7 +678,7 @@ impl CredentialStore {
         let deadline = self.options.list_deadline;
         let deadline_or_walk = async {
             let walked = tokio::time::timeout(deadline, walk).await;
-            walked.unwrap_or_else(|_| refuse(LinkFault::Deadline { after: deadline }))
+            walked.unwrap_or_else(|_| Err(refused(LinkFault::Deadline { after: deadline })))
         };
         telemetry::service_call(Service::KeyVault, metric, deadline_or_walk).await
     }
@@ -826,14 +829,6 @@ fn stored_name(id: Option<&str>) -> Option<String> {
         return None;
     }
     StoredKind::of(&name).is_some().then_some(name)
-}
-
-/// A listing stopped by `fault`.
-fn refused_link(operation: &'static str, fault: LinkFault) -> Error {
-    Error::answer(
-        "refused_link",
-        format!("Key Vault {operation} stopped: {fault}"),
-    )
 }
 
 /// Key Vault answered `operation` with something the store does not use.
