@@ -210,15 +210,18 @@ pub struct KeyVaultSecret {
     tags: BTreeMap<String, String>,
 }
 
-/// A Key Vault secret's attributes as this format sets them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A Key Vault secret's attributes as this format sets them. Serialized as Key Vault's
+/// REST API writes them: `enabled`, and `exp` and `nbf` in Unix seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct SecretAttributes {
     /// Always `true`.
     pub enabled: bool,
     /// `exp`: the credential's `not_after`.
+    #[serde(rename = "exp", with = "time::serde::timestamp")]
     pub expires: OffsetDateTime,
     /// `nbf`: the credential's `not_before`.
+    #[serde(rename = "nbf", with = "time::serde::timestamp")]
     pub not_before: OffsetDateTime,
 }
 
@@ -256,32 +259,21 @@ impl KeyVaultSecret {
     pub(crate) fn render_set_secret_body(&self, content_type: Option<&str>) -> Result<String> {
         #[derive(Serialize)]
         struct Body<'a> {
-            value: &'a str,
+            value: &'a SecretString,
             #[serde(rename = "contentType", skip_serializing_if = "Option::is_none")]
             content_type: Option<&'a str>,
-            attributes: Attributes,
+            attributes: &'a SecretAttributes,
             tags: &'a BTreeMap<String, String>,
         }
-        #[derive(Serialize)]
-        struct Attributes {
-            enabled: bool,
-            nbf: i64,
-            exp: i64,
-        }
-        let value = self.value.expose_secret();
         let body = Body {
-            value,
+            value: &self.value,
             content_type,
-            attributes: Attributes {
-                enabled: self.attributes.enabled,
-                nbf: self.attributes.not_before.unix_timestamp(),
-                exp: self.attributes.expires.unix_timestamp(),
-            },
+            attributes: &self.attributes,
             tags: &self.tags,
         };
         // The value is JSON, so its quotes are escaped: an eighth more covers them.
+        let value = self.value.expose_secret().len();
         let tags: usize = self.tags.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
-        let hint = value.len() + value.len() / 8 + tags + 192;
-        crate::file::model::secret_json(&body, hint)
+        crate::file::model::secret_json(&body, value + value / 8 + tags + 192)
     }
 }
