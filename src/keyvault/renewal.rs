@@ -37,7 +37,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -110,37 +109,25 @@ impl StoredProperties {
     }
 }
 
-/// Why a stored credential cannot be used or renewed any more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a stored credential cannot be used or renewed any more. Its `Display` says so in
+/// a few words (`disabled`, `expired at ...`, `past cannot_renew_after ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unusable {
     /// Key Vault's `enabled` attribute is false.
+    #[error("disabled")]
     Disabled,
     /// `exp` (`not_after`) has passed.
+    #[error("expired at {}", rfc3339(*.expires))]
     Expired {
         /// `exp`.
         expires: OffsetDateTime,
     },
     /// `cannot_renew_after` has passed.
+    #[error("past cannot_renew_after {}", rfc3339(*.cannot_renew_after))]
     CannotRenew {
         /// The tag's time.
         cannot_renew_after: OffsetDateTime,
     },
-}
-
-impl fmt::Display for Unusable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unusable::Disabled => f.write_str("disabled"),
-            Unusable::Expired { expires } => write!(f, "expired at {}", rfc3339(*expires)),
-            Unusable::CannotRenew { cannot_renew_after } => {
-                write!(
-                    f,
-                    "past cannot_renew_after {}",
-                    rfc3339(*cannot_renew_after)
-                )
-            }
-        }
-    }
 }
 
 /// One stored credential's renewal state at `now`.
