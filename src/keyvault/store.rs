@@ -424,9 +424,8 @@ impl CredentialStore {
         parse: fn(&str, &str) -> Result<T>,
     ) -> Result<Stored<T>> {
         let (value, properties) = self.get_value(name, version).await?;
-        let credentials = parse(name, value.expose_secret())?;
         Ok(Stored {
-            credentials,
+            credentials: parse(name, value.expose_secret())?,
             properties,
         })
     }
@@ -983,18 +982,20 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
             .into()
         }
         AzureErrorKind::Credential => Error::external(e),
-        // serde's message without the values it quotes, and where it stopped.
-        AzureErrorKind::DataConversion => unusable(
-            operation,
-            source_of::<serde_json::Error>(&e).map_or_else(
-                || "the answer cannot be decoded".to_owned(),
-                |json| {
-                    let (line, column) = (json.line(), json.column());
-                    let message = crate::parser_errors::json(json);
-                    format!("{message} at line {line}, column {column}")
-                },
-            ),
-        ),
+        AzureErrorKind::DataConversion => {
+            // serde's message without the values it quotes, and where it stopped.
+            let reason = source_of::<serde_json::Error>(&e).map(|json| {
+                let (line, column) = (json.line(), json.column());
+                format!(
+                    "{} at line {line}, column {column}",
+                    crate::parser_errors::json(json)
+                )
+            });
+            unusable(
+                operation,
+                reason.as_deref().unwrap_or("the answer cannot be decoded"),
+            )
+        }
         kind => {
             // The transport put reqwest's error inside (see `azure::sdk_transport`): the
             // crate's one classification, which also chose the kind the SDK retried by.
@@ -1007,15 +1008,8 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 None => (false, TransportFault::Protocol),
             };
             let message = service_text(&format!("{operation} `{name}`: {}", cause_chain(&e)));
-            TransportError::new(
-                KEY_VAULT,
-                vault_url,
-                timeout,
-                fault,
-                message,
-                Some(Arc::new(e)),
-            )
-            .into()
+            let source = Some(Arc::new(e) as Arc<dyn std::error::Error + Send + Sync>);
+            TransportError::new(KEY_VAULT, vault_url, timeout, fault, message, source).into()
         }
     }
 }
