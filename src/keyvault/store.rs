@@ -455,9 +455,9 @@ impl CredentialStore {
         self.call(("get", "get"), name, send, |answer| {
             // The SDK's model holds the value as a plain `String` (see SECURITY.md).
             let secret: Secret = model(name, &answer)?;
-            let Some(value) = secret.value else {
-                return Err(invalid(name, "Key Vault returned no value"));
-            };
+            let value = secret
+                .value
+                .ok_or_else(|| invalid(name, "Key Vault returned no value"))?;
             let properties =
                 properties_of(name, secret.id.as_deref(), secret.attributes, secret.tags);
             Ok((SecretString::from(value), properties))
