@@ -168,8 +168,9 @@ fn secret(
     let all = [
         ("not_after", &times.not_after),
         ("not_before", &times.not_before),
-        ("renew_after", &times.renew_after),
-        ("cannot_renew_after", &times.cannot_renew_after),
+        // The tags, named as their fields.
+        (RENEW_AFTER_TAG, &times.renew_after),
+        (CANNOT_RENEW_AFTER_TAG, &times.cannot_renew_after),
     ];
     let missing = |field: &'static str| {
         let message = format!("cannot format the credentials for Key Vault: `{field}` is missing");
@@ -182,10 +183,6 @@ fn secret(
     for (slot, (field, time)) in parsed.iter_mut().zip(all) {
         *slot = parse_time(field, time.as_deref())?.ok_or_else(|| missing(field))?;
     }
-    let tags = [
-        (RENEW_AFTER_TAG, &times.renew_after),
-        (CANNOT_RENEW_AFTER_TAG, &times.cannot_renew_after),
-    ];
     Ok(KeyVaultSecret {
         name,
         value: SecretString::from(value()?),
@@ -194,9 +191,9 @@ fn secret(
             expires: parsed[0],
             not_before: parsed[1],
         },
-        tags: tags
-            .into_iter()
-            .filter_map(|(tag, time)| Some((tag.to_owned(), time.clone()?)))
+        tags: all[2..]
+            .iter()
+            .filter_map(|&(tag, time)| Some((tag.to_owned(), time.clone()?)))
             .collect(),
     })
 }
