@@ -53,22 +53,17 @@ pub fn identifier_for_managed_identity_credentials(identifier: &str) -> String {
 /// `invalid_secret_name` (an [`ErrorKind::Config`](crate::ErrorKind::Config)).
 pub fn validate_secret_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
-        Some("is empty")
+        "is empty"
     } else if name.len() > MAX_SECRET_NAME_LEN {
-        Some("is longer than 127 characters")
+        "is longer than 127 characters"
     } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        Some("may hold only ASCII letters, digits and '-'")
+        "may hold only ASCII letters, digits and '-'"
     } else {
-        None
+        return Ok(());
     };
-    match reason {
-        None => Ok(()),
-        Some(reason) => {
-            let name = crate::untrusted_text::quoted_input(name);
-            let message = format!("invalid Key Vault secret name `{name}`: {reason}");
-            Err(Error::config("invalid_secret_name", "name", message))
-        }
-    }
+    let name = crate::untrusted_text::quoted_input(name);
+    let message = format!("invalid Key Vault secret name `{name}`: {reason}");
+    Err(Error::config("invalid_secret_name", "name", message))
 }
 
 /// Check a secret version against Key Vault's form: 32 hexadecimal digits (Key Vault
@@ -109,13 +104,7 @@ pub fn format_user_assigned_identity_credentials_for_storage(
     credentials: &UserAssignedIdentityCredentials,
 ) -> Result<KeyVaultSecret> {
     let name = identifier_for_user_assigned_identity_credentials(identifier);
-    let times = StorageTimes {
-        not_after: credentials.not_after.as_deref(),
-        not_before: credentials.not_before.as_deref(),
-        renew_after: credentials.renew_after.as_deref(),
-        cannot_renew_after: credentials.cannot_renew_after.as_deref(),
-    };
-    secret(name, &times, || credentials.to_json())
+    secret(name, credentials, || credentials.to_json())
 }
 
 /// Format managed identity credentials, as the data plane returns them, for Key Vault
@@ -153,18 +142,8 @@ pub fn format_managed_identity_credentials_for_storage(
 ) -> Result<KeyVaultSecret> {
     let name = identifier_for_managed_identity_credentials(identifier);
     let times = match credentials.user_assigned_identities() {
-        [] => StorageTimes {
-            not_after: credentials.identity.not_after.as_deref(),
-            not_before: credentials.identity.not_before.as_deref(),
-            renew_after: credentials.identity.renew_after.as_deref(),
-            cannot_renew_after: credentials.identity.cannot_renew_after.as_deref(),
-        },
-        [one] => StorageTimes {
-            not_after: one.not_after.as_deref(),
-            not_before: one.not_before.as_deref(),
-            renew_after: one.renew_after.as_deref(),
-            cannot_renew_after: one.cannot_renew_after.as_deref(),
-        },
+        [] => &credentials.identity,
+        [one] => one,
         more => {
             let reason = format!(
                 "`explicit_identities` holds {} identities; the storage format takes its times \
@@ -174,75 +153,49 @@ pub fn format_managed_identity_credentials_for_storage(
             return Err(Error::invalid_argument("credentials", reason));
         }
     };
-    secret(name, &times, || credentials.to_json())
+    secret(name, times, || credentials.to_json())
 }
 
-/// The four times a stored secret carries, as the credentials hold them.
-struct StorageTimes<'a> {
-    not_after: Option<&'a str>,
-    not_before: Option<&'a str>,
-    renew_after: Option<&'a str>,
-    cannot_renew_after: Option<&'a str>,
-}
-
-/// The one place that builds a stored secret: checks the name, the times (all four
-/// present, then RFC 3339, in the Go reference's order), and renders the value.
+/// The one place that builds a stored secret: checks the name, the times `times` carries
+/// (the credentials', or their one identity's: all four present, then each RFC 3339, in
+/// the Go reference's order of checks), and renders the value.
 fn secret(
     name: String,
-    times: &StorageTimes<'_>,
+    times: &UserAssignedIdentityCredentials,
     value: impl FnOnce() -> Result<String>,
 ) -> Result<KeyVaultSecret> {
     validate_secret_name(&name)?;
-    let attributes = storage_attributes(times)?;
-    let tags = BTreeMap::from([
-        (
-            RENEW_AFTER_TAG.to_owned(),
-            required(times.renew_after, "renew_after")?.to_owned(),
-        ),
-        (
-            CANNOT_RENEW_AFTER_TAG.to_owned(),
-            required(times.cannot_renew_after, "cannot_renew_after")?.to_owned(),
-        ),
-    ]);
-    let value = SecretString::from(value()?);
-    Ok(KeyVaultSecret {
-        name,
-        value,
-        attributes,
-        tags,
-    })
-}
-
-/// The attributes, after checking that all four times are present and RFC 3339 (in the
-/// Go reference's order of checks: presence of all four, then parsing).
-fn storage_attributes(times: &StorageTimes<'_>) -> Result<SecretAttributes> {
     let all = [
-        ("not_after", times.not_after),
-        ("not_before", times.not_before),
-        ("renew_after", times.renew_after),
-        ("cannot_renew_after", times.cannot_renew_after),
+        ("not_after", &times.not_after),
+        ("not_before", &times.not_before),
+        // The tags, named as their fields.
+        (RENEW_AFTER_TAG, &times.renew_after),
+        (CANNOT_RENEW_AFTER_TAG, &times.cannot_renew_after),
     ];
-    for (field, value) in all {
-        required(value, field)?;
+    let missing = |field: &'static str| {
+        let message = format!("cannot format the credentials for Key Vault: `{field}` is missing");
+        Error::config("missing_storage_time", field, message)
+    };
+    if let Some(&(field, _)) = all.iter().find(|(_, time)| time.is_none()) {
+        return Err(missing(field));
     }
     let mut parsed = [OffsetDateTime::UNIX_EPOCH; 4];
-    for (slot, (field, value)) in parsed.iter_mut().zip(all) {
-        *slot = parse_time(field, value)?.ok_or_else(|| missing(field))?;
+    for (slot, (field, time)) in parsed.iter_mut().zip(all) {
+        *slot = parse_time(field, time.as_deref())?.ok_or_else(|| missing(field))?;
     }
-    Ok(SecretAttributes {
-        enabled: true,
-        expires: parsed[0],
-        not_before: parsed[1],
+    Ok(KeyVaultSecret {
+        name,
+        value: SecretString::from(value()?),
+        attributes: SecretAttributes {
+            enabled: true,
+            expires: parsed[0],
+            not_before: parsed[1],
+        },
+        tags: all[2..]
+            .iter()
+            .filter_map(|&(tag, time)| Some((tag.to_owned(), time.clone()?)))
+            .collect(),
     })
-}
-
-fn required<'a>(value: Option<&'a str>, field: &'static str) -> Result<&'a str> {
-    value.ok_or_else(|| missing(field))
-}
-
-fn missing(field: &'static str) -> Error {
-    let message = format!("cannot format the credentials for Key Vault: `{field}` is missing");
-    Error::config("missing_storage_time", field, message)
 }
 
 /// A Key Vault secret ready to be stored: name, value (secret), attributes and tags.
@@ -254,15 +207,18 @@ pub struct KeyVaultSecret {
     tags: BTreeMap<String, String>,
 }
 
-/// A Key Vault secret's attributes as this format sets them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A Key Vault secret's attributes as this format sets them. Serialized as Key Vault's
+/// REST API writes them: `enabled`, and `exp` and `nbf` in Unix seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct SecretAttributes {
     /// Always `true`.
     pub enabled: bool,
     /// `exp`: the credential's `not_after`.
+    #[serde(rename = "exp", with = "time::serde::timestamp")]
     pub expires: OffsetDateTime,
     /// `nbf`: the credential's `not_before`.
+    #[serde(rename = "nbf", with = "time::serde::timestamp")]
     pub not_before: OffsetDateTime,
 }
 
@@ -300,32 +256,21 @@ impl KeyVaultSecret {
     pub(crate) fn render_set_secret_body(&self, content_type: Option<&str>) -> Result<String> {
         #[derive(Serialize)]
         struct Body<'a> {
-            value: &'a str,
+            value: &'a SecretString,
             #[serde(rename = "contentType", skip_serializing_if = "Option::is_none")]
             content_type: Option<&'a str>,
-            attributes: Attributes,
+            attributes: &'a SecretAttributes,
             tags: &'a BTreeMap<String, String>,
         }
-        #[derive(Serialize)]
-        struct Attributes {
-            enabled: bool,
-            nbf: i64,
-            exp: i64,
-        }
-        let value = self.value.expose_secret();
         let body = Body {
-            value,
+            value: &self.value,
             content_type,
-            attributes: Attributes {
-                enabled: self.attributes.enabled,
-                nbf: self.attributes.not_before.unix_timestamp(),
-                exp: self.attributes.expires.unix_timestamp(),
-            },
+            attributes: &self.attributes,
             tags: &self.tags,
         };
         // The value is JSON, so its quotes are escaped: an eighth more covers them.
+        let value = self.value.expose_secret().len();
         let tags: usize = self.tags.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
-        let hint = value.len() + value.len() / 8 + tags + 192;
-        crate::file::model::secret_json(&body, hint)
+        crate::file::model::secret_json(&body, value + value / 8 + tags + 192)
     }
 }

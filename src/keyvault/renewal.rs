@@ -37,7 +37,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -50,6 +49,9 @@ use crate::keyvault::format::{
     CANNOT_RENEW_AFTER_TAG, MANAGED_IDENTITY_CREDENTIALS_STORAGE_PREFIX, RENEW_AFTER_TAG,
     USER_ASSIGNED_IDENTITY_CREDENTIALS_STORAGE_PREFIX,
 };
+
+/// Why a name of neither kind is not a stored credential.
+pub(crate) const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
 
 /// What a stored credential holds, by its name's prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -107,37 +109,25 @@ impl StoredProperties {
     }
 }
 
-/// Why a stored credential cannot be used or renewed any more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a stored credential cannot be used or renewed any more. Its `Display` says so in
+/// a few words (`disabled`, `expired at ...`, `past cannot_renew_after ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unusable {
     /// Key Vault's `enabled` attribute is false.
+    #[error("disabled")]
     Disabled,
     /// `exp` (`not_after`) has passed.
+    #[error("expired at {}", rfc3339(*.expires))]
     Expired {
         /// `exp`.
         expires: OffsetDateTime,
     },
     /// `cannot_renew_after` has passed.
+    #[error("past cannot_renew_after {}", rfc3339(*.cannot_renew_after))]
     CannotRenew {
         /// The tag's time.
         cannot_renew_after: OffsetDateTime,
     },
-}
-
-impl fmt::Display for Unusable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unusable::Disabled => f.write_str("disabled"),
-            Unusable::Expired { expires } => write!(f, "expired at {}", rfc3339(*expires)),
-            Unusable::CannotRenew { cannot_renew_after } => {
-                write!(
-                    f,
-                    "past cannot_renew_after {}",
-                    rfc3339(*cannot_renew_after)
-                )
-            }
-        }
-    }
 }
 
 /// One stored credential's renewal state at `now`.
@@ -178,7 +168,7 @@ impl RenewalState {
 pub fn renewal_state(properties: &StoredProperties, now: OffsetDateTime) -> RenewalState {
     if properties.kind().is_none() {
         return RenewalState::Untracked {
-            reason: "the name has neither the `msi-` nor the `uamsi-` prefix".into(),
+            reason: NO_PREFIX.into(),
         };
     }
     let tag = |name: &str| -> Result<OffsetDateTime, String> {
@@ -229,10 +219,7 @@ pub struct RenewalPlan<'a> {
 /// named are skipped.
 pub fn needing_renewal(listed: &[StoredProperties], now: OffsetDateTime) -> RenewalPlan<'_> {
     let mut plan = RenewalPlan::default();
-    for properties in listed {
-        if properties.kind().is_none() {
-            continue;
-        }
+    for properties in listed.iter().filter(|p| p.kind().is_some()) {
         match renewal_state(properties, now) {
             RenewalState::Current { .. } => plan.current += 1,
             RenewalState::Due { .. } => plan.due.push(properties),

@@ -34,21 +34,23 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::error::ErrorKind as AzureErrorKind;
 use azure_core::http::pager::{Page, Pager, PagerContinuation};
+use azure_core::http::response::ResponseBody;
 use azure_core::http::{
-    ClientOptions, ExponentialRetryOptions, RequestContent, RetryOptions, Transport,
+    ClientOptions, ExponentialRetryOptions, RequestContent, Response, RetryOptions, Transport,
 };
 use azure_security_keyvault_secrets::models::{
-    DeletedSecret, ListDeletedSecretPropertiesResult, Secret, SecretAttributes as SdkAttributes,
-    SecretClientGetSecretOptions, SecretClientListDeletedSecretPropertiesOptions,
-    SecretClientListSecretPropertiesOptions, SetSecretParameters,
+    DeletedSecretProperties, ListDeletedSecretPropertiesResult, Secret,
+    SecretAttributes as SdkAttributes, SecretClientGetSecretOptions,
+    SecretClientListDeletedSecretPropertiesOptions, SecretClientListSecretPropertiesOptions,
 };
 use azure_security_keyvault_secrets::{SecretClient, SecretClientOptions};
 use futures::TryStreamExt as _;
@@ -71,7 +73,8 @@ use crate::keyvault::format::{
     validate_secret_version,
 };
 use crate::keyvault::renewal::{
-    RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal, should_store,
+    NO_PREFIX, RenewalOutcome, RenewalPass, StoredKind, StoredProperties, needing_renewal,
+    should_store,
 };
 use crate::secret::SecretString;
 use crate::telemetry::{self, Service};
@@ -236,8 +239,7 @@ pub struct DeletedCredential {
 #[derive(Clone)]
 pub struct CredentialStore {
     client: Arc<SecretClient>,
-    vault_url: String,
-    /// `vault_url`, parsed: the origin every `nextLink` must share.
+    /// The vault's URL, parsed: the origin every `nextLink` must share.
     vault: url::Url,
     /// The listing's settings (the environment in it is spent on the client).
     options: StoreOptions,
@@ -246,7 +248,7 @@ pub struct CredentialStore {
 impl fmt::Debug for CredentialStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CredentialStore")
-            .field("vault_url", &self.vault_url)
+            .field("vault_url", &self.vault.as_str())
             .field("page_size", &self.options.page_size)
             .finish_non_exhaustive()
     }
@@ -300,7 +302,6 @@ impl CredentialStore {
             .map_err(|e| Error::invalid_argument("vault_url", e.to_string()))?;
         Ok(CredentialStore {
             client: Arc::new(client),
-            vault_url: parsed.as_str().to_owned(),
             vault: parsed,
             options,
         })
@@ -308,7 +309,7 @@ impl CredentialStore {
 
     /// The vault URL.
     pub fn vault_url(&self) -> &str {
-        &self.vault_url
+        self.vault.as_str()
     }
 
     /// The Azure SDK's `SecretClient` the store sends through: the same vault, credential,
@@ -360,20 +361,18 @@ impl CredentialStore {
     ///
     /// As [`put_managed_identity`](Self::put_managed_identity).
     pub async fn put(&self, secret: &KeyVaultSecret) -> Result<StoredProperties> {
-        observed("put", async {
-            let name = secret.name();
+        let name = secret.name();
+        let send = || {
             // The body rendered once from the formatted secret: the SDK's
             // `SetSecretParameters` would take copies of the value and tags first.
             let json = secret.render_set_secret_body(Some("application/json"))?;
-            let body: RequestContent<SetSecretParameters> = RequestContent::from(json.into_bytes());
-            let response = self
-                .client
-                .set_secret(name, body, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "set", name, e))?;
-            let stored = response.into_model().map_err(|e| invalid_answer(name, e))?;
+            let body = RequestContent::from(json.into_bytes());
+            Ok(self.client.set_secret(name, body, None))
+        };
+        self.call(("put", "set"), name, send, |answer| {
+            let stored = described(name, true, model(name, &answer)?).properties;
             tracing::info!(secret = name, "stored a credential in Key Vault");
-            Ok(secret_properties(name, stored).1)
+            Ok(stored)
         })
         .await
     }
@@ -415,12 +414,7 @@ impl CredentialStore {
     /// As [`get_managed_identity`](Self::get_managed_identity), and
     /// `invalid_stored_secret` for a name of neither prefix.
     pub async fn get(&self, name: &str, version: Option<&str>) -> Result<Stored<AnyCredentials>> {
-        let (value, properties) = self.get_value(name, version).await?;
-        let credentials = AnyCredentials::parse(name, value.expose_secret())?;
-        Ok(Stored {
-            credentials,
-            properties,
-        })
+        self.get_typed(name, version, AnyCredentials::parse).await
     }
 
     async fn get_typed<T>(
@@ -430,9 +424,8 @@ impl CredentialStore {
         parse: fn(&str, &str) -> Result<T>,
     ) -> Result<Stored<T>> {
         let (value, properties) = self.get_value(name, version).await?;
-        let credentials = parse(name, value.expose_secret())?;
         Ok(Stored {
-            credentials,
+            credentials: parse(name, value.expose_secret())?,
             properties,
         })
     }
@@ -450,25 +443,24 @@ impl CredentialStore {
         name: &str,
         version: Option<&str>,
     ) -> Result<(SecretString, StoredProperties)> {
-        observed("get", async {
-            validate_secret_name(name)?;
-            if let Some(version) = version {
-                validate_secret_version(version)?;
-            }
+        let send = || {
+            version.map(validate_secret_version).transpose()?;
+            let secret_version = version.map(str::to_owned);
             let options = SecretClientGetSecretOptions {
-                secret_version: version.map(str::to_owned),
+                secret_version,
                 ..Default::default()
             };
-            let response = self
-                .client
-                .get_secret(name, Some(options))
-                .await
-                .map_err(|e| map_error(&self.vault_url, "get", name, e))?;
-            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
-            match secret_properties(name, secret) {
-                (Some(value), properties) => Ok((value, properties)),
-                (None, _) => Err(invalid(name, "Key Vault returned no value")),
-            }
+            Ok(self.client.get_secret(name, Some(options)))
+        };
+        self.call(("get", "get"), name, send, |answer| {
+            // The SDK's model holds the value as a plain `String` (see SECURITY.md).
+            let secret: Secret = model(name, &answer)?;
+            let value = secret
+                .value
+                .ok_or_else(|| invalid(name, "Key Vault returned no value"))?;
+            let properties =
+                properties_of(name, secret.id.as_deref(), secret.attributes, secret.tags);
+            Ok((SecretString::from(value), properties))
         })
         .await
     }
@@ -481,17 +473,11 @@ impl CredentialStore {
     /// [`ErrorKind::Service`] (404 when there is no such secret),
     /// [`ErrorKind::Transport`].
     pub async fn delete(&self, name: &str) -> Result<DeletedCredential> {
-        observed("delete", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .delete_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "delete", name, e))?;
-            let deleted: DeletedSecret =
-                response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let send = || Ok(self.client.delete_secret(name, None));
+        self.call(("delete", "delete"), name, send, |answer| {
+            let deleted = described(name, true, model(name, &answer)?);
             tracing::info!(secret = name, "deleted a stored credential (soft)");
-            Ok(deleted_of(name, deleted))
+            Ok(deleted)
         })
         .await
     }
@@ -502,16 +488,9 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn get_deleted(&self, name: &str) -> Result<DeletedCredential> {
-        observed("get_deleted", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .get_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "get deleted", name, e))?;
-            let deleted: DeletedSecret =
-                response.into_model().map_err(|e| invalid_answer(name, e))?;
-            Ok(deleted_of(name, deleted))
+        let send = || Ok(self.client.get_deleted_secret(name, None));
+        self.call(("get_deleted", "get deleted"), name, send, |answer| {
+            Ok(described(name, true, model(name, &answer)?))
         })
         .await
     }
@@ -522,12 +501,8 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn purge_deleted(&self, name: &str) -> Result<()> {
-        observed("purge_deleted", async {
-            validate_secret_name(name)?;
-            self.client
-                .purge_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "purge", name, e))?;
+        let send = || Ok(self.client.purge_deleted_secret(name, None));
+        self.call(("purge_deleted", "purge"), name, send, |_| {
             tracing::info!(secret = name, "purged a deleted credential");
             Ok(())
         })
@@ -540,18 +515,36 @@ impl CredentialStore {
     ///
     /// As [`delete`](Self::delete).
     pub async fn recover_deleted(&self, name: &str) -> Result<StoredProperties> {
-        observed("recover_deleted", async {
-            validate_secret_name(name)?;
-            let response = self
-                .client
-                .recover_deleted_secret(name, None)
-                .await
-                .map_err(|e| map_error(&self.vault_url, "recover", name, e))?;
-            let secret = response.into_model().map_err(|e| invalid_answer(name, e))?;
+        let send = || Ok(self.client.recover_deleted_secret(name, None));
+        self.call(("recover_deleted", "recover"), name, send, |answer| {
+            let recovered = described(name, true, model(name, &answer)?).properties;
             tracing::info!(secret = name, "recovered a deleted credential");
-            Ok(secret_properties(name, secret).1)
+            Ok(recovered)
         })
         .await
+    }
+
+    /// One request about the secret `name`, in its `keyvault_request` span (`metric`):
+    /// the name checked, then `send`'s own checks, before anything is sent; Key Vault's
+    /// error as the crate's (`operation`, as its messages name it); and the answer's body
+    /// handed to `done`.
+    async fn call<M, F, T, Sent>(
+        &self,
+        (metric, operation): (&'static str, &'static str),
+        name: &str,
+        send: impl FnOnce() -> Result<Sent>,
+        done: impl FnOnce(ResponseBody) -> Result<T>,
+    ) -> Result<T>
+    where
+        Sent: Future<Output = azure_core::Result<Response<M, F>>>,
+    {
+        let call = async {
+            validate_secret_name(name)?;
+            let answer = send()?.await;
+            let answer = answer.map_err(|e| map_error(self.vault.as_str(), operation, name, e))?;
+            done(answer.into_body())
+        };
+        telemetry::service_call(Service::KeyVault, metric, call).await
     }
 
     /// The properties of every stored credential (`msi-` and `uamsi-` secrets), across
@@ -598,8 +591,8 @@ impl CredentialStore {
             ..Default::default()
         };
         let pager = self.client.list_secret_properties(Some(options));
-        let walk = self.walk("list", pager, |item| each(item.properties));
-        observed("list", walk).await
+        self.walk(("list", "list"), pager, |item| each(item.properties))
+            .await
     }
 
     /// The soft-deleted credentials (`msi-` and `uamsi-` secrets awaiting purge or
@@ -617,23 +610,31 @@ impl CredentialStore {
         };
         let pager = self.client.list_deleted_secret_properties(Some(options));
         let mut listed = Vec::new();
-        let walk = self.walk("list deleted", pager, |item| listed.push(item));
-        observed("list_deleted", walk).await?;
+        let walk = self.walk(("list_deleted", "list deleted"), pager, |item| {
+            listed.push(item)
+        });
+        walk.await?;
         Ok(listed)
     }
 
-    /// One listing: every stored credential of its pages handed to `each` as its page
-    /// arrives (both listings' pages read as the deleted one's, whose items add three
-    /// fields), within the store's bounds (pages, links, items, bytes, deadline); the
-    /// number handed.
+    /// One listing, in its `keyvault_request` span (`metric`; `operation` as its messages
+    /// name it): every stored credential of its pages handed to `each` as its page arrives
+    /// (both listings' pages read as the deleted one's, whose items add three fields),
+    /// within the store's bounds (pages, links, items, bytes, deadline); the number handed.
     async fn walk<P: Page + serde::de::DeserializeOwned + Send>(
         &self,
-        operation: &'static str,
+        (metric, operation): (&'static str, &'static str),
         pager: azure_core::Result<Pager<P>>,
         mut each: impl FnMut(DeletedCredential) + Send,
     ) -> Result<usize> {
-        let fail = |e| map_error(&self.vault_url, operation, "*", e);
-        let refuse = |fault| Err(refused_link(operation, fault));
+        let fail = |e| map_error(self.vault.as_str(), operation, "*", e);
+        let refused = |fault: LinkFault| {
+            Error::answer(
+                "refused_link",
+                format!("Key Vault {operation} stopped: {fault}"),
+            )
+        };
+        let (max_items, max_bytes) = (self.options.max_list_items, self.options.max_list_bytes);
         let walk = async {
             let mut pages = pager.map_err(fail)?.into_pages();
             let mut guard = LinkGuard::new(&self.vault, self.options.max_list_pages);
@@ -644,35 +645,41 @@ impl CredentialStore {
                     let Some(name) = stored_name(item.id.as_deref()) else {
                         continue;
                     };
-                    let properties =
-                        properties_of(&name, None, item.attributes.as_ref(), item.tags);
-                    bytes = bytes.saturating_add(weight(&properties));
-                    if handed >= self.options.max_list_items {
-                        let limit = self.options.max_list_items;
-                        return refuse(LinkFault::TooManyItems { limit });
+                    let deleted = described(&name, false, item);
+                    // About the bytes it holds: its strings, a fixed part for it and each tag.
+                    let tags = deleted.properties.tags.iter();
+                    let tags: usize = tags.map(|(k, v)| k.len() + v.len() + 64).sum();
+                    let weight = std::mem::size_of::<StoredProperties>() + name.len() + tags;
+                    bytes = bytes.saturating_add(weight);
+                    if handed >= max_items {
+                        return Err(refused(LinkFault::TooManyItems { limit: max_items }));
                     }
-                    if bytes > self.options.max_list_bytes {
-                        let limit = self.options.max_list_bytes;
-                        return refuse(LinkFault::TooManyBytes { limit });
+                    if bytes > max_bytes {
+                        return Err(refused(LinkFault::TooManyBytes { limit: max_bytes }));
                     }
-                    each(DeletedCredential {
-                        properties,
-                        recovery_id: item.recovery_id.map(|id| service_text(&id)),
-                        deleted_date: item.deleted_date,
-                        scheduled_purge_date: item.scheduled_purge_date,
-                    });
+                    each(deleted);
                     handed += 1;
                 }
-                check_next_link(&mut guard, pages.continuation(), operation)?;
+                // Before the next page is requested: its link must pass the guard.
+                match pages.continuation() {
+                    None => {}
+                    Some(PagerContinuation::Link(link)) => guard.follow(link).map_err(refused)?,
+                    // Key Vault pages by link only; anything else is not followed.
+                    Some(other) => {
+                        let other = crate::untrusted_text::quoted_input(other.as_ref());
+                        let reason = format!("a continuation that is not a link: `{other}`");
+                        return Err(unusable(operation, reason));
+                    }
+                }
             }
             Ok(handed)
         };
-        match tokio::time::timeout(self.options.list_deadline, walk).await {
-            Ok(result) => result,
-            Err(_) => refuse(LinkFault::Deadline {
-                after: self.options.list_deadline,
-            }),
-        }
+        let deadline = self.options.list_deadline;
+        let deadline_or_walk = async {
+            let walked = tokio::time::timeout(deadline, walk).await;
+            walked.unwrap_or_else(|_| Err(refused(LinkFault::Deadline { after: deadline })))
+        };
+        telemetry::service_call(Service::KeyVault, metric, deadline_or_walk).await
     }
 
     /// Renew the identity stored as `name` (`msi-<id>` or `uamsi-<id>`): ask `dataplane`
@@ -693,7 +700,8 @@ impl CredentialStore {
     /// `invalid_stored_secret` when the stored credential does not say which
     /// identity it is (no `resource_id`) or the data plane does not return it.
     pub async fn renew(&self, dataplane: &Client, name: &str) -> Result<RenewalOutcome> {
-        let result = observed("renew", self.renew_once(dataplane, name)).await;
+        let renewal = self.renew_once(dataplane, name);
+        let result = telemetry::service_call(Service::KeyVault, "renew", renewal).await;
         let outcome = match &result {
             Ok(RenewalOutcome::Stored { .. }) => "renewed",
             Ok(RenewalOutcome::NotNewer { .. }) => "not_newer",
@@ -750,16 +758,14 @@ impl CredentialStore {
         };
         let (stored, fresh) = match self.get(name, None).await?.credentials {
             AnyCredentials::UserAssignedIdentity(stored) => {
-                let resource_id = stored
-                    .resource_id
-                    .clone()
-                    .ok_or_else(|| invalid(name, "the stored credential has no resource_id"))?;
-                let request = UserAssignedIdentitiesRequest::new([resource_id.as_str()]);
+                let no_id = || invalid(name, "the stored credential has no resource_id");
+                let resource_id = stored.resource_id.as_deref().ok_or_else(no_id)?;
+                let request = UserAssignedIdentitiesRequest::new([resource_id]);
                 let fresh = dataplane
                     .get_user_assigned_identities_credentials(&request)
                     .await?;
                 let offered = fresh
-                    .user_assigned_identity(&resource_id)
+                    .user_assigned_identity(resource_id)
                     .ok_or_else(|| invalid(name, "the data plane did not return this identity"))?;
                 (
                     format_user_assigned_identity_credentials_for_storage(identifier, &stored)?,
@@ -768,19 +774,19 @@ impl CredentialStore {
             }
             AnyCredentials::ManagedIdentity(stored) => {
                 let identities = stored.user_assigned_identities();
-                let ids: Vec<String> = identities
-                    .iter()
-                    .filter_map(|i| i.resource_id.clone())
-                    .collect();
-                let fresh = if identities.is_empty() {
-                    dataplane.get_system_assigned_identity_credentials().await?
-                } else if ids.len() == identities.len() {
-                    let request = UserAssignedIdentitiesRequest::new(ids);
-                    dataplane
-                        .get_user_assigned_identities_credentials(&request)
-                        .await?
-                } else {
-                    return Err(invalid(name, "an explicit identity has no resource_id"));
+                let ids: Option<Vec<String>> =
+                    identities.iter().map(|i| i.resource_id.clone()).collect();
+                let fresh = match ids {
+                    _ if identities.is_empty() => {
+                        dataplane.get_system_assigned_identity_credentials().await?
+                    }
+                    Some(ids) => {
+                        let request = UserAssignedIdentitiesRequest::new(ids);
+                        dataplane
+                            .get_user_assigned_identities_credentials(&request)
+                            .await?
+                    }
+                    None => return Err(invalid(name, "an explicit identity has no resource_id")),
                 };
                 (
                     format_managed_identity_credentials_for_storage(identifier, &stored)?,
@@ -788,17 +794,8 @@ impl CredentialStore {
                 )
             }
         };
-        self.store_if_newer(name, stored.attributes().not_before, &fresh)
-            .await
-    }
-
-    async fn store_if_newer(
-        &self,
-        name: &str,
-        stored_not_before: OffsetDateTime,
-        secret: &KeyVaultSecret,
-    ) -> Result<RenewalOutcome> {
-        let offered_not_before = secret.attributes().not_before;
+        let stored_not_before = stored.attributes().not_before;
+        let offered_not_before = fresh.attributes().not_before;
         if !should_store(stored_not_before, offered_not_before) {
             tracing::debug!(secret = name, "renewal: nothing newer to store");
             return Ok(RenewalOutcome::NotNewer {
@@ -807,7 +804,7 @@ impl CredentialStore {
                 offered_not_before,
             });
         }
-        let properties = self.put(secret).await?;
+        let properties = self.put(&fresh).await?;
         tracing::info!(secret = name, "renewal: stored newer credentials");
         Ok(RenewalOutcome::Stored {
             name: name.to_owned(),
@@ -833,40 +830,10 @@ fn stored_name(id: Option<&str>) -> Option<String> {
     StoredKind::of(&name).is_some().then_some(name)
 }
 
-/// A listing stopped by `fault`.
-fn refused_link(operation: &'static str, fault: LinkFault) -> Error {
-    Error::answer(
-        "refused_link",
-        format!("Key Vault {operation} stopped: {fault}"),
-    )
-}
-
 /// Key Vault answered `operation` with something the store does not use.
-pub(crate) fn unusable(operation: &str, reason: impl std::fmt::Display) -> Error {
+fn unusable(operation: &str, reason: impl std::fmt::Display) -> Error {
     let message = format!("Key Vault {operation}: the answer is not usable: {reason}");
     Error::answer("invalid_key_vault_response", message)
-}
-
-/// Before the next page is requested: its link must pass the walk's guard.
-fn check_next_link(
-    guard: &mut LinkGuard,
-    next: Option<&PagerContinuation>,
-    operation: &'static str,
-) -> Result<()> {
-    match next {
-        None => Ok(()),
-        Some(PagerContinuation::Link(link)) => {
-            guard.follow(link).map_err(|f| refused_link(operation, f))
-        }
-        // Key Vault pages by link only; anything else is not followed.
-        Some(other) => Err(unusable(
-            operation,
-            format!(
-                "a continuation that is not a link: `{}`",
-                crate::untrusted_text::quoted_input(other.as_ref())
-            ),
-        )),
-    }
 }
 
 /// A stored credential of either kind.
@@ -891,9 +858,6 @@ impl AnyCredentials {
         }
     }
 }
-
-/// The reason a name of neither kind is refused.
-const NO_PREFIX: &str = "the name has neither the `msi-` nor the `uamsi-` prefix";
 
 /// A stored value as `ManagedIdentityCredentials`; serde_json's line and column, never
 /// the value.
@@ -930,91 +894,64 @@ fn split_id(id: &str) -> Option<(String, Option<String>)> {
     Some((name, version))
 }
 
+/// A secret Key Vault described, without its value (an answer about one secret, read
+/// as the deleted one's model, a superset of the others without the value; or an item of
+/// a listing, whose id names no version and is not read for one: `versioned` false).
+fn described(name: &str, versioned: bool, item: DeletedSecretProperties) -> DeletedCredential {
+    let id = item.id.as_deref().filter(|_| versioned);
+    DeletedCredential {
+        properties: properties_of(name, id, item.attributes, item.tags),
+        recovery_id: item.recovery_id.map(|id| service_text(&id)),
+        deleted_date: item.deleted_date,
+        scheduled_purge_date: item.scheduled_purge_date,
+    }
+}
+
+/// Key Vault's answer about the secret `name`, read as the SDK's model `M`.
+fn model<M: serde::de::DeserializeOwned>(name: &str, answer: &ResponseBody) -> Result<M> {
+    answer.json().map_err(|e| {
+        let reason = format!("Key Vault's answer cannot be read: {}", e.kind());
+        invalid(name, &reason)
+    })
+}
+
+/// The properties of the secret `name` from the parts of an SDK model: the version from
+/// `id`, when given.
 fn properties_of(
     name: &str,
     id: Option<&str>,
-    attributes: Option<&SdkAttributes>,
+    attributes: Option<SdkAttributes>,
     tags: Option<HashMap<String, String>>,
 ) -> StoredProperties {
-    let mut properties = StoredProperties::new(name);
-    properties.version = id.and_then(split_id).and_then(|(_, version)| version);
-    if let Some(a) = attributes {
-        properties.enabled = a.enabled;
-        properties.not_before = a.not_before;
-        properties.expires = a.expires;
-        properties.updated = a.updated;
+    let a = attributes.unwrap_or_default();
+    StoredProperties {
+        name: name.to_owned(),
+        version: id.and_then(split_id).and_then(|(_, version)| version),
+        enabled: a.enabled,
+        not_before: a.not_before,
+        expires: a.expires,
+        updated: a.updated,
+        tags: tags.unwrap_or_default().into_iter().collect(),
     }
-    properties.tags = tags
-        .unwrap_or_default()
-        .into_iter()
-        .collect::<BTreeMap<_, _>>();
-    properties
-}
-
-/// A secret Key Vault returned: its value (which the SDK's model holds as a plain
-/// `String`: see SECURITY.md), and its properties.
-fn secret_properties(name: &str, secret: Secret) -> (Option<SecretString>, StoredProperties) {
-    let properties = properties_of(
-        name,
-        secret.id.as_deref(),
-        secret.attributes.as_ref(),
-        secret.tags,
-    );
-    (secret.value.map(SecretString::from), properties)
-}
-
-/// Pure: about the bytes `properties` hold in a listing (its strings and a fixed part per
-/// field), counted against [`StoreOptions::with_max_list_bytes`].
-fn weight(properties: &StoredProperties) -> usize {
-    const FIXED: usize = std::mem::size_of::<StoredProperties>();
-    const PER_TAG: usize = 64;
-    let tags: usize = properties
-        .tags
-        .iter()
-        .map(|(k, v)| k.len() + v.len() + PER_TAG)
-        .sum();
-    FIXED + properties.name.len() + properties.version.as_ref().map_or(0, String::len) + tags
-}
-
-fn deleted_of(name: &str, deleted: DeletedSecret) -> DeletedCredential {
-    DeletedCredential {
-        properties: properties_of(
-            name,
-            deleted.id.as_deref(),
-            deleted.attributes.as_ref(),
-            deleted.tags,
-        ),
-        recovery_id: deleted.recovery_id,
-        deleted_date: deleted.deleted_date,
-        scheduled_purge_date: deleted.scheduled_purge_date,
-    }
-}
-
-fn invalid_answer(name: &str, e: azure_core::Error) -> Error {
-    invalid(
-        name,
-        &format!("Key Vault's answer cannot be read: {}", e.kind()),
-    )
 }
 
 /// An SDK error as the crate's: Key Vault's status with its error code and message, the
 /// 409 of a name held by a deleted secret, a credential failure, or a transport failure.
 fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core::Error) -> Error {
     // An error of this crate's own that the SDK carried (from the credential, or from the
-    // transport: an answer over the size limit) comes back as it was.
-    if let Some(ours) = source_of::<Error>(&e).cloned() {
-        // The transport does not know the store's operation; name it here.
-        if let ErrorKind::InvalidAnswer {
-            code: "invalid_key_vault_response",
-            message,
-        } = ours.kind()
-        {
-            return Error::answer(
+    // transport: an answer over the size limit) comes back as it was, with the store's
+    // operation named when the transport, which does not know it, refused the answer.
+    if let Some(ours) = source_of::<Error>(&e) {
+        return match ours.kind() {
+            ErrorKind::InvalidAnswer {
+                code: "invalid_key_vault_response",
+                message,
+            } => Error::answer(
                 "invalid_key_vault_response",
                 format!("Key Vault {operation}: {message}"),
-            );
-        }
-        return ours;
+            ),
+            _ => ours.clone(),
+        };
     }
     match e.kind() {
         AzureErrorKind::HttpResponse {
@@ -1027,41 +964,38 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 .as_ref()
                 .map(|r| crate::http::azure_error_body::parse_error_body(r.body()))
                 .unwrap_or_default();
-            let code = code.or_else(|| service_text_opt(error_code.clone()));
             // A name held by a deleted secret: what to do instead of Key Vault's message.
-            let message = match status == 409 && operation == "set" {
-                true => Some(format!(
+            let held = (status == 409 && operation == "set").then(|| {
+                format!(
                     "secret `{name}` is deleted but recoverable, so its name cannot be reused: \
                      purge it (`purge_deleted`) or recover it (`recover_deleted`) first"
-                )),
-                false => message,
-            };
-            let request = format!("{operation} of secret `{name}`");
-            let (service, answer) = (KEY_VAULT, Default::default());
-            let e = ServiceError {
-                service,
+                )
+            });
+            ErrorKind::Service(Box::new(ServiceError {
+                service: KEY_VAULT,
                 status,
-                code,
-                message,
-                request,
-                ..answer
-            };
-            ErrorKind::Service(Box::new(e)).into()
+                code: code.or_else(|| service_text_opt(error_code.clone())),
+                message: held.or(message),
+                request: format!("{operation} of secret `{name}`"),
+                ..Default::default()
+            }))
+            .into()
         }
         AzureErrorKind::Credential => Error::external(e),
-        AzureErrorKind::DataConversion => unusable(
-            operation,
-            match source_of::<serde_json::Error>(&e) {
-                // serde's message without the values it quotes, and where it stopped.
-                Some(json) => format!(
-                    "{} at line {}, column {}",
-                    crate::parser_errors::json(json),
-                    json.line(),
-                    json.column()
-                ),
-                None => "the answer cannot be decoded".to_owned(),
-            },
-        ),
+        AzureErrorKind::DataConversion => {
+            // serde's message without the values it quotes, and where it stopped.
+            let reason = source_of::<serde_json::Error>(&e).map(|json| {
+                let (line, column) = (json.line(), json.column());
+                format!(
+                    "{} at line {line}, column {column}",
+                    crate::parser_errors::json(json)
+                )
+            });
+            unusable(
+                operation,
+                reason.as_deref().unwrap_or("the answer cannot be decoded"),
+            )
+        }
         kind => {
             // The transport put reqwest's error inside (see `azure::sdk_transport`): the
             // crate's one classification, which also chose the kind the SDK retried by.
@@ -1073,15 +1007,9 @@ fn map_error(vault_url: &str, operation: &'static str, name: &str, e: azure_core
                 }
                 None => (false, TransportFault::Protocol),
             };
-            TransportError::new(
-                "Key Vault",
-                vault_url,
-                timeout,
-                fault,
-                service_text(&format!("{operation} `{name}`: {}", cause_chain(&e))),
-                Some(Arc::new(e)),
-            )
-            .into()
+            let message = service_text(&format!("{operation} `{name}`: {}", cause_chain(&e)));
+            let source = Some(Arc::new(e) as Arc<dyn std::error::Error + Send + Sync>);
+            TransportError::new(KEY_VAULT, vault_url, timeout, fault, message, source).into()
         }
     }
 }
@@ -1103,14 +1031,8 @@ fn sdk_retry(policy: &RetryPolicy) -> RetryOptions {
 /// The first error of type `T` in an SDK error's chain of sources (azure_core wraps the
 /// cause: this crate's own error, or serde's).
 fn source_of<T: std::error::Error + 'static>(e: &azure_core::Error) -> Option<&T> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(found) = s.downcast_ref::<T>() {
-            return Some(found);
-        }
-        source = s.source();
-    }
-    None
+    std::iter::successors(std::error::Error::source(e), |s| s.source())
+        .find_map(|s| s.downcast_ref::<T>())
 }
 
 /// The stored secret `name` cannot be renewed, for `reason`.
@@ -1119,15 +1041,6 @@ fn invalid(name: &str, reason: &str) -> Error {
         "invalid_stored_secret",
         format!("stored secret `{name}` is not usable: {reason}"),
     )
-}
-
-/// One store operation in its `keyvault_request` span, counted by outcome with its
-/// duration.
-async fn observed<T>(
-    operation: &'static str,
-    call: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    telemetry::service_call(Service::KeyVault, operation, call).await
 }
 
 #[cfg(test)]
