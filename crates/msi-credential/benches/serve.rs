@@ -340,11 +340,12 @@ async fn flood_orphaning(
     closed
 }
 
-/// The bytes the kernel queues for the connections whose local port is `port` (send and
-/// receive queues, the listener left out), from `/proc/net/tcp` (Linux; 0 elsewhere).
-fn queued_bytes(port: u16) -> u64 {
+/// The bytes the kernel queues for the connections whose local port is `port` (the
+/// listener left out): answers not yet taken by the peers, and requests not yet read by
+/// the server. From `/proc/net/tcp` (Linux; zeros elsewhere).
+fn queued_bytes(port: u16) -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let mut queued = 0;
+    let (mut send, mut receive) = (0, 0);
     for row in text.lines().skip(1) {
         let fields: Vec<&str> = row.split_whitespace().collect();
         let local = fields.get(1).and_then(|f| f.rsplit(':').next());
@@ -352,11 +353,11 @@ fn queued_bytes(port: u16) -> u64 {
             continue;
         }
         if let Some((tx, rx)) = fields.get(4).and_then(|f| f.split_once(':')) {
-            queued +=
-                u64::from_str_radix(tx, 16).unwrap_or(0) + u64::from_str_radix(rx, 16).unwrap_or(0);
+            send += u64::from_str_radix(tx, 16).unwrap_or(0);
+            receive += u64::from_str_radix(rx, 16).unwrap_or(0);
         }
     }
-    queued
+    (send, receive)
 }
 
 /// The CPU time (clock ticks, 100 a second) of this process's threads, summed by thread
@@ -567,9 +568,12 @@ fn main() {
             let peak_queued = std::thread::spawn({
                 let stop = stop.clone();
                 move || {
-                    let mut peak = 0;
+                    let mut peak = (0, 0, 0);
                     while !stop.load(Ordering::Relaxed) {
-                        peak = peak.max(queued_bytes(addr.port()));
+                        let (send, receive) = queued_bytes(addr.port());
+                        if send + receive > peak.0 {
+                            peak = (send + receive, send, receive);
+                        }
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     peak
@@ -578,10 +582,11 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
             let flooded = clients.block_on(load(addr, target, duration));
             stop.store(true, Ordering::Relaxed);
+            let (total, send, receive) = peak_queued.join().unwrap_or_default();
             println!(
-                "{:<28} {:>9} bytes queued in the kernel at the peak",
+                "{:<28} {total:>9} bytes queued in the kernel at the peak ({send} to send, \
+                 {receive} received unread)",
                 format!("serve/{kind}_kernel"),
-                peak_queued.join().unwrap_or(0)
             );
             let count = flooder.block_on(flooding).unwrap();
             show(&format!("serve/flooded_{kind}"), &flooded);
