@@ -324,6 +324,7 @@ mod tests {
             "https://a.example",
             "https://a.example/",
             "https://a.example//",
+            " https://a.example/ ",
         ] {
             let once = default_scope(r);
             assert_eq!(once, "https://a.example/.default");

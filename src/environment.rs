@@ -11,8 +11,6 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::clock::{Clock, SystemClock};
-#[cfg(test)]
-use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::http::client::{build_http_client, client_with_extra_roots, default_http_client};
 use crate::http::retry::RetryPolicy;
@@ -297,6 +295,7 @@ impl fmt::Debug for Environment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn a_client_and_extra_roots_conflict_each_alone_is_fine() {

@@ -4,18 +4,19 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use time::OffsetDateTime;
 
-use super::challenge::{challenged_tenant, scope_for_audience};
+use super::challenge::challenged_tenant;
 use super::source::TokenSource;
 use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
+use crate::cloud::default_scope;
 use crate::environment::Environment;
 use crate::error::{
     DATA_PLANE, Error, ErrorKind, Result, ServiceError, TransportError, cause_chain,
@@ -95,8 +96,8 @@ type HostTenant = (String, Option<Arc<str>>);
 
 impl ClientFactory {
     /// A factory whose clients get tokens from `source` for `audience` (the data plane's
-    /// audience, e.g. `https://identity.azure.net/`; the scope asked for is
-    /// `<audience>/.default`).
+    /// audience, e.g. `https://identity.azure.net/`; the scope asked for is its
+    /// [`default_scope`](crate::default_scope), `<audience>/.default`).
     ///
     /// # Errors
     ///
@@ -115,7 +116,7 @@ impl ClientFactory {
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
                 source: Arc::new(source),
-                scope: scope_for_audience(audience),
+                scope: default_scope(audience),
                 // Hosts vary per identity URL: the crate-built client comes in two, the
                 // second without environment proxies for loopback hosts.
                 http: environment.client(false)?,
@@ -430,13 +431,13 @@ impl Client {
         Ok(RawAnswer {
             status,
             body,
-            retry_after: header("retry-after").map(str::to_owned),
+            retry_after: header("retry-after")
+                .and_then(|v| body::parse_retry_after(v, f.environment.clock().now())),
             request_id: crate::untrusted_text::service_text_opt(
                 header("x-ms-request-id").map(str::to_owned),
             ),
             client_request_id,
             challenges,
-            requested_at: f.environment.clock().now(),
         })
     }
 }
@@ -445,11 +446,10 @@ impl Client {
 struct RawAnswer {
     status: u16,
     body: Option<Vec<u8>>,
-    retry_after: Option<String>,
+    retry_after: Option<Duration>,
     request_id: Option<String>,
     client_request_id: String,
     challenges: Vec<String>,
-    requested_at: OffsetDateTime,
 }
 
 /// Pure: a 2xx answer's status and body, or the typed error for anything else.
@@ -472,10 +472,7 @@ fn finish(raw: RawAnswer, what: &str) -> Result<(u16, Vec<u8>)> {
         message,
         request_id: raw.request_id,
         client_request_id: Some(raw.client_request_id),
-        retry_after: raw
-            .retry_after
-            .as_deref()
-            .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
+        retry_after: raw.retry_after,
         request: what.to_owned(),
     }))
     .into())
@@ -538,8 +535,6 @@ pub(crate) fn request_url(base: &Url, query: &[(String, String)], suffix: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-    use time::macros::datetime;
 
     const ID_URL: &str = "https://eastus.identity.azure.net/subscriptions/s/resourcegroups/g/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/c/credentials/v2/identities?arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t";
 
@@ -615,11 +610,10 @@ mod tests {
         let raw = RawAnswer {
             status: 429,
             body: Some(br#"{"error":{"code":"TooManyRequests","message":"slow down"}}"#.to_vec()),
-            retry_after: Some("7".into()),
+            retry_after: Some(Duration::from_secs(7)),
             request_id: Some("srv-1".into()),
             client_request_id: "cli-1".into(),
             challenges: Vec::new(),
-            requested_at: datetime!(2026-01-01 00:00 UTC),
         };
         let e = finish(raw, "GET /x").err().unwrap();
         let ErrorKind::Service(d) = e.kind() else {
