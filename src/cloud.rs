@@ -155,26 +155,17 @@ impl Cloud {
         if name.trim().is_empty() {
             return Err(invalid_cloud("name", "is empty"));
         }
-        let mut authority_host = https_url("authority_host", authority_host.into())?;
+        let mut authority_host = https_url("authority_host", authority_host)?;
         if !authority_host.ends_with('/') {
             authority_host.push('/');
         }
-        let mut resource_manager_endpoint = https_url(
-            "resource_manager_endpoint",
-            resource_manager_endpoint.into(),
-        )?;
-        while resource_manager_endpoint.ends_with('/') {
-            resource_manager_endpoint.pop();
-        }
-        let resource_manager_audience = https_url(
-            "resource_manager_audience",
-            resource_manager_audience.into(),
-        )?;
+        let endpoint = https_url("resource_manager_endpoint", resource_manager_endpoint)?;
+        let audience = https_url("resource_manager_audience", resource_manager_audience)?;
         Ok(Cloud {
-            name: Cow::Owned(name),
-            authority_host: Cow::Owned(authority_host),
-            resource_manager_endpoint: Cow::Owned(resource_manager_endpoint),
-            resource_manager_audience: Cow::Owned(resource_manager_audience),
+            name: name.into(),
+            authority_host: authority_host.into(),
+            resource_manager_endpoint: endpoint.trim_end_matches('/').to_owned().into(),
+            resource_manager_audience: audience.into(),
         })
     }
 
@@ -190,17 +181,14 @@ impl Cloud {
     /// assert_eq!(Cloud::for_authority("https://login.example.com/"), None);
     /// ```
     pub fn for_authority(authentication_endpoint: &str) -> Option<Cloud> {
+        // The URL parser lower-cases the host.
         let url = url::Url::parse(authentication_endpoint).ok()?;
-        let host = url.host_str()?;
+        let origin = (url.scheme(), url.host_str());
         KNOWN
             .iter()
             .find(|(cloud, _)| {
-                url::Url::parse(&cloud.authority_host).is_ok_and(|known| {
-                    known.scheme() == url.scheme()
-                        && known
-                            .host_str()
-                            .is_some_and(|h| h.eq_ignore_ascii_case(host))
-                })
+                let known = url::Url::parse(&cloud.authority_host);
+                known.is_ok_and(|known| (known.scheme(), known.host_str()) == origin)
             })
             .map(|(cloud, _)| (*cloud).clone())
     }
@@ -284,7 +272,8 @@ pub fn default_scope(resource: &str) -> String {
     format!("{}/.default", resource.trim_end_matches('/'))
 }
 
-fn https_url(field: &'static str, value: String) -> Result<String> {
+fn https_url(field: &'static str, value: impl Into<String>) -> Result<String> {
+    let value = value.into();
     let value = value.trim();
     base_url(value, false, false).map_err(|reason| invalid_cloud(field, &reason))?;
     Ok(value.to_owned())
