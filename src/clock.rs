@@ -111,12 +111,8 @@ impl fmt::Display for Rfc3339 {
 /// `d` as a `time::Duration`, saturating at `time::Duration::MAX` (std durations longer
 /// than `i64::MAX` seconds): the public API speaks `std::time::Duration`; date arithmetic
 /// inside uses `time`'s.
-pub(crate) const fn to_time(d: Duration) -> time::Duration {
-    if d.as_secs() > i64::MAX as u64 {
-        time::Duration::MAX
-    } else {
-        time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32)
-    }
+pub(crate) fn to_time(d: Duration) -> time::Duration {
+    d.try_into().unwrap_or(time::Duration::MAX)
 }
 
 /// `t + d`, saturating at the ends of the representable range instead of panicking.
@@ -253,6 +249,16 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use time::macros::datetime;
+
+    #[test]
+    fn std_durations_convert_saturating() {
+        let d = std::time::Duration::new(90, 5);
+        assert_eq!(super::to_time(d), time::Duration::new(90, 5));
+        assert_eq!(
+            super::to_time(std::time::Duration::MAX),
+            time::Duration::MAX
+        );
+    }
 
     #[test]
     fn rfc3339_for_people_is_utc_to_the_second() {
