@@ -57,42 +57,28 @@ const KNOWN: [(&Cloud, &[&str]); 3] = [
 
 impl Cloud {
     /// The Azure public cloud (`AzurePublicCloud`, alias `AzureCloud`).
-    pub const AZURE_PUBLIC: Cloud = Cloud::known(
-        "AzurePublicCloud",
-        "https://login.microsoftonline.com/",
-        "https://management.azure.com",
-        "https://management.core.windows.net/",
-    );
+    pub const AZURE_PUBLIC: Cloud = Cloud {
+        name: Cow::Borrowed("AzurePublicCloud"),
+        authority_host: Cow::Borrowed("https://login.microsoftonline.com/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.azure.com"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.windows.net/"),
+    };
 
     /// Azure US Government (`AzureUSGovernmentCloud`, alias `AzureUSGovernment`).
-    pub const AZURE_US_GOVERNMENT: Cloud = Cloud::known(
-        "AzureUSGovernmentCloud",
-        "https://login.microsoftonline.us/",
-        "https://management.usgovcloudapi.net",
-        "https://management.core.usgovcloudapi.net/",
-    );
+    pub const AZURE_US_GOVERNMENT: Cloud = Cloud {
+        name: Cow::Borrowed("AzureUSGovernmentCloud"),
+        authority_host: Cow::Borrowed("https://login.microsoftonline.us/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.usgovcloudapi.net"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.usgovcloudapi.net/"),
+    };
 
     /// Azure operated by 21Vianet in China (`AzureChinaCloud`).
-    pub const AZURE_CHINA: Cloud = Cloud::known(
-        "AzureChinaCloud",
-        "https://login.chinacloudapi.cn/",
-        "https://management.chinacloudapi.cn",
-        "https://management.core.chinacloudapi.cn/",
-    );
-
-    const fn known(
-        name: &'static str,
-        authority_host: &'static str,
-        resource_manager_endpoint: &'static str,
-        resource_manager_audience: &'static str,
-    ) -> Cloud {
-        Cloud {
-            name: Cow::Borrowed(name),
-            authority_host: Cow::Borrowed(authority_host),
-            resource_manager_endpoint: Cow::Borrowed(resource_manager_endpoint),
-            resource_manager_audience: Cow::Borrowed(resource_manager_audience),
-        }
-    }
+    pub const AZURE_CHINA: Cloud = Cloud {
+        name: Cow::Borrowed("AzureChinaCloud"),
+        authority_host: Cow::Borrowed("https://login.chinacloudapi.cn/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.chinacloudapi.cn"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.chinacloudapi.cn/"),
+    };
 
     /// The well-known clouds, public first.
     pub fn well_known() -> [Cloud; 3] {
