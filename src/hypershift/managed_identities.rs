@@ -48,7 +48,7 @@ pub struct ManagedIdentities {
 }
 
 /// `controlPlane.managedIdentitiesKeyVault`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ManagedIdentitiesKeyVault {
     /// The vault's name (`https://<name>.vault.azure.net`).
@@ -186,10 +186,7 @@ impl ManagedIdentities {
         let file: Value =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
         let mut p = Problems::default();
-        let mut key_vault = ManagedIdentitiesKeyVault {
-            name: String::new(),
-            tenant_id: String::new(),
-        };
+        let mut key_vault = ManagedIdentitiesKeyVault::default();
         let mut components = Vec::new();
         if let Some(cp) = p.section(&file, "", "controlPlane", true) {
             let base = "controlPlane.managedIdentitiesKeyVault";
