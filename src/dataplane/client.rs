@@ -244,10 +244,8 @@ impl Client {
         request: Option<&impl Serialize>,
     ) -> Result<T> {
         let call = async {
-            let body = match request {
-                Some(r) => Some(serde_json::to_vec(r).map_err(crate::parser_errors::json_error)?),
-                None => None,
-            };
+            let body = request.map(serde_json::to_vec).transpose();
+            let body = body.map_err(crate::parser_errors::json_error)?;
             let (status, body) = self.execute(method, suffix, body).await?;
             serde_json::from_slice(&body).map_err(|e| {
                 let reason = redact_quoted(&e.to_string());
