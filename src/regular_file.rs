@@ -109,7 +109,8 @@ fn special_kind(meta: &Metadata) -> Option<&'static str> {
     Some("special file")
 }
 
-#[cfg(all(test, unix))]
+#[cfg(unix)]
+#[cfg(test)]
 mod tests {
     use super::*;
 
