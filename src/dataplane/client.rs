@@ -523,10 +523,9 @@ pub(crate) fn request_url(base: &Url, query: &[(String, String)], suffix: &str) 
         let path = format!("{}{suffix}", base.path().trim_end_matches('/'));
         url.set_path(&path);
     }
-    let mut pairs = url.query_pairs_mut();
-    pairs.extend_pairs(query);
-    pairs.append_pair("api-version", API_VERSION);
-    drop(pairs);
+    url.query_pairs_mut()
+        .extend_pairs(query)
+        .append_pair("api-version", API_VERSION);
     url
 }
 
