@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use reqwest::{Method, Url};
@@ -26,7 +26,7 @@ use crate::http::base_url::base_url;
 use crate::http::{body, exchange, loopback, retry};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
-use crate::untrusted_text::redact_quoted;
+use crate::untrusted_text::{redact_quoted, service_text};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -88,6 +88,13 @@ struct FactoryInner {
     /// Per data plane host (`host:port`) and identity URL tenant (`tid`): the tenant
     /// tokens are requested in, learned from the first challenge.
     hosts: Mutex<HashMap<HostTenant, Arc<str>>>,
+}
+
+impl FactoryInner {
+    /// The tenants learned, per host (a poisoned lock is still a usable map).
+    fn hosts(&self) -> MutexGuard<'_, HashMap<HostTenant, Arc<str>>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A data plane host (`host:port`) and the tenant its identity URL names (`tid`,
@@ -309,12 +316,7 @@ impl Client {
         what: &str,
     ) -> Result<(u16, Vec<u8>)> {
         let f = &*self.factory;
-        let known = f
-            .hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&self.host)
-            .cloned();
+        let known = f.hosts().get(&self.host).cloned();
         let mut sent = match known {
             Some(tenant) => Some((tenant.clone(), f.source.token(&f.scope, &tenant).await?)),
             None => None,
@@ -361,9 +363,7 @@ impl Client {
                     f.source.token(&f.scope, &tenant).await?
                 }
             };
-            let mut hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
-            hosts.insert(self.host.clone(), tenant.clone());
-            drop(hosts);
+            f.hosts().insert(self.host.clone(), tenant.clone());
             sent = Some((tenant, next));
         }
     }
@@ -431,9 +431,7 @@ impl Client {
             body,
             retry_after: header("retry-after")
                 .and_then(|v| body::parse_retry_after(v, f.environment.clock().now())),
-            request_id: crate::untrusted_text::service_text_opt(
-                header("x-ms-request-id").map(str::to_owned),
-            ),
+            request_id: header("x-ms-request-id").map(service_text),
             client_request_id,
             challenges,
         })
