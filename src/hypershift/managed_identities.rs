@@ -123,38 +123,34 @@ impl Problems {
         None
     }
 
-    /// The string `parent.key`; a problem when it is missing, blank or not a string.
-    fn text<'a>(&mut self, parent: &'a Value, base: &str, key: &str) -> Option<&'a str> {
-        match parent.get(key) {
-            Some(Value::String(v)) if !v.trim().is_empty() => return Some(v),
-            Some(Value::String(_)) => self.add(base, key, "is empty"),
-            None | Some(Value::Null) => self.add(base, key, "is missing"),
-            Some(_) => self.add(base, key, "is not a string"),
-        }
-        None
-    }
-
-    /// The string `parent.key`, with a problem when it is missing or breaks `rule`.
-    fn checked(
+    /// The string `parent.key`; a problem (and an empty string) when it is missing, blank,
+    /// not a string, or breaks `rule`.
+    fn text(
         &mut self,
         parent: &Value,
         base: &str,
         key: &str,
         rule: fn(&str) -> Option<String>,
     ) -> String {
-        let value = self.text(parent, base, key);
-        if let Some(problem) = value.and_then(rule) {
-            self.add(base, key, problem);
-        }
-        value.unwrap_or_default().to_owned()
+        let problem = match parent.get(key) {
+            Some(Value::String(v)) if !v.trim().is_empty() => match rule(v) {
+                Some(problem) => problem,
+                None => return v.clone(),
+            },
+            Some(Value::String(_)) => "is empty".to_owned(),
+            None | Some(Value::Null) => "is missing".to_owned(),
+            Some(_) => "is not a string".to_owned(),
+        };
+        self.add(base, key, problem);
+        String::new()
     }
 
     /// One component's identity, when every field of it is valid.
     fn identity(&mut self, raw: &Value, base: &str) -> Option<ComponentIdentity> {
         let before = self.0.len();
-        let client_id = self.checked(raw, base, "clientID", guid_problem);
-        let secret = self.checked(raw, base, "credentialsSecretName", secret_name_problem);
-        let encoding = self.checked(raw, base, "objectEncoding", |encoding| {
+        let client_id = self.text(raw, base, "clientID", guid_problem);
+        let secret = self.text(raw, base, "credentialsSecretName", secret_name_problem);
+        let encoding = self.text(raw, base, "objectEncoding", |encoding| {
             let shown = quoted_input(encoding);
             let known = ObjectEncoding::from_name(encoding).is_some();
             (!known).then(|| format!("`{shown}` is not one of utf-8, hex, base64"))
@@ -191,8 +187,8 @@ impl ManagedIdentities {
         if let Some(cp) = p.section(&file, "", "controlPlane", true) {
             let base = "controlPlane.managedIdentitiesKeyVault";
             if let Some(kv) = p.section(cp, "controlPlane", "managedIdentitiesKeyVault", true) {
-                key_vault.name = p.checked(kv, base, "name", key_vault_name_problem);
-                key_vault.tenant_id = p.checked(kv, base, "tenantID", guid_problem);
+                key_vault.name = p.text(kv, base, "name", key_vault_name_problem);
+                key_vault.tenant_id = p.text(kv, base, "tenantID", guid_problem);
             }
             for (key, component) in COMPONENTS {
                 let required = component != Component::Kms;
@@ -204,7 +200,7 @@ impl ManagedIdentities {
             }
         }
         let data_plane = p.section(&file, "", "dataPlane", true).map(|dp| {
-            let mut id = |key| p.checked(dp, "dataPlane", key, guid_problem);
+            let mut id = |key| p.text(dp, "dataPlane", key, guid_problem);
             DataPlaneIdentities {
                 image_registry_client_id: id("imageRegistryMSIClientID"),
                 disk_client_id: id("diskMSIClientID"),
