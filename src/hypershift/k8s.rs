@@ -63,7 +63,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 pub use crate::hypershift::ObjectEncoding;
 use crate::hypershift::rules::{
-    bare_name_problem, check, dns1123_label_problem, dns1123_subdomain_problem, guid_problem,
+    Rule, bare_name_problem, check, dns1123_label_problem, dns1123_subdomain_problem, guid_problem,
     key_vault_name_problem, secret_name_problem,
 };
 use crate::hypershift::{
@@ -412,27 +412,33 @@ impl SecretProviderClassBuilder {
         if let Some(namespace) = &self.namespace {
             check("metadata.namespace", dns1123_label_problem(namespace))?;
         }
-        let key_vault_name = param(
-            "spec.parameters.keyvaultName",
-            self.key_vault_name,
-            key_vault_name_problem,
-        )?;
-        let tenant_id = param("spec.parameters.tenantId", self.tenant_id, guid_problem)?;
-        let client_id = param(
-            "spec.parameters.userAssignedIdentityID",
-            self.user_assigned_identity_id,
-            guid_problem,
-        )?;
-        let objects = objects_parameter(&self.objects)?;
-
-        let parameters = BTreeMap::from([
+        let mut parameters = BTreeMap::from([
             ("usePodIdentity".to_owned(), "false".to_owned()),
             ("useVMManagedIdentity".to_owned(), "true".to_owned()),
-            ("userAssignedIdentityID".to_owned(), client_id),
-            ("keyvaultName".to_owned(), key_vault_name),
-            ("tenantId".to_owned(), tenant_id),
-            ("objects".to_owned(), objects),
         ]);
+        // Each required parameter: its field (`spec.parameters.<key>`), value and rule.
+        let required: [(&str, Option<String>, Rule); 3] = [
+            (
+                "spec.parameters.keyvaultName",
+                self.key_vault_name,
+                key_vault_name_problem,
+            ),
+            ("spec.parameters.tenantId", self.tenant_id, guid_problem),
+            (
+                "spec.parameters.userAssignedIdentityID",
+                self.user_assigned_identity_id,
+                guid_problem,
+            ),
+        ];
+        for (field, value, rule) in required {
+            let problem = value
+                .as_deref()
+                .map_or_else(|| Some("is not set".to_owned()), rule);
+            check(field, problem)?;
+            let key = field.trim_start_matches("spec.parameters.");
+            parameters.insert(key.to_owned(), value.unwrap_or_default());
+        }
+        parameters.insert("objects".to_owned(), objects_parameter(&self.objects)?);
         let metadata = ObjectMeta {
             name: Some(self.name),
             namespace: self.namespace,
@@ -449,17 +455,4 @@ impl SecretProviderClassBuilder {
             ..Default::default()
         })
     }
-}
-
-/// A required parameter, checked by `rule`.
-fn param(
-    field: &'static str,
-    value: Option<String>,
-    rule: fn(&str) -> Option<String>,
-) -> Result<String> {
-    let problem = value
-        .as_deref()
-        .map_or_else(|| Some("is not set".to_owned()), rule);
-    check(field, problem)?;
-    Ok(value.unwrap_or_default())
 }

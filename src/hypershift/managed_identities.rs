@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::hypershift::k8s::{
     KeyVaultObject, SecretProviderClass, certs_volume_mount, csi_volume, kms_volume_mount,
 };
-use crate::hypershift::rules::{guid_problem, key_vault_name_problem, secret_name_problem};
+use crate::hypershift::rules::{Rule, guid_problem, key_vault_name_problem, secret_name_problem};
 use crate::hypershift::{Component, ObjectEncoding};
 use crate::untrusted_text::quoted_input;
 
@@ -125,13 +125,7 @@ impl Problems {
 
     /// The string `parent.key`; a problem (and an empty string) when it is missing, blank,
     /// not a string, or breaks `rule`.
-    fn text(
-        &mut self,
-        parent: &Value,
-        base: &str,
-        key: &str,
-        rule: fn(&str) -> Option<String>,
-    ) -> String {
+    fn text(&mut self, parent: &Value, base: &str, key: &str, rule: Rule) -> String {
         let problem = match parent.get(key) {
             Some(Value::String(v)) if !v.trim().is_empty() => match rule(v) {
                 Some(problem) => problem,

@@ -4,6 +4,9 @@
 use crate::keyvault::validate_secret_name;
 use crate::untrusted_text::quoted_input;
 
+/// A naming rule: why a value breaks it, if it does.
+pub(super) type Rule = fn(&str) -> Option<String>;
+
 /// Why `value` is not a usable name or path at all, if it is not: empty, surrounding
 /// whitespace, control characters (NUL included).
 pub(super) fn text_problem(value: &str) -> Option<String> {
