@@ -126,19 +126,17 @@ fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
 /// A DNS name with at least two labels: letters, digits and inner hyphens, each label 1 to
 /// 63 characters, at most 253 in all, the last label not all digits.
 fn is_domain(s: &str) -> bool {
-    let labels: Vec<&str> = s.split('.').collect();
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    let top = s.rsplit('.').next().unwrap_or_default();
     s.len() <= 253
-        && labels.len() >= 2
-        && labels.iter().all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-        && labels
-            .last()
-            .is_some_and(|l| !l.bytes().all(|b| b.is_ascii_digit()))
+        && s.contains('.')
+        && s.split('.').all(label)
+        && !top.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
