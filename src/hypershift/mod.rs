@@ -437,10 +437,8 @@ fn required_utf8(
         Error::config("missing_environment_variable", name, message)
     })?;
     value.into_string().map_err(|raw| {
-        invalid_variable(
-            name,
-            format!("{:?} is not valid UTF-8", raw.to_string_lossy()),
-        )
+        let reason = format!("{:?} is not valid UTF-8", raw.to_string_lossy());
+        invalid_variable(name, reason)
     })
 }
 
