@@ -111,21 +111,14 @@ impl fmt::Display for Rfc3339 {
 /// `d` as a `time::Duration`, saturating at `time::Duration::MAX` (std durations longer
 /// than `i64::MAX` seconds): the public API speaks `std::time::Duration`; date arithmetic
 /// inside uses `time`'s.
-pub(crate) const fn to_time(d: Duration) -> time::Duration {
-    if d.as_secs() > i64::MAX as u64 {
-        time::Duration::MAX
-    } else {
-        time::Duration::new(d.as_secs() as i64, d.subsec_nanos() as i32)
-    }
+pub(crate) fn to_time(d: Duration) -> time::Duration {
+    d.try_into().unwrap_or(time::Duration::MAX)
 }
 
-/// `t + d`, saturating at the ends of the representable range instead of panicking.
+/// `t + d`, saturating at the ends of the representable range (in `t`'s offset) instead
+/// of panicking: `time`'s own `saturating_add`, for the callers that import it from here.
 pub(crate) fn saturating_add(t: OffsetDateTime, d: time::Duration) -> OffsetDateTime {
-    t.checked_add(d).unwrap_or(if d.is_negative() {
-        time::PrimitiveDateTime::MIN.assume_utc()
-    } else {
-        time::PrimitiveDateTime::MAX.assume_utc()
-    })
+    t.saturating_add(d)
 }
 
 /// Milliseconds since the Unix epoch (saturating far outside ±292 million years).
@@ -253,6 +246,29 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use time::macros::datetime;
+
+    #[test]
+    fn additions_saturate_at_the_ends_of_time() {
+        let t = datetime!(2026-01-01 00:00 UTC);
+        let max = time::PrimitiveDateTime::MAX.assume_utc();
+        let min = time::PrimitiveDateTime::MIN.assume_utc();
+        assert_eq!(super::saturating_add(t, time::Duration::MAX), max);
+        assert_eq!(super::saturating_add(t, time::Duration::MIN), min);
+        assert_eq!(
+            super::saturating_add(t, time::Duration::HOUR),
+            t + time::Duration::HOUR
+        );
+    }
+
+    #[test]
+    fn std_durations_convert_saturating() {
+        let d = std::time::Duration::new(90, 5);
+        assert_eq!(super::to_time(d), time::Duration::new(90, 5));
+        assert_eq!(
+            super::to_time(std::time::Duration::MAX),
+            time::Duration::MAX
+        );
+    }
 
     #[test]
     fn rfc3339_for_people_is_utc_to_the_second() {

@@ -57,42 +57,28 @@ const KNOWN: [(&Cloud, &[&str]); 3] = [
 
 impl Cloud {
     /// The Azure public cloud (`AzurePublicCloud`, alias `AzureCloud`).
-    pub const AZURE_PUBLIC: Cloud = Cloud::known(
-        "AzurePublicCloud",
-        "https://login.microsoftonline.com/",
-        "https://management.azure.com",
-        "https://management.core.windows.net/",
-    );
+    pub const AZURE_PUBLIC: Cloud = Cloud {
+        name: Cow::Borrowed("AzurePublicCloud"),
+        authority_host: Cow::Borrowed("https://login.microsoftonline.com/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.azure.com"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.windows.net/"),
+    };
 
     /// Azure US Government (`AzureUSGovernmentCloud`, alias `AzureUSGovernment`).
-    pub const AZURE_US_GOVERNMENT: Cloud = Cloud::known(
-        "AzureUSGovernmentCloud",
-        "https://login.microsoftonline.us/",
-        "https://management.usgovcloudapi.net",
-        "https://management.core.usgovcloudapi.net/",
-    );
+    pub const AZURE_US_GOVERNMENT: Cloud = Cloud {
+        name: Cow::Borrowed("AzureUSGovernmentCloud"),
+        authority_host: Cow::Borrowed("https://login.microsoftonline.us/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.usgovcloudapi.net"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.usgovcloudapi.net/"),
+    };
 
     /// Azure operated by 21Vianet in China (`AzureChinaCloud`).
-    pub const AZURE_CHINA: Cloud = Cloud::known(
-        "AzureChinaCloud",
-        "https://login.chinacloudapi.cn/",
-        "https://management.chinacloudapi.cn",
-        "https://management.core.chinacloudapi.cn/",
-    );
-
-    const fn known(
-        name: &'static str,
-        authority_host: &'static str,
-        resource_manager_endpoint: &'static str,
-        resource_manager_audience: &'static str,
-    ) -> Cloud {
-        Cloud {
-            name: Cow::Borrowed(name),
-            authority_host: Cow::Borrowed(authority_host),
-            resource_manager_endpoint: Cow::Borrowed(resource_manager_endpoint),
-            resource_manager_audience: Cow::Borrowed(resource_manager_audience),
-        }
-    }
+    pub const AZURE_CHINA: Cloud = Cloud {
+        name: Cow::Borrowed("AzureChinaCloud"),
+        authority_host: Cow::Borrowed("https://login.chinacloudapi.cn/"),
+        resource_manager_endpoint: Cow::Borrowed("https://management.chinacloudapi.cn"),
+        resource_manager_audience: Cow::Borrowed("https://management.core.chinacloudapi.cn/"),
+    };
 
     /// The well-known clouds, public first.
     pub fn well_known() -> [Cloud; 3] {
@@ -155,26 +141,17 @@ impl Cloud {
         if name.trim().is_empty() {
             return Err(invalid_cloud("name", "is empty"));
         }
-        let mut authority_host = https_url("authority_host", authority_host.into())?;
+        let mut authority_host = https_url("authority_host", authority_host)?;
         if !authority_host.ends_with('/') {
             authority_host.push('/');
         }
-        let mut resource_manager_endpoint = https_url(
-            "resource_manager_endpoint",
-            resource_manager_endpoint.into(),
-        )?;
-        while resource_manager_endpoint.ends_with('/') {
-            resource_manager_endpoint.pop();
-        }
-        let resource_manager_audience = https_url(
-            "resource_manager_audience",
-            resource_manager_audience.into(),
-        )?;
+        let endpoint = https_url("resource_manager_endpoint", resource_manager_endpoint)?;
+        let audience = https_url("resource_manager_audience", resource_manager_audience)?;
         Ok(Cloud {
-            name: Cow::Owned(name),
-            authority_host: Cow::Owned(authority_host),
-            resource_manager_endpoint: Cow::Owned(resource_manager_endpoint),
-            resource_manager_audience: Cow::Owned(resource_manager_audience),
+            name: name.into(),
+            authority_host: authority_host.into(),
+            resource_manager_endpoint: endpoint.trim_end_matches('/').to_owned().into(),
+            resource_manager_audience: audience.into(),
         })
     }
 
@@ -190,17 +167,14 @@ impl Cloud {
     /// assert_eq!(Cloud::for_authority("https://login.example.com/"), None);
     /// ```
     pub fn for_authority(authentication_endpoint: &str) -> Option<Cloud> {
+        // The URL parser lower-cases the host.
         let url = url::Url::parse(authentication_endpoint).ok()?;
-        let host = url.host_str()?;
+        let origin = (url.scheme(), url.host_str());
         KNOWN
             .iter()
             .find(|(cloud, _)| {
-                url::Url::parse(&cloud.authority_host).is_ok_and(|known| {
-                    known.scheme() == url.scheme()
-                        && known
-                            .host_str()
-                            .is_some_and(|h| h.eq_ignore_ascii_case(host))
-                })
+                let known = url::Url::parse(&cloud.authority_host);
+                known.is_ok_and(|known| (known.scheme(), known.host_str()) == origin)
             })
             .map(|(cloud, _)| (*cloud).clone())
     }
@@ -284,7 +258,8 @@ pub fn default_scope(resource: &str) -> String {
     format!("{}/.default", resource.trim_end_matches('/'))
 }
 
-fn https_url(field: &'static str, value: String) -> Result<String> {
+fn https_url(field: &'static str, value: impl Into<String>) -> Result<String> {
+    let value = value.into();
     let value = value.trim();
     base_url(value, false, false).map_err(|reason| invalid_cloud(field, &reason))?;
     Ok(value.to_owned())
@@ -324,6 +299,7 @@ mod tests {
             "https://a.example",
             "https://a.example/",
             "https://a.example//",
+            " https://a.example/ ",
         ] {
             let once = default_scope(r);
             assert_eq!(once, "https://a.example/.default");

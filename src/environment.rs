@@ -11,8 +11,6 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::clock::{Clock, SystemClock};
-#[cfg(test)]
-use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::http::client::{build_http_client, client_with_extra_roots, default_http_client};
 use crate::http::retry::RetryPolicy;
@@ -128,10 +126,15 @@ impl Environment {
     ///
     /// # Errors
     ///
-    /// `http_client` when the PEM holds no usable certificate.
+    /// `http_client` when the PEM holds no usable certificate (none at all, or one that
+    /// does not decode).
     pub fn with_extra_root_certificates_pem(mut self, pem: &[u8]) -> Result<Self> {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-            crate::http::client::http_client_error(format!("extra root certificates: {e}"))
+        let certs = match reqwest::Certificate::from_pem_bundle(pem) {
+            Ok(certs) if certs.is_empty() => Err("holds no PEM CERTIFICATE block".to_owned()),
+            certs => certs.map_err(|e| e.to_string()),
+        };
+        let certs = certs.map_err(|reason| {
+            crate::http::client::http_client_error(format!("extra root certificates: {reason}"))
         })?;
         self.extra_root_certificates.extend(certs);
         Ok(self)
@@ -145,10 +148,6 @@ impl Environment {
     pub fn with_extra_root_certificates_file(self, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let pem = crate::regular_file::read_limited_as(path, CA_FILE)?;
-        if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-            let reason = "extra root certificates: holds no PEM CERTIFICATE block";
-            return Err(crate::http::client::http_client_error(reason).with_file(path, CA_FILE));
-        }
         self.with_extra_root_certificates_pem(&pem)
             .map_err(|e| e.with_file(path, CA_FILE))
     }
@@ -297,6 +296,7 @@ impl fmt::Debug for Environment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn a_client_and_extra_roots_conflict_each_alone_is_fine() {
@@ -305,6 +305,12 @@ mod tests {
             .with_extra_root_certificates_pem(pem.as_bytes())
             .unwrap();
         assert_eq!(roots.extra_root_certificates.len(), 1);
+        let none = Environment::default().with_extra_root_certificates_pem(b"not a PEM");
+        assert!(
+            none.unwrap_err()
+                .to_string()
+                .contains("no PEM CERTIFICATE block")
+        );
         roots.client(false).unwrap();
         let own = Environment::default().with_http_client(reqwest::Client::new());
         own.client(true).unwrap();

@@ -286,7 +286,7 @@ fn time_problems(
     // Validity now, as the credential enforces it; then, within it, whether it ends soon.
     let window = Window::new(file, cert.not_before, cert.not_after);
     let refusal = window.check(now).err();
-    match refusal.as_ref().map(crate::Error::kind) {
+    match refusal.as_ref().map(crate::error::Error::kind) {
         Some(ErrorKind::Expired { expired_at, .. }) if *expired_at < cert.not_after => push(
             Error,
             K::Expired,
@@ -327,11 +327,8 @@ fn time_problems(
             format!("the file's not_before {} is in the future", rfc3339(start)),
         );
     }
-    let expired = matches!(
-        refusal.as_ref().map(crate::Error::kind),
-        Some(ErrorKind::Expired { .. })
-    );
-    if !expired && expiry_warning(now, None, window.end, margin).is_some() {
+    // Not once expired (the refusal says so already).
+    if now <= window.end && expiry_warning(now, None, window.end, margin).is_some() {
         push(
             Warning,
             K::ExpiresSoon,

@@ -41,8 +41,19 @@ fn too_large(size: u64) -> Error {
 pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<u8>>> {
     let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
     let too_large = |size: u64| too_large(size).with_file(path, role);
-    // Only a regular file, opened without blocking (a FIFO or a device is refused).
-    let (file, hint) = open(path, role)?;
+    // The length of a regular file; anything else is refused.
+    let regular = |meta: Metadata| match special_kind(&meta) {
+        Some(kind) => {
+            let message = format!("is a {kind}, not a regular file");
+            Err(Error::file("not_a_regular_file", None, message).with_file(path, role))
+        }
+        None => Ok(meta.len()),
+    };
+    // Checked before opening, opened without blocking (a FIFO or a device is refused, not
+    // waited on), and checked again once open (the path may have been swapped).
+    regular(std::fs::metadata(path).map_err(io)?)?;
+    let file = open_nonblocking(path).map_err(io)?;
+    let hint = regular(file.metadata().map_err(io)?)?;
     if hint > MAX_FILE_BYTES {
         return Err(too_large(hint));
     }
@@ -56,25 +67,6 @@ pub fn read_limited_as(path: &Path, role: &'static str) -> Result<Zeroizing<Vec<
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
-}
-
-/// Open `path` for reading if it is a regular file; returns the file and its length.
-/// Errors name the file as `role`.
-pub(crate) fn open(path: &Path, role: &'static str) -> Result<(File, u64)> {
-    let io = |e: std::io::Error| Error::from(ErrorKind::from(e)).with_file(path, role);
-    let refuse = |kind| {
-        let message = format!("is a {kind}, not a regular file");
-        Error::file("not_a_regular_file", None, message).with_file(path, role)
-    };
-    if let Some(kind) = special_kind(&std::fs::metadata(path).map_err(io)?) {
-        return Err(refuse(kind));
-    }
-    let file = open_nonblocking(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if let Some(kind) = special_kind(&meta) {
-        return Err(refuse(kind));
-    }
-    Ok((file, meta.len()))
 }
 
 #[cfg(target_os = "linux")]
@@ -104,29 +96,27 @@ fn special_kind(meta: &Metadata) -> Option<&'static str> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return Some("FIFO");
-        }
-        if kind.is_char_device() {
-            return Some("character device");
-        }
-        if kind.is_block_device() {
-            return Some("block device");
-        }
-        if kind.is_socket() {
-            return Some("socket");
+        let kinds = [
+            (kind.is_fifo(), "FIFO"),
+            (kind.is_char_device(), "character device"),
+            (kind.is_block_device(), "block device"),
+            (kind.is_socket(), "socket"),
+        ];
+        if let Some((_, name)) = kinds.into_iter().find(|(is, _)| *is) {
+            return Some(name);
         }
     }
     Some("special file")
 }
 
-#[cfg(all(test, unix))]
+#[cfg(unix)]
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_character_device_is_refused_by_kind() {
-        let err = open(Path::new("/dev/zero"), "test file").unwrap_err();
+        let err = read_limited_as(Path::new("/dev/zero"), "test file").unwrap_err();
         assert!(
             matches!(
                 err.kind(),
@@ -145,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_directory_is_refused_by_kind() {
-        let err = open(Path::new("/"), "test file").unwrap_err();
+        let err = read_limited_as(Path::new("/"), "test file").unwrap_err();
         assert!(
             matches!(
                 err.kind(),

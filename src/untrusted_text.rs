@@ -47,31 +47,23 @@ pub fn bounded(raw: &str, max_chars: usize) -> String {
             let _ = write!(out, "… ({} more bytes)", raw.len() - at);
             return out;
         }
-        push_escaped(&mut out, c);
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            // Every other character but visible printable ASCII and the space: controls,
+            // separators, format characters, and all of non-ASCII, whose invisible and
+            // look-alike characters (variation selectors, combining marks, fillers, blank
+            // patterns, private use, noncharacters) no short rule tells apart from visible
+            // text. The texts this escapes (a service's codes and messages, resources,
+            // URLs, ids and names) are ASCII when they are what they claim to be.
+            c if c != ' ' && !c.is_ascii_graphic() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
     }
     out
-}
-
-fn push_escaped(out: &mut String, c: char) {
-    match c {
-        '\n' => out.push_str("\\n"),
-        '\r' => out.push_str("\\r"),
-        '\t' => out.push_str("\\t"),
-        c if is_unsafe(c) => {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        }
-        c => out.push(c),
-    }
-}
-
-/// Every character but visible printable ASCII and the space: controls, separators,
-/// format characters, and all of non-ASCII, whose invisible and look-alike characters
-/// (variation selectors, combining marks, fillers, blank patterns, private use,
-/// noncharacters) no short rule tells apart from visible text. The texts this escapes (a
-/// service's codes and messages, resources, URLs, ids and names) are ASCII when they are
-/// what they claim to be.
-fn is_unsafe(c: char) -> bool {
-    !(c == ' ' || c.is_ascii_graphic())
 }
 
 /// Redact the values that a parser echoes back: double-quoted ones (serde_json quotes the

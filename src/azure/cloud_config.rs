@@ -66,40 +66,34 @@ const CLOUD_CONFIG_FILE: &str = "cloud config file";
 /// secrets such as `aadClientSecret`, are kept in [`other`](Self::other) and shown by
 /// `Debug` by name only.
 #[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct CloudConfig {
     /// Cloud name (`AzurePublicCloud`, ...); absent or empty means the public cloud.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cloud: Option<String>,
     /// The cluster's tenant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
     /// The subscription of the cluster's resources.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub subscription_id: Option<String>,
     /// The resource group of the cluster's resources.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_group: Option<String>,
     /// The Azure region.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
     /// `true` selects the VM's managed identity (IMDS) in cloud-provider-azure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub use_managed_identity_extension: Option<bool>,
     /// Client ID of the VM user-assigned identity to use with IMDS.
-    #[serde(
-        default,
-        rename = "userAssignedIdentityID",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "userAssignedIdentityID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub user_assigned_identity_id: Option<String>,
     /// Path of the managed-identity credential file (ARO HCP's data-plane identity).
-    #[serde(
-        default,
-        rename = "aadMSIDataPlaneIdentityPath",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "aadMSIDataPlaneIdentityPath")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub aad_msi_data_plane_identity_path: Option<String>,
     /// Every other key, as read. May hold secrets (`aadClientSecret`,
     /// `aadClientCertPassword`); `Debug` prints only the key names.

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use azure_core::credentials::{self, TokenCredential, TokenRequestOptions};
 use azure_core::error::ErrorKind as AzureErrorKind;
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::reload::user_assigned::UserAssignedIdentityCredential;
 use crate::token::access_token::AccessToken;
 use crate::token::credential::ClientCertificateCredential;
@@ -73,10 +73,7 @@ impl TokenCredential for ClientCertificateCredential {
         scopes: &[&str],
         _options: Option<TokenRequestOptions<'_>>,
     ) -> azure_core::Result<credentials::AccessToken> {
-        ClientCertificateCredential::get_token(self, scopes)
-            .await
-            .map(to_azure_token)
-            .map_err(to_azure_error)
+        to_azure(ClientCertificateCredential::get_token(self, scopes).await)
     }
 }
 
@@ -94,22 +91,17 @@ impl TokenCredential for UserAssignedIdentityCredential {
         scopes: &[&str],
         _options: Option<TokenRequestOptions<'_>>,
     ) -> azure_core::Result<credentials::AccessToken> {
-        UserAssignedIdentityCredential::get_token(self, scopes)
-            .await
-            .map(to_azure_token)
-            .map_err(to_azure_error)
+        to_azure(UserAssignedIdentityCredential::get_token(self, scopes).await)
     }
 }
 
-/// Our token as azure_core's: same text, same `expires_on`.
-fn to_azure_token(token: AccessToken) -> credentials::AccessToken {
-    credentials::AccessToken::new(token.token().to_owned(), token.expires_on())
-}
-
-/// Our error as azure_core's: kind `Credential`, our error as the source (its `Display`
-/// never holds secrets, so neither does the wrapper's).
-fn to_azure_error(error: Error) -> azure_core::Error {
-    azure_core::Error::new(AzureErrorKind::Credential, error)
+/// Our token as azure_core's (same text, same `expires_on`), or our error as azure_core's:
+/// kind `Credential`, our error as the source (its `Display` never holds secrets, so
+/// neither does the wrapper's).
+fn to_azure(result: Result<AccessToken>) -> azure_core::Result<credentials::AccessToken> {
+    result
+        .map(|token| credentials::AccessToken::new(token.token().to_owned(), token.expires_on()))
+        .map_err(|error: Error| azure_core::Error::new(AzureErrorKind::Credential, error))
 }
 
 #[cfg(test)]
@@ -123,7 +115,7 @@ mod tests {
         let expires_on = datetime!(2026-03-04 05:06:07.123_456_789 UTC);
         let ours = AccessToken::new("eyJ0eXAi.abc.def", expires_on)
             .with_refresh_on(Some(datetime!(2026-03-04 04:36:07 UTC)));
-        let theirs = to_azure_token(ours);
+        let theirs = to_azure(Ok(ours)).unwrap();
         assert_eq!(theirs.token.secret(), "eyJ0eXAi.abc.def");
         assert_eq!(theirs.expires_on, expires_on);
         assert!(!format!("{theirs:?}").contains("eyJ0eXAi"));
@@ -136,7 +128,7 @@ mod tests {
             now: datetime!(2020-01-02 00:00 UTC),
         });
         let message = ours.to_string();
-        let theirs = to_azure_error(ours);
+        let theirs = to_azure(Err(ours)).unwrap_err();
         assert_eq!(theirs.kind(), &AzureErrorKind::Credential);
         assert_eq!(theirs.to_string(), message);
         let source = std::error::Error::source(&theirs).map(ToString::to_string);

@@ -14,14 +14,12 @@
 
 use url::Url;
 
-#[cfg(test)]
-use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use crate::file::model::is_guid;
 use crate::http::is_tchar;
 
 /// One challenge: a scheme with either a token68 or parameters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Challenge {
     /// The scheme as sent (compare with `eq_ignore_ascii_case`).
     scheme: String,
@@ -90,39 +88,32 @@ pub(crate) fn challenged_tenant(fields: &[String]) -> Result<String> {
 fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
     let mut challenges = Vec::new();
     for (field, value) in fields.iter().enumerate() {
-        let mut p = Parser {
-            bytes: value.as_bytes(),
-            pos: 0,
-            field,
-        };
+        let (len, rest) = (value.len(), value.as_str());
+        let mut p = Cursor { field, len, rest };
         let mut current: Option<Challenge> = None;
         loop {
-            while matches!(p.peek(), Some(b' ' | b'\t' | b',')) {
-                p.pos += 1;
-            }
-            if p.peek().is_none() {
+            p.rest = p.rest.trim_start_matches([' ', '\t', ',']);
+            if p.rest.is_empty() {
                 break;
             }
             match current.as_mut() {
                 Some(c) if !c.token68 && p.starts_param() => p.param(c)?,
                 _ => {
-                    let scheme = p
-                        .token()
-                        .ok_or_else(|| p.error("expected an auth-scheme"))?;
-                    let mut c = Challenge {
+                    let scheme = p.token("expected an auth-scheme")?;
+                    let spaced = p.ows() && !p.at_list_end();
+                    let token68 = spaced && p.token68();
+                    challenges.extend(current.take());
+                    let c = current.insert(Challenge {
                         scheme,
-                        ..Challenge::default()
-                    };
-                    if p.skip_ows() && !p.at_list_end() {
-                        c.token68 = p.try_token68();
-                        if !c.token68 {
-                            p.param(&mut c)?;
-                        }
+                        token68,
+                        params: Vec::new(),
+                    });
+                    if spaced && !token68 {
+                        p.param(c)?;
                     }
-                    challenges.extend(current.replace(c));
                 }
             }
-            p.skip_ows();
+            p.ows();
             if !p.at_list_end() {
                 return Err(p.error("expected `,` between list elements"));
             }
@@ -132,28 +123,20 @@ fn parse_www_authenticate(fields: &[String]) -> Result<Vec<Challenge>> {
     Ok(challenges)
 }
 
-/// The token scope for a data plane audience: `<audience>/.default`, with one `/` however
-/// the audience ends.
-pub(crate) fn scope_for_audience(audience: &str) -> String {
-    format!("{}/.default", audience.trim().trim_end_matches('/'))
-}
-
 /// A DNS name with at least two labels: letters, digits and inner hyphens, each label 1 to
 /// 63 characters, at most 253 in all, the last label not all digits.
 fn is_domain(s: &str) -> bool {
-    let labels: Vec<&str> = s.split('.').collect();
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    let top = s.rsplit('.').next().unwrap_or_default();
     s.len() <= 253
-        && labels.len() >= 2
-        && labels.iter().all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-        && labels
-            .last()
-            .is_some_and(|l| !l.bytes().all(|b| b.is_ascii_digit()))
+        && s.contains('.')
+        && s.split('.').all(label)
+        && !top.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The reason may quote the service's header (schemes, a tenant): bounded and escaped.
@@ -163,113 +146,104 @@ fn invalid(reason: String) -> Error {
     Error::answer("invalid_challenge", message)
 }
 
-struct Parser<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+/// What is left of a field value being parsed.
+#[derive(Clone, Copy)]
+struct Cursor<'a> {
+    /// The field's index, and its length (errors name the byte offset).
     field: usize,
+    len: usize,
+    rest: &'a str,
 }
 
-impl Parser<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    /// The end of the run of bytes from `from` that `accept`.
-    fn run(&self, from: usize, accept: impl Fn(u8) -> bool) -> usize {
-        from + self.bytes[from.min(self.bytes.len())..]
-            .iter()
-            .take_while(|b| accept(**b))
-            .count()
-    }
-
-    /// Skip spaces and tabs; whether there were any.
-    fn skip_ows(&mut self) -> bool {
-        let start = self.pos;
-        self.pos = self.run(start, |b| b == b' ' || b == b'\t');
-        self.pos > start
-    }
-
-    fn at_list_end(&self) -> bool {
-        matches!(self.peek(), None | Some(b','))
-    }
-
+impl<'a> Cursor<'a> {
     fn error(&self, what: &str) -> Error {
+        let (field, at) = (self.field + 1, self.len - self.rest.len());
         invalid(format!(
-            "WWW-Authenticate field #{} at byte {}: {what}",
-            self.field + 1,
-            self.pos
+            "WWW-Authenticate field #{field} at byte {at}: {what}"
         ))
     }
 
-    fn token(&mut self) -> Option<String> {
-        let start = self.pos;
-        self.pos = self.run(start, is_tchar);
-        (self.pos > start).then(|| String::from_utf8_lossy(&self.bytes[start..self.pos]).into())
+    /// The (ASCII) bytes from here that `accept`, consumed.
+    fn take(&mut self, accept: impl Fn(u8) -> bool) -> &'a str {
+        let (taken, rest) =
+            (self.rest).split_at(self.rest.bytes().take_while(|b| accept(*b)).count());
+        self.rest = rest;
+        taken
+    }
+
+    /// Skip spaces and tabs; whether there were any.
+    fn ows(&mut self) -> bool {
+        !self.take(|b| b == b' ' || b == b'\t').is_empty()
+    }
+
+    fn at_list_end(&self) -> bool {
+        self.rest.is_empty() || self.rest.starts_with(',')
+    }
+
+    fn token(&mut self, missing: &str) -> Result<String> {
+        match self.take(is_tchar) {
+            "" => Err(self.error(missing)),
+            token => Ok(token.to_owned()),
+        }
     }
 
     /// At a `"`: the unescaped content.
     fn quoted_string(&mut self) -> Result<String> {
-        self.pos += 1;
-        let mut out = Vec::new();
+        let mut out = String::new();
+        let mut chars = self.rest[1..].chars();
         loop {
-            let mut b = self
-                .peek()
-                .ok_or_else(|| self.error("unterminated quoted string"))?;
-            self.pos += 1;
-            if b == b'"' {
-                return Ok(String::from_utf8_lossy(&out).into_owned());
+            let c = match chars.next() {
+                Some('"') => break,
+                Some('\\') => chars.next(),
+                c => c,
+            };
+            self.rest = chars.as_str();
+            match c {
+                None => return Err(self.error("unterminated quoted string")),
+                Some(c) if c != '\t' && c.is_ascii_control() => {
+                    return Err(self.error("control character in quoted string"));
+                }
+                Some(c) => out.push(c),
             }
-            if b == b'\\' {
-                b = self
-                    .peek()
-                    .ok_or_else(|| self.error("bad escape in quoted string"))?;
-                self.pos += 1;
-            }
-            if b != b'\t' && (b < 0x20 || b == 0x7f) {
-                return Err(self.error("control character in quoted string"));
-            }
-            out.push(b);
         }
+        self.rest = chars.as_str();
+        Ok(out)
     }
 
     /// Whether a token68 (RFC 9110: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" /
     /// "/" ) *"="`) starts here and ends the challenge (followed by OWS and `,` or the
     /// end); if so, consume it.
-    fn try_token68(&mut self) -> bool {
-        let chars = self.run(self.pos, |b| {
-            b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)
-        });
-        let end = self.run(chars, |b| b == b'=');
-        let after = self.run(end, |b| b == b' ' || b == b'\t');
-        let found = chars > self.pos && matches!(self.bytes.get(after), None | Some(b','));
+    fn token68(&mut self) -> bool {
+        let mut look = *self;
+        let chars = look.take(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b));
+        look.take(|b| b == b'=');
+        look.ows();
+        let found = !chars.is_empty() && look.at_list_end();
         if found {
-            self.pos = end;
+            *self = look;
         }
         found
     }
 
     /// Whether a `token BWS "="` (an auth-param) starts here.
     fn starts_param(&self) -> bool {
-        let name = self.run(self.pos, is_tchar);
-        let after = self.run(name, |b| b == b' ' || b == b'\t');
-        name > self.pos && self.bytes.get(after) == Some(&b'=')
+        let mut look = *self;
+        let name = look.take(is_tchar);
+        look.ows();
+        !name.is_empty() && look.rest.starts_with('=')
     }
 
     fn param(&mut self, challenge: &mut Challenge) -> Result<()> {
-        let name = self
-            .token()
-            .ok_or_else(|| self.error("expected a parameter name"))?;
-        self.skip_ows();
-        if self.peek() != Some(b'=') {
+        let name = self.token("expected a parameter name")?;
+        self.ows();
+        let Some(rest) = self.rest.strip_prefix('=') else {
             return Err(self.error("expected `=` after a parameter name"));
-        }
-        self.pos += 1;
-        self.skip_ows();
-        let value = match self.peek() {
-            Some(b'"') => self.quoted_string()?,
-            _ => self
-                .token()
-                .ok_or_else(|| self.error("expected a token or a quoted string"))?,
+        };
+        self.rest = rest;
+        self.ows();
+        let value = match self.rest.starts_with('"') {
+            true => self.quoted_string()?,
+            false => self.token("expected a token or a quoted string")?,
         };
         challenge.params.push((name.to_ascii_lowercase(), value));
         Ok(())
@@ -279,6 +253,7 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn one(value: &str) -> Vec<Challenge> {
         parse_www_authenticate(&[value.to_owned()]).unwrap_or_else(|e| panic!("{value}: {e}"))
@@ -402,19 +377,6 @@ mod tests {
             tenant(&[field]).unwrap(),
             "72f988bf-86f1-41af-91ab-2d7cd011db47"
         );
-    }
-
-    #[test]
-    fn scope_has_one_slash() {
-        assert_eq!(
-            scope_for_audience("https://x.net/"),
-            "https://x.net/.default"
-        );
-        assert_eq!(
-            scope_for_audience("https://x.net"),
-            "https://x.net/.default"
-        );
-        assert_eq!(scope_for_audience("api://app//"), "api://app/.default");
     }
 
     #[test]

@@ -3,19 +3,20 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use reqwest::{Method, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use time::OffsetDateTime;
 
-use super::challenge::{challenged_tenant, scope_for_audience};
+use super::challenge::challenged_tenant;
 use super::source::TokenSource;
 use super::types::{
     ManagedIdentityCredentials, MoveIdentityRequest, MoveIdentityResponse,
     UserAssignedIdentitiesRequest,
 };
+use crate::cloud::default_scope;
 use crate::environment::Environment;
 use crate::error::{
     DATA_PLANE, Error, ErrorKind, Result, ServiceError, TransportError, cause_chain,
@@ -25,7 +26,7 @@ use crate::http::base_url::base_url;
 use crate::http::{body, exchange, loopback, retry};
 use crate::telemetry::{self, Service};
 use crate::token::access_token::AccessToken;
-use crate::untrusted_text::redact_quoted;
+use crate::untrusted_text::{redact_quoted, service_text};
 
 /// The data plane API version every request carries.
 pub const API_VERSION: &str = "2024-01-01";
@@ -89,14 +90,21 @@ struct FactoryInner {
     hosts: Mutex<HashMap<HostTenant, Arc<str>>>,
 }
 
+impl FactoryInner {
+    /// The tenants learned, per host (a poisoned lock is still a usable map).
+    fn hosts(&self) -> MutexGuard<'_, HashMap<HostTenant, Arc<str>>> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A data plane host (`host:port`) and the tenant its identity URL names (`tid`,
 /// lower-cased), if any.
 type HostTenant = (String, Option<Arc<str>>);
 
 impl ClientFactory {
     /// A factory whose clients get tokens from `source` for `audience` (the data plane's
-    /// audience, e.g. `https://identity.azure.net/`; the scope asked for is
-    /// `<audience>/.default`).
+    /// audience, e.g. `https://identity.azure.net/`; the scope asked for is its
+    /// [`default_scope`](crate::default_scope), `<audience>/.default`).
     ///
     /// # Errors
     ///
@@ -115,7 +123,7 @@ impl ClientFactory {
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
                 source: Arc::new(source),
-                scope: scope_for_audience(audience),
+                scope: default_scope(audience),
                 // Hosts vary per identity URL: the crate-built client comes in two, the
                 // second without environment proxies for loopback hosts.
                 http: environment.client(false)?,
@@ -243,10 +251,8 @@ impl Client {
         request: Option<&impl Serialize>,
     ) -> Result<T> {
         let call = async {
-            let body = match request {
-                Some(r) => Some(serde_json::to_vec(r).map_err(crate::parser_errors::json_error)?),
-                None => None,
-            };
+            let body = request.map(serde_json::to_vec).transpose();
+            let body = body.map_err(crate::parser_errors::json_error)?;
             let (status, body) = self.execute(method, suffix, body).await?;
             serde_json::from_slice(&body).map_err(|e| {
                 let reason = redact_quoted(&e.to_string());
@@ -310,12 +316,7 @@ impl Client {
         what: &str,
     ) -> Result<(u16, Vec<u8>)> {
         let f = &*self.factory;
-        let known = f
-            .hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&self.host)
-            .cloned();
+        let known = f.hosts().get(&self.host).cloned();
         let mut sent = match known {
             Some(tenant) => Some((tenant.clone(), f.source.token(&f.scope, &tenant).await?)),
             None => None,
@@ -362,9 +363,7 @@ impl Client {
                     f.source.token(&f.scope, &tenant).await?
                 }
             };
-            let mut hosts = f.hosts.lock().unwrap_or_else(|e| e.into_inner());
-            hosts.insert(self.host.clone(), tenant.clone());
-            drop(hosts);
+            f.hosts().insert(self.host.clone(), tenant.clone());
             sent = Some((tenant, next));
         }
     }
@@ -430,13 +429,11 @@ impl Client {
         Ok(RawAnswer {
             status,
             body,
-            retry_after: header("retry-after").map(str::to_owned),
-            request_id: crate::untrusted_text::service_text_opt(
-                header("x-ms-request-id").map(str::to_owned),
-            ),
+            retry_after: header("retry-after")
+                .and_then(|v| body::parse_retry_after(v, f.environment.clock().now())),
+            request_id: header("x-ms-request-id").map(service_text),
             client_request_id,
             challenges,
-            requested_at: f.environment.clock().now(),
         })
     }
 }
@@ -445,11 +442,10 @@ impl Client {
 struct RawAnswer {
     status: u16,
     body: Option<Vec<u8>>,
-    retry_after: Option<String>,
+    retry_after: Option<Duration>,
     request_id: Option<String>,
     client_request_id: String,
     challenges: Vec<String>,
-    requested_at: OffsetDateTime,
 }
 
 /// Pure: a 2xx answer's status and body, or the typed error for anything else.
@@ -472,10 +468,7 @@ fn finish(raw: RawAnswer, what: &str) -> Result<(u16, Vec<u8>)> {
         message,
         request_id: raw.request_id,
         client_request_id: Some(raw.client_request_id),
-        retry_after: raw
-            .retry_after
-            .as_deref()
-            .and_then(|v| body::parse_retry_after(v, raw.requested_at)),
+        retry_after: raw.retry_after,
         request: what.to_owned(),
     }))
     .into())
@@ -528,18 +521,15 @@ pub(crate) fn request_url(base: &Url, query: &[(String, String)], suffix: &str) 
         let path = format!("{}{suffix}", base.path().trim_end_matches('/'));
         url.set_path(&path);
     }
-    let mut pairs = url.query_pairs_mut();
-    pairs.extend_pairs(query);
-    pairs.append_pair("api-version", API_VERSION);
-    drop(pairs);
+    url.query_pairs_mut()
+        .extend_pairs(query)
+        .append_pair("api-version", API_VERSION);
     url
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-    use time::macros::datetime;
 
     const ID_URL: &str = "https://eastus.identity.azure.net/subscriptions/s/resourcegroups/g/providers/Microsoft.RedHatOpenShift/hcpOpenShiftClusters/c/credentials/v2/identities?arpid=a&keyid=k&sig=SIGNATURE&sigver=1.0&tid=t";
 
@@ -615,11 +605,10 @@ mod tests {
         let raw = RawAnswer {
             status: 429,
             body: Some(br#"{"error":{"code":"TooManyRequests","message":"slow down"}}"#.to_vec()),
-            retry_after: Some("7".into()),
+            retry_after: Some(Duration::from_secs(7)),
             request_id: Some("srv-1".into()),
             client_request_id: "cli-1".into(),
             challenges: Vec::new(),
-            requested_at: datetime!(2026-01-01 00:00 UTC),
         };
         let e = finish(raw, "GET /x").err().unwrap();
         let ErrorKind::Service(d) = e.kind() else {

@@ -63,8 +63,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 pub use crate::hypershift::ObjectEncoding;
 use crate::hypershift::rules::{
-    bare_name_problem, check, dns1123_label_problem, dns1123_subdomain_problem, guid_problem,
-    key_vault_name_problem, key_vault_object_name_problem,
+    Rule, bare_name_problem, check, dns1123_label_problem, dns1123_subdomain_problem, guid_problem,
+    key_vault_name_problem, secret_name_problem,
 };
 use crate::hypershift::{
     CERTS_MOUNT_PATH, CREDENTIALS_FILE_PATH_ENV, Component, KMS_MOUNT_PATH,
@@ -230,10 +230,7 @@ pub fn objects_parameter(objects: &[KeyVaultObject]) -> Result<String> {
     check("spec.parameters.objects", none)?;
     let mut out = String::from("\narray:\n");
     for (i, object) in objects.iter().enumerate() {
-        check(
-            "objectName",
-            key_vault_object_name_problem(&object.object_name),
-        )?;
+        check("objectName", secret_name_problem(&object.object_name))?;
         let twice = objects[..i]
             .iter()
             .any(|o| o.object_name == object.object_name)
@@ -301,16 +298,6 @@ enum Kind {
 }
 
 impl SecretProviderClass {
-    /// `apiVersion`: [`SECRET_PROVIDER_CLASS_API_VERSION`].
-    pub fn api_version(&self) -> &'static str {
-        SECRET_PROVIDER_CLASS_API_VERSION
-    }
-
-    /// `kind`: [`SECRET_PROVIDER_CLASS_KIND`].
-    pub fn kind(&self) -> &'static str {
-        SECRET_PROVIDER_CLASS_KIND
-    }
-
     /// A builder for the Azure Key Vault SecretProviderClass named `name`, with the
     /// parameters HyperShift's `ReconcileManagedAzureSecretProviderClass` sets:
     /// `usePodIdentity: "false"`, `useVMManagedIdentity: "true"`,
@@ -425,31 +412,33 @@ impl SecretProviderClassBuilder {
         if let Some(namespace) = &self.namespace {
             check("metadata.namespace", dns1123_label_problem(namespace))?;
         }
-        let key_vault_name = required("spec.parameters.keyvaultName", self.key_vault_name)?;
-        check(
-            "spec.parameters.keyvaultName",
-            key_vault_name_problem(&key_vault_name),
-        )?;
-        let tenant_id = required("spec.parameters.tenantId", self.tenant_id)?;
-        check("spec.parameters.tenantId", guid_problem(&tenant_id))?;
-        let client_id = required(
-            "spec.parameters.userAssignedIdentityID",
-            self.user_assigned_identity_id,
-        )?;
-        check(
-            "spec.parameters.userAssignedIdentityID",
-            guid_problem(&client_id),
-        )?;
-        let objects = objects_parameter(&self.objects)?;
-
-        let parameters = BTreeMap::from([
+        let mut parameters = BTreeMap::from([
             ("usePodIdentity".to_owned(), "false".to_owned()),
             ("useVMManagedIdentity".to_owned(), "true".to_owned()),
-            ("userAssignedIdentityID".to_owned(), client_id),
-            ("keyvaultName".to_owned(), key_vault_name),
-            ("tenantId".to_owned(), tenant_id),
-            ("objects".to_owned(), objects),
         ]);
+        // Each required parameter: its field (`spec.parameters.<key>`), value and rule.
+        let required: [(&str, Option<String>, Rule); 3] = [
+            (
+                "spec.parameters.keyvaultName",
+                self.key_vault_name,
+                key_vault_name_problem,
+            ),
+            ("spec.parameters.tenantId", self.tenant_id, guid_problem),
+            (
+                "spec.parameters.userAssignedIdentityID",
+                self.user_assigned_identity_id,
+                guid_problem,
+            ),
+        ];
+        for (field, value, rule) in required {
+            let problem = value
+                .as_deref()
+                .map_or_else(|| Some("is not set".to_owned()), rule);
+            check(field, problem)?;
+            let key = field.trim_start_matches("spec.parameters.");
+            parameters.insert(key.to_owned(), value.unwrap_or_default());
+        }
+        parameters.insert("objects".to_owned(), objects_parameter(&self.objects)?);
         let metadata = ObjectMeta {
             name: Some(self.name),
             namespace: self.namespace,
@@ -461,15 +450,9 @@ impl SecretProviderClassBuilder {
             other: BTreeMap::new(),
         };
         Ok(SecretProviderClass {
-            api_version: ApiVersion::V1,
-            kind: Kind::SecretProviderClass,
             metadata,
             spec,
+            ..Default::default()
         })
     }
-}
-
-fn required(field: &'static str, value: Option<String>) -> Result<String> {
-    check(field, value.is_none().then(|| "is not set".to_owned()))?;
-    Ok(value.unwrap_or_default())
 }

@@ -22,13 +22,18 @@
 //! `ManagedIdentities::kubernetes_objects` builds each component's SecretProviderClass,
 //! volume and mount with the `hypershift::k8s` module.
 
+#[cfg(feature = "k8s")]
+use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::file::model::is_guid;
-use crate::hypershift::rules::is_key_vault_name;
+#[cfg(feature = "k8s")]
+use crate::hypershift::k8s::{
+    KeyVaultObject, SecretProviderClass, certs_volume_mount, csi_volume, kms_volume_mount,
+};
+use crate::hypershift::rules::{Rule, guid_problem, key_vault_name_problem, secret_name_problem};
 use crate::hypershift::{Component, ObjectEncoding};
-use crate::keyvault::validate_secret_name;
+use crate::untrusted_text::quoted_input;
 
 /// A validated managed identities file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +48,7 @@ pub struct ManagedIdentities {
 }
 
 /// `controlPlane.managedIdentitiesKeyVault`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ManagedIdentitiesKeyVault {
     /// The vault's name (`https://<name>.vault.azure.net`).
@@ -118,49 +123,36 @@ impl Problems {
         None
     }
 
-    /// The string `parent.key`; a problem when it is missing, blank or not a string.
-    fn text<'a>(&mut self, parent: &'a Value, base: &str, key: &str) -> Option<&'a str> {
-        match parent.get(key) {
-            Some(Value::String(v)) if !v.trim().is_empty() => return Some(v),
-            Some(Value::String(_)) => self.add(base, key, "is empty"),
-            None | Some(Value::Null) => self.add(base, key, "is missing"),
-            Some(_) => self.add(base, key, "is not a string"),
-        }
-        None
-    }
-
-    fn guid(&mut self, parent: &Value, base: &str, key: &str) -> String {
-        let Some(v) = self.text(parent, base, key) else {
-            return String::new();
+    /// The string `parent.key`; a problem (and an empty string) when it is missing, blank,
+    /// not a string, or breaks `rule`.
+    fn text(&mut self, parent: &Value, base: &str, key: &str, rule: Rule) -> String {
+        let problem = match parent.get(key) {
+            Some(Value::String(v)) if !v.trim().is_empty() => match rule(v) {
+                Some(problem) => problem,
+                None => return v.clone(),
+            },
+            Some(Value::String(_)) => "is empty".to_owned(),
+            None | Some(Value::Null) => "is missing".to_owned(),
+            Some(_) => "is not a string".to_owned(),
         };
-        if !is_guid(v) {
-            let shown = crate::untrusted_text::quoted_input(v);
-            self.add(base, key, format_args!("`{shown}` is not a GUID"));
-        }
-        v.to_owned()
+        self.add(base, key, problem);
+        String::new()
     }
 
     /// One component's identity, when every field of it is valid.
     fn identity(&mut self, raw: &Value, base: &str) -> Option<ComponentIdentity> {
         let before = self.0.len();
-        let client_id = self.guid(raw, base, "clientID");
-        let secret = self.text(raw, base, "credentialsSecretName");
-        if let Some(Err(e)) = secret.map(validate_secret_name) {
-            self.add(base, "credentialsSecretName", e);
-        }
-        let encoding = self.text(raw, base, "objectEncoding").and_then(|enc| {
-            let encoding = ObjectEncoding::from_name(enc);
-            if encoding.is_none() {
-                let shown = crate::untrusted_text::quoted_input(enc);
-                let problem = format_args!("`{shown}` is not one of utf-8, hex, base64");
-                self.add(base, "objectEncoding", problem);
-            }
-            encoding
+        let client_id = self.text(raw, base, "clientID", guid_problem);
+        let secret = self.text(raw, base, "credentialsSecretName", secret_name_problem);
+        let encoding = self.text(raw, base, "objectEncoding", |encoding| {
+            let shown = quoted_input(encoding);
+            let known = ObjectEncoding::from_name(encoding).is_some();
+            (!known).then(|| format!("`{shown}` is not one of utf-8, hex, base64"))
         });
         (self.0.len() == before).then(|| ComponentIdentity {
             client_id,
-            credentials_secret_name: secret.unwrap_or_default().to_owned(),
-            object_encoding: encoding.unwrap_or_default(),
+            credentials_secret_name: secret,
+            object_encoding: ObjectEncoding::from_name(&encoding).unwrap_or_default(),
         })
     }
 }
@@ -184,22 +176,13 @@ impl ManagedIdentities {
         let file: Value =
             serde_json::from_slice(bytes).map_err(crate::parser_errors::json_error)?;
         let mut p = Problems::default();
-        let mut key_vault = ManagedIdentitiesKeyVault {
-            name: String::new(),
-            tenant_id: String::new(),
-        };
+        let mut key_vault = ManagedIdentitiesKeyVault::default();
         let mut components = Vec::new();
         if let Some(cp) = p.section(&file, "", "controlPlane", true) {
             let base = "controlPlane.managedIdentitiesKeyVault";
             if let Some(kv) = p.section(cp, "controlPlane", "managedIdentitiesKeyVault", true) {
-                if let Some(name) = p.text(kv, base, "name") {
-                    if !is_key_vault_name(name) {
-                        let shown = crate::untrusted_text::quoted_input(name);
-                        p.add(base, "name", format_args!("`{shown}` is not a Key Vault name (3-24 of letters, digits and '-', a letter first, no '--')"));
-                    }
-                    key_vault.name = name.to_owned();
-                }
-                key_vault.tenant_id = p.guid(kv, base, "tenantID");
+                key_vault.name = p.text(kv, base, "name", key_vault_name_problem);
+                key_vault.tenant_id = p.text(kv, base, "tenantID", guid_problem);
             }
             for (key, component) in COMPONENTS {
                 let required = component != Component::Kms;
@@ -210,13 +193,14 @@ impl ManagedIdentities {
                 }
             }
         }
-        let data_plane = p
-            .section(&file, "", "dataPlane", true)
-            .map(|dp| DataPlaneIdentities {
-                image_registry_client_id: p.guid(dp, "dataPlane", "imageRegistryMSIClientID"),
-                disk_client_id: p.guid(dp, "dataPlane", "diskMSIClientID"),
-                file_client_id: p.guid(dp, "dataPlane", "fileMSIClientID"),
-            });
+        let data_plane = p.section(&file, "", "dataPlane", true).map(|dp| {
+            let mut id = |key| p.text(dp, "dataPlane", key, guid_problem);
+            DataPlaneIdentities {
+                image_registry_client_id: id("imageRegistryMSIClientID"),
+                disk_client_id: id("diskMSIClientID"),
+                file_client_id: id("fileMSIClientID"),
+            }
+        });
         match data_plane {
             Some(data_plane) if p.0.is_empty() => Ok(ManagedIdentities {
                 key_vault,
@@ -246,76 +230,61 @@ impl ManagedIdentities {
             .find(|(c, _)| *c == component)
             .map(|(_, identity)| identity)
     }
-}
 
-#[cfg(feature = "k8s")]
-mod kubernetes {
-    use k8s_openapi::api::core::v1::{Volume, VolumeMount};
-
-    use super::ManagedIdentities;
-    use crate::error::Result;
-    use crate::hypershift::Component;
-    use crate::hypershift::k8s::{
-        KeyVaultObject, SecretProviderClass, certs_volume_mount, csi_volume, kms_volume_mount,
-    };
-
-    /// One component's Kubernetes objects (feature `k8s`).
-    #[derive(Clone, Debug)]
-    #[non_exhaustive]
-    pub struct ComponentObjects {
-        /// The component.
-        pub component: Component,
-        /// Its SecretProviderClass.
-        pub secret_provider_class: SecretProviderClass,
-        /// Its CSI volume and mount, when HyperShift names the volume (network, disk and
-        /// file mount theirs under names of their own).
-        pub volume: Option<(Volume, VolumeMount)>,
-    }
-
-    impl ManagedIdentities {
-        /// Every component's SecretProviderClass, volume and mount (feature `k8s`), the
-        /// CSI driver reading the vault as `key_vault_user_client_id` (HyperShift's
-        /// `ARO_HCP_KEY_VAULT_USER_CLIENT_ID`).
-        ///
-        /// # Errors
-        ///
-        /// `invalid_kubernetes_object` from the builders.
-        pub fn kubernetes_objects(
-            &self,
-            namespace: &str,
-            key_vault_user_client_id: &str,
-        ) -> Result<Vec<ComponentObjects>> {
-            self.components
-                .iter()
-                .map(|(component, identity)| {
-                    let spc = SecretProviderClass::for_component(*component)
-                        .namespace(namespace)
-                        .key_vault_name(&self.key_vault.name)
-                        .tenant_id(&self.key_vault.tenant_id)
-                        .user_assigned_identity_id(key_vault_user_client_id)
-                        .object(KeyVaultObject::secret(
-                            &identity.credentials_secret_name,
-                            identity.object_encoding,
-                        ))
-                        .build()?;
-                    let volume = component.volume_name().map(|name| {
-                        let volume = csi_volume(name, component.secret_provider_class_name())?;
-                        let mount = match component {
-                            Component::Kms => kms_volume_mount(name)?,
-                            _ => certs_volume_mount(name)?,
-                        };
-                        Ok::<_, crate::error::Error>((volume, mount))
-                    });
-                    Ok(ComponentObjects {
-                        component: *component,
-                        secret_provider_class: spc,
-                        volume: volume.transpose()?,
-                    })
+    /// Every component's SecretProviderClass, volume and mount (feature `k8s`), the
+    /// CSI driver reading the vault as `key_vault_user_client_id` (HyperShift's
+    /// `ARO_HCP_KEY_VAULT_USER_CLIENT_ID`).
+    ///
+    /// # Errors
+    ///
+    /// `invalid_kubernetes_object` from the builders.
+    #[cfg(feature = "k8s")]
+    pub fn kubernetes_objects(
+        &self,
+        namespace: &str,
+        key_vault_user_client_id: &str,
+    ) -> Result<Vec<ComponentObjects>> {
+        self.components
+            .iter()
+            .map(|(component, identity)| {
+                let spc = SecretProviderClass::for_component(*component)
+                    .namespace(namespace)
+                    .key_vault_name(&self.key_vault.name)
+                    .tenant_id(&self.key_vault.tenant_id)
+                    .user_assigned_identity_id(key_vault_user_client_id)
+                    .object(KeyVaultObject::secret(
+                        &identity.credentials_secret_name,
+                        identity.object_encoding,
+                    ))
+                    .build()?;
+                let volume = component.volume_name().map(|name| {
+                    let volume = csi_volume(name, component.secret_provider_class_name())?;
+                    let mount = match component {
+                        Component::Kms => kms_volume_mount(name)?,
+                        _ => certs_volume_mount(name)?,
+                    };
+                    Ok::<_, Error>((volume, mount))
+                });
+                Ok(ComponentObjects {
+                    component: *component,
+                    secret_provider_class: spc,
+                    volume: volume.transpose()?,
                 })
-                .collect()
-        }
+            })
+            .collect()
     }
 }
 
+/// One component's Kubernetes objects (feature `k8s`).
 #[cfg(feature = "k8s")]
-pub use kubernetes::ComponentObjects;
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ComponentObjects {
+    /// The component.
+    pub component: Component,
+    /// Its SecretProviderClass.
+    pub secret_provider_class: SecretProviderClass,
+    /// Its CSI volume and mount, when HyperShift names the volume (network, disk and
+    /// file mount theirs under names of their own).
+    pub volume: Option<(Volume, VolumeMount)>,
+}

@@ -177,6 +177,22 @@ pub enum Component {
     Kms,
 }
 
+/// Each [`Component`]'s SecretProviderClass and volume names, in declaration order.
+const NAMES: [(&str, Option<&str>); 9] = [
+    ("managed-azure-cpo", Some("cpo-cert")),
+    ("managed-azure-cloud-provider", Some("cloud-provider-cert")),
+    (
+        "managed-azure-nodepool-management",
+        Some("nodepool-management-cert"),
+    ),
+    ("managed-azure-ingress", Some("ingress-cert")),
+    ("managed-azure-network", None),
+    ("managed-azure-disk-csi", None),
+    ("managed-azure-file-csi", None),
+    ("managed-azure-image-registry", Some("image-registry-cert")),
+    ("managed-azure-kms", Some("kms-cert")),
+];
+
 impl Component {
     /// Every component, in declaration order.
     pub const ALL: [Component; 9] = [
@@ -193,31 +209,13 @@ impl Component {
 
     /// The name HyperShift gives this component's SecretProviderClass.
     pub const fn secret_provider_class_name(self) -> &'static str {
-        match self {
-            Component::ControlPlaneOperator => "managed-azure-cpo",
-            Component::CloudProvider => "managed-azure-cloud-provider",
-            Component::NodePoolManagement => "managed-azure-nodepool-management",
-            Component::Ingress => "managed-azure-ingress",
-            Component::Network => "managed-azure-network",
-            Component::DiskCsi => "managed-azure-disk-csi",
-            Component::FileCsi => "managed-azure-file-csi",
-            Component::ImageRegistry => "managed-azure-image-registry",
-            Component::Kms => "managed-azure-kms",
-        }
+        NAMES[self as usize].0
     }
 
     /// The name HyperShift gives this component's credential volume, if it defines one
     /// (see the table above: network, disk and file have none in HyperShift).
     pub const fn volume_name(self) -> Option<&'static str> {
-        match self {
-            Component::ControlPlaneOperator => Some("cpo-cert"),
-            Component::CloudProvider => Some("cloud-provider-cert"),
-            Component::NodePoolManagement => Some("nodepool-management-cert"),
-            Component::Ingress => Some("ingress-cert"),
-            Component::ImageRegistry => Some("image-registry-cert"),
-            Component::Kms => Some("kms-cert"),
-            Component::Network | Component::DiskCsi | Component::FileCsi => None,
-        }
+        NAMES[self as usize].1
     }
 
     /// The component whose SecretProviderClass is named `name` (exact match).
@@ -247,13 +245,9 @@ pub enum ObjectEncoding {
 impl ObjectEncoding {
     /// The encoding written `name` in `objectEncoding` (exact match).
     pub fn from_name(name: &str) -> Option<ObjectEncoding> {
-        [
-            ObjectEncoding::Utf8,
-            ObjectEncoding::Hex,
-            ObjectEncoding::Base64,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == name)
+        [Self::Utf8, Self::Hex, Self::Base64]
+            .into_iter()
+            .find(|e| e.as_str() == name)
     }
 
     /// The value as written in `objectEncoding`.
@@ -443,10 +437,8 @@ fn required_utf8(
         Error::config("missing_environment_variable", name, message)
     })?;
     value.into_string().map_err(|raw| {
-        invalid_variable(
-            name,
-            format!("{:?} is not valid UTF-8", raw.to_string_lossy()),
-        )
+        let reason = format!("{:?} is not valid UTF-8", raw.to_string_lossy());
+        invalid_variable(name, reason)
     })
 }
 

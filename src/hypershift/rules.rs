@@ -1,6 +1,12 @@
 //! The naming rules the HyperShift helpers check, as pure functions: each returns why a
 //! value breaks its rule, if it does.
 
+use crate::keyvault::validate_secret_name;
+use crate::untrusted_text::quoted_input;
+
+/// A naming rule: why a value breaks it, if it does.
+pub(super) type Rule = fn(&str) -> Option<String>;
+
 /// Why `value` is not a usable name or path at all, if it is not: empty, surrounding
 /// whitespace, control characters (NUL included).
 pub(super) fn text_problem(value: &str) -> Option<String> {
@@ -37,15 +43,36 @@ pub(super) fn bare_name_problem(name: &str) -> Option<String> {
 
 /// Key Vault's rule for vault names: 3 to 24 of `0-9`, `a-z`, `A-Z`, `-`; a letter first,
 /// a letter or digit last, no `--`.
-pub(super) fn is_key_vault_name(name: &str) -> bool {
+pub(super) fn key_vault_name_problem(name: &str) -> Option<String> {
     let bytes = name.as_bytes();
-    (3..=24).contains(&bytes.len())
+    let ok = (3..=24).contains(&bytes.len())
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
         && bytes.first().is_some_and(u8::is_ascii_alphabetic)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && !name.contains("--")
+        && !name.contains("--");
+    (!ok).then(|| {
+        format!(
+            "`{}` is not a Key Vault name (3 to 24 letters, digits and `-`, starting with a \
+             letter, ending with a letter or digit, no `--`)",
+            quoted_input(name)
+        )
+    })
+}
+
+/// Key Vault's rule for secret names ([`validate_secret_name`]): 1 to 127 of `0-9`,
+/// `a-z`, `A-Z`, `-`.
+pub(super) fn secret_name_problem(name: &str) -> Option<String> {
+    validate_secret_name(name).err().map(|e| e.to_string())
+}
+
+/// A GUID in its usual form: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+pub(super) fn guid_problem(value: &str) -> Option<String> {
+    (!crate::file::model::is_guid(value)).then(|| {
+        let shown = quoted_input(value);
+        format!("`{shown}` is not a GUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits)")
+    })
 }
 
 /// An invalid Kubernetes object, naming the field.
@@ -82,65 +109,31 @@ pub(super) fn dns1123_subdomain_problem(value: &str) -> Option<String> {
 fn dns1123_problem(value: &str, max: usize, dots: bool) -> Option<String> {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     let label = |part: &str| {
-        part.chars().all(|c| alnum(c) || c == '-')
-            && part.starts_with(alnum)
+        part.starts_with(alnum)
             && part.ends_with(alnum)
+            && part.chars().all(|c| alnum(c) || c == '-')
     };
     let what = if dots { "subdomain" } else { "label" };
+    let dot = if dots { " and `.`" } else { "" };
     if value.is_empty() {
         Some("is empty".to_owned())
     } else if value.len() > max {
+        let len = value.len();
         Some(format!(
-            "{value:?} is {} characters; at most {max} are allowed",
-            value.len()
+            "{value:?} is {len} characters; at most {max} are allowed"
         ))
-    } else if !(if dots {
-        value.split('.').all(label)
-    } else {
-        label(value)
-    }) {
+    } else if !value.split('.').all(label) || (!dots && value.contains('.')) {
         Some(format!(
-            "{value:?} is not a DNS-1123 {what} (lower-case letters, digits and `-`{}, \
-             each part starting and ending with a letter or digit)",
-            if dots { " and `.`" } else { "" }
+            "{value:?} is not a DNS-1123 {what} (lower-case letters, digits and `-`{dot}, \
+             each part starting and ending with a letter or digit)"
         ))
     } else {
         None
     }
 }
 
-/// Azure Key Vault's vault names ([`is_key_vault_name`]).
-#[cfg(feature = "k8s")]
-pub(super) fn key_vault_name_problem(value: &str) -> Option<String> {
-    (!is_key_vault_name(value)).then(|| {
-        format!(
-            "{value:?} is not a Key Vault name (3 to 24 letters, digits and `-`, starting with \
-             a letter, ending with a letter or digit, no `--`)"
-        )
-    })
-}
-
-/// Azure Key Vault's object names: 1 to 127 of `0-9`, `a-z`, `A-Z`, `-`.
-#[cfg(feature = "k8s")]
-pub(super) fn key_vault_object_name_problem(value: &str) -> Option<String> {
-    let ok = (1..=127).contains(&value.len())
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-    (!ok).then(|| {
-        format!("{value:?} is not a Key Vault object name (1 to 127 letters, digits and `-`)")
-    })
-}
-
-/// A GUID in its usual form: `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
-#[cfg(feature = "k8s")]
-pub(super) fn guid_problem(value: &str) -> Option<String> {
-    (!crate::file::model::is_guid(value)).then(|| {
-        format!("{value:?} is not a GUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits)")
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    #[cfg(feature = "k8s")]
     use super::*;
 
     #[cfg(feature = "k8s")]
@@ -165,7 +158,6 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "k8s")]
     #[test]
     fn key_vault_names() {
         for ok in [
@@ -189,7 +181,6 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "k8s")]
     #[test]
     fn guids() {
         assert_eq!(guid_problem("72f988bf-86f1-41af-91ab-2d7cd011db47"), None);

@@ -27,6 +27,9 @@ pub const SECRET_MOUNT_PATH: &str = "/var/run/msi-token-server";
 /// The sidecar container's name.
 pub const SIDECAR_NAME: &str = "msi-token-server";
 
+/// The name of the volume holding the Secret.
+const SECRET_VOLUME_NAME: &str = "msi-token-server-secret";
+
 /// The token server sidecar of a pod, built as Kubernetes objects.
 ///
 /// ```
@@ -89,10 +92,6 @@ impl TokenServerSidecar {
         format!("http://127.0.0.1:{}{TOKEN_SERVER_PATH}", self.port)
     }
 
-    fn volume_name(&self) -> String {
-        format!("{SIDECAR_NAME}-secret")
-    }
-
     fn validate(&self) -> Result<()> {
         check("Secret name", dns1123_subdomain_problem(&self.secret_name))?;
         let image = (self.image.trim().is_empty() || self.image.contains(char::is_whitespace))
@@ -133,14 +132,14 @@ impl TokenServerSidecar {
     /// non-root user with a read-only root file system and no capabilities.
     pub fn container(&self) -> Result<Container> {
         self.validate()?;
-        let listen = format!("127.0.0.1:{}", self.port);
+        let secret_file = format!("{SECRET_MOUNT_PATH}/{IDENTITY_HEADER_KEY}");
         let mut args = vec!["serve".to_owned()];
         args.extend(self.files.iter().cloned());
         args.extend([
             "--listen".to_owned(),
-            listen,
+            format!("127.0.0.1:{}", self.port),
             "--secret-file".to_owned(),
-            format!("{SECRET_MOUNT_PATH}/{IDENTITY_HEADER_KEY}"),
+            secret_file.clone(),
             "--previous-secret-file".to_owned(),
             format!("{SECRET_MOUNT_PATH}/{PREVIOUS_IDENTITY_HEADER_KEY}"),
         ]);
@@ -152,7 +151,7 @@ impl TokenServerSidecar {
                     "--url".to_owned(),
                     format!("http://127.0.0.1:{}/healthz", self.port),
                     "--secret-file".to_owned(),
-                    format!("{SECRET_MOUNT_PATH}/{IDENTITY_HEADER_KEY}"),
+                    secret_file.clone(),
                 ]),
             }),
             period_seconds: Some(period),
@@ -162,7 +161,7 @@ impl TokenServerSidecar {
         };
         let mut mounts = self.mounts.clone();
         mounts.push(VolumeMount {
-            name: self.volume_name(),
+            name: SECRET_VOLUME_NAME.to_owned(),
             mount_path: SECRET_MOUNT_PATH.to_owned(),
             read_only: Some(true),
             ..Default::default()
@@ -197,7 +196,7 @@ impl TokenServerSidecar {
     pub fn secret_volume(&self) -> Result<Volume> {
         self.validate()?;
         Ok(Volume {
-            name: self.volume_name(),
+            name: SECRET_VOLUME_NAME.to_owned(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(self.secret_name.clone()),
                 ..Default::default()
