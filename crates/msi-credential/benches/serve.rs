@@ -243,64 +243,17 @@ async fn flood_pipelined(
     answered
 }
 
-/// Clients that never read: `connections` connections, each pipelining `request` once,
-/// up to 64 KiB (what the server's receive window takes), and never reading; when the
-/// server closes one (a write to it fails), another takes its place, until `stop`. The
-/// connections the server closed.
+/// Clients that never read: `connections` connections, each writing `pipeline` (within
+/// 100 ms) and holding the connection unread, with a receive buffer of `receive_buffer`
+/// bytes when given; when the server closes one (a write to it fails), another takes its
+/// place, until `stop`. The connections the server closed.
 async fn flood_never_reading(
     addr: SocketAddr,
-    request: String,
+    pipeline: String,
+    receive_buffer: Option<u32>,
     connections: usize,
     stop: Arc<AtomicBool>,
 ) -> usize {
-    let pipeline = request.repeat(64 * 1024 / request.len());
-    let mut tasks = Vec::new();
-    for _ in 0..connections {
-        let (pipeline, stop) = (pipeline.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut closed = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(mut stream) = TcpStream::connect(addr).await else {
-                    continue;
-                };
-                let _ = tokio::time::timeout(
-                    Duration::from_millis(100),
-                    stream.write_all(pipeline.as_bytes()),
-                )
-                .await;
-                // Held open, never read, until the server closes it: a write then fails.
-                while !stop.load(Ordering::Relaxed) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    match stream.try_write(b"\r\n") {
-                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
-                            closed += 1;
-                            break;
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            closed
-        }));
-    }
-    let mut closed = 0;
-    for task in tasks {
-        closed += task.await.unwrap_or(0);
-    }
-    closed
-}
-
-/// Clients with the secret that never read and that the server must evict:
-/// `connections` connections, each with a 4 KiB receive buffer, pipelining `request` 20
-/// times and holding the connection unread; when the server closes one, another takes
-/// its place, until `stop`. The connections the server closed.
-async fn flood_orphaning(
-    addr: SocketAddr,
-    request: String,
-    connections: usize,
-    stop: Arc<AtomicBool>,
-) -> usize {
-    let pipeline = request.repeat(20);
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let (pipeline, stop) = (pipeline.clone(), stop.clone());
@@ -310,7 +263,9 @@ async fn flood_orphaning(
                 let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
                     continue;
                 };
-                let _ = socket.set_recv_buffer_size(4096);
+                if let Some(bytes) = receive_buffer {
+                    let _ = socket.set_recv_buffer_size(bytes);
+                }
                 let Ok(mut stream) = socket.connect(addr).await else {
                     continue;
                 };
@@ -319,6 +274,7 @@ async fn flood_orphaning(
                     stream.write_all(pipeline.as_bytes()),
                 )
                 .await;
+                // Held open, never read, until the server closes it: a write then fails.
                 while !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     match stream.try_write(b"\r\n") {
@@ -544,17 +500,17 @@ fn main() {
                     flooder.spawn(flood(addr, target.to_owned(), CONNECTIONS, stop.clone()))
                 }
                 "never_reading" => {
-                    flooder.spawn(flood_never_reading(addr, health.clone(), 512, stop.clone()))
+                    // The health check, up to 64 KiB (what the server's receive window
+                    // takes), on 512 connections (the cap).
+                    let pipeline = health.repeat(64 * 1024 / health.len());
+                    flooder.spawn(flood_never_reading(addr, pipeline, None, 512, stop.clone()))
                 }
-                "healthz_pipelined" => flooder.spawn(flood_pipelined(
+                // 20 cached-token requests with the secret on 1,024 connections (twice
+                // the cap), each with a 4 KiB receive buffer.
+                "orphaning" => flooder.spawn(flood_never_reading(
                     addr,
-                    health.clone(),
-                    CONNECTIONS,
-                    stop.clone(),
-                )),
-                "orphaning" => flooder.spawn(flood_orphaning(
-                    addr,
-                    token_with_secret.clone(),
+                    token_with_secret.repeat(20),
+                    Some(4096),
                     1024,
                     stop.clone(),
                 )),
